@@ -1,0 +1,115 @@
+//! Numerical comparison of two runtimes' outputs.
+//!
+//! Criterion (normwise, documented in README): an output agrees when
+//! `max|a − b| ≤ atol + rtol · max|reference|`. Elementwise, an element is counted as
+//! mismatched when its own `|a − b|` exceeds that same bound. Non-finite values that
+//! differ count as an infinite difference.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::runtime::NamedTensor;
+
+/// Tolerances of the agreement criterion.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Tolerance {
+    /// Relative tolerance, scaled by the largest magnitude of the reference output.
+    pub rtol: f64,
+    /// Absolute tolerance.
+    pub atol: f64,
+}
+
+impl Default for Tolerance {
+    /// f32 parity between CPU runtimes: rtol 1e-4, atol 1e-6.
+    fn default() -> Self {
+        Tolerance {
+            rtol: 1e-4,
+            atol: 1e-6,
+        }
+    }
+}
+
+/// How one output differs between a reference and another result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutputDiff {
+    /// Output name.
+    pub output: String,
+    /// Number of elements compared.
+    pub elements: usize,
+    /// max |a − b|.
+    pub max_abs: f64,
+    /// max |a − b| / max |reference| (0 when both are all zero).
+    pub max_rel: f64,
+    /// Elements whose difference exceeds the bound.
+    pub mismatched: usize,
+    /// Cosine similarity of the two outputs as flat vectors.
+    pub cosine: f64,
+    /// The bound `atol + rtol · max|reference|` that was applied.
+    pub bound: f64,
+    /// True when `max_abs ≤ bound`.
+    pub pass: bool,
+}
+
+/// Compares `other` against `reference` (same name and shape required).
+pub fn compare(reference: &NamedTensor, other: &NamedTensor, tol: Tolerance) -> Result<OutputDiff> {
+    if reference.value.shape() != other.value.shape() {
+        return Err(Error::BadTensor(format!(
+            "output {}: shapes differ, {:?} vs {:?}",
+            reference.name,
+            reference.value.shape(),
+            other.value.shape()
+        )));
+    }
+    let a = reference.value.to_f64();
+    let b = other.value.to_f64();
+    let max_ref = a.iter().fold(0f64, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
+    let bound = tol.atol + tol.rtol * max_ref;
+    let (mut max_abs, mut mismatched) = (0f64, 0usize);
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(&b) {
+        let d = if x.is_finite() && y.is_finite() {
+            (x - y).abs()
+        } else if x == y {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        if d > bound || d.is_nan() {
+            mismatched += 1;
+        }
+        max_abs = max_abs.max(d);
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    let cosine = if na == 0.0 && nb == 0.0 {
+        1.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    };
+    let max_rel = if max_ref > 0.0 { max_abs / max_ref } else if max_abs == 0.0 { 0.0 } else { f64::INFINITY };
+    Ok(OutputDiff {
+        output: reference.name.clone(),
+        elements: a.len(),
+        max_abs,
+        max_rel,
+        mismatched,
+        cosine,
+        bound,
+        pass: mismatched == 0 && max_abs <= bound,
+    })
+}
+
+/// Compares every output of `other` with the output of the same name in `reference`.
+pub fn compare_all(reference: &[NamedTensor], other: &[NamedTensor], tol: Tolerance) -> Result<Vec<OutputDiff>> {
+    reference
+        .iter()
+        .map(|r| {
+            let o = other
+                .iter()
+                .find(|o| o.name == r.name)
+                .ok_or_else(|| Error::BadTensor(format!("output {} is missing from one result", r.name)))?;
+            compare(r, o, tol)
+        })
+        .collect()
+}

@@ -1,0 +1,72 @@
+//! The library's error type: one variant per kind of failure a user can act on.
+
+use std::path::PathBuf;
+
+/// Everything the library can refuse or fail at. Each message is one line and names
+/// the offending file, tensor, or option.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model configuration that cannot be built (zero or absurd sizes, bad combinations).
+    #[error("invalid model configuration: {0}")]
+    InvalidConfig(String),
+    /// A command-line or API argument that is malformed or out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The model would exceed a hard size limit; the message carries the estimate.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A file that could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// An ONNX file that could not be decoded or does not have the expected structure.
+    #[error("{path}: not a usable ONNX model: {reason}")]
+    BadModel {
+        /// The ONNX file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Weights or input tensors that are missing, misshapen, or not finite.
+    #[error("{0}")]
+    BadTensor(String),
+    /// A requested runtime (library, execution provider) is not usable on this machine.
+    #[error("runtime {runtime} is unavailable: {reason}")]
+    RuntimeUnavailable {
+        /// Runtime name, e.g. `ort-cuda`.
+        runtime: String,
+        /// What is missing and how to get it.
+        reason: String,
+    },
+    /// A runtime loaded the model but failed while preparing or running it.
+    #[error("runtime {runtime} failed: {reason}")]
+    RuntimeFailed {
+        /// Runtime name.
+        runtime: String,
+        /// The runtime's own message, on one line.
+        reason: String,
+    },
+}
+
+/// Library result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Folds a multi-line message from a third-party library onto one line.
+pub(crate) fn one_line(message: impl std::fmt::Display) -> String {
+    let text = message.to_string();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

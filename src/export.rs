@@ -1,0 +1,119 @@
+//! From a configuration to a complete ONNX model description: size checks up front,
+//! graph emission, metadata, and the counts reported to users.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gmlp::config::{GmlpConfig, SpatialForm};
+use crate::gmlp::emit::{build_graph, HEAD_SCOPE};
+use crate::gmlp::weights::WeightSource;
+use crate::graph::Graph;
+use crate::model_io::{ModelInfo, PROTOBUF_LIMIT};
+use crate::validate::CONFIG_KEY;
+
+/// Default opset (first with `LayerNormalization`).
+pub const DEFAULT_OPSET: i64 = 17;
+/// The tool's name and version, written as `producer_name` / `producer_version`.
+pub const TOOL: &str = env!("CARGO_PKG_NAME");
+/// The tool's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A model ready to be written.
+pub struct Export {
+    /// The graph, with lazily produced weights.
+    pub graph: Graph,
+    /// Model-level fields and metadata.
+    pub info: ModelInfo,
+}
+
+/// Counts of an emitted graph.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GraphCounts {
+    /// f32 values stored as initializers (parameters as stored; a Toeplitz W expanded to
+    /// n×n counts n² here).
+    pub stored_params: u64,
+    /// MatMul and Conv FLOPs (2 per multiply-add) per example outside the output head:
+    /// the convention of the paper's FLOP columns.
+    pub flops: u64,
+    /// The same including the output head (for token models, the vocabulary projection).
+    pub flops_with_head: u64,
+}
+
+/// Counts read from `graph` (no weight is produced).
+pub fn counts(graph: &Graph) -> GraphCounts {
+    let head = format!("{HEAD_SCOPE}/");
+    GraphCounts {
+        stored_params: graph.stored_f32_count(),
+        flops: graph.flops_where(|name| !name.starts_with(&head)),
+        flops_with_head: graph.flops_where(|_| true),
+    }
+}
+
+/// Refuses configurations whose single-file ONNX would exceed the protobuf limit,
+/// estimated from the sizes alone before anything is allocated.
+pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
+    cfg.validate()?;
+    let n = cfg.seq_len() as u128;
+    let mut bytes = cfg.stored_f32_estimate() * 4;
+    if cfg.spatial == SpatialForm::ToeplitzGather {
+        bytes += n * n * 8;
+    }
+    if cfg.causal && cfg.attn_dim.is_some() {
+        bytes += n * n * 4;
+    }
+    if bytes > u128::from(PROTOBUF_LIMIT) {
+        return Err(Error::TooLarge(format!(
+            "the model would be about {:.2} GiB ({:.1}M stored parameters), over the 2 GiB limit of a \
+             single ONNX file; external data (model.onnx + model.onnx.data) is not supported yet",
+            bytes as f64 / (1u64 << 30) as f64,
+            cfg.stored_f32_estimate() as f64 / 1e6
+        )));
+    }
+    Ok(())
+}
+
+/// Emits `cfg` with weights from `source` and attaches the metadata: the configuration
+/// as JSON, the tool version, where the weights came from, and the preset name if any.
+pub fn export(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    weights_description: &str,
+    preset: Option<&str>,
+    opset: i64,
+) -> Result<Export> {
+    check_size(cfg)?;
+    let graph = build_graph(cfg, source, opset)?;
+    let c = counts(&graph);
+    let config_json =
+        serde_json::to_string(cfg).map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))?;
+    let mut metadata = vec![
+        (CONFIG_KEY.to_string(), config_json),
+        ("gmlp_onnx.version".to_string(), format!("{TOOL} {VERSION}")),
+        ("gmlp_onnx.weights".to_string(), weights_description.to_string()),
+        ("gmlp_onnx.stored_params".to_string(), c.stored_params.to_string()),
+        ("gmlp_onnx.flops_per_example".to_string(), c.flops.to_string()),
+    ];
+    if let Some(p) = preset {
+        metadata.push(("gmlp_onnx.preset".to_string(), p.to_string()));
+    }
+    let kind = if cfg.attn_dim.is_some() { "aMLP" } else { "gMLP" };
+    Ok(Export {
+        graph,
+        info: ModelInfo {
+            producer_name: TOOL.to_string(),
+            producer_version: VERSION.to_string(),
+            doc_string: format!(
+                "{kind} (Pay Attention to MLPs, Liu et al. 2021): {} blocks, d_model {}, d_ffn {}, {} tokens, spatial {}{}",
+                cfg.layers,
+                cfg.d_model,
+                cfg.d_ffn,
+                cfg.seq_len(),
+                cfg.spatial.as_str(),
+                if cfg.causal { ", causal" } else { "" }
+            ),
+            metadata,
+        },
+    })
+}

@@ -1,0 +1,299 @@
+//! The gMLP / aMLP architecture description, the paper's presets, and size checks.
+//!
+//! Shapes follow the paper's notation (Liu et al. 2021, §2): `n` tokens, `d` = d_model,
+//! `f` = d_ffn, `e` = f/2 channels per half of the gate, `a` = tiny-attention size.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What the network reads and predicts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Task {
+    /// Masked / causal language model: `input_ids` int64 [batch, n] → `logits` [batch, n, vocab],
+    /// with the output projection tied to the token embedding (plus an output bias).
+    Tokens {
+        /// Vocabulary size.
+        vocab_size: usize,
+        /// Number of tokens n (the spatial weight is n×n).
+        seq_len: usize,
+    },
+    /// Image classifier (ViT-style patches): `pixel_values` f32 [batch, C, H, W] →
+    /// `logits` [batch, classes]; mean over tokens before the classifier.
+    Vision {
+        /// Height = width of the input image.
+        image_size: usize,
+        /// Side of the square, non-overlapping patches.
+        patch_size: usize,
+        /// Input channels C.
+        in_chans: usize,
+        /// Number of classes.
+        num_classes: usize,
+    },
+}
+
+/// How the spatial weight W (n×n) of each gating unit is parameterized and emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpatialForm {
+    /// A free n×n matrix stored as a dense initializer (vision models).
+    Dense,
+    /// Toeplitz W (2n−1 parameters, paper §4), expanded to a dense n×n initializer.
+    ToeplitzExpand,
+    /// Toeplitz W stored as its [2n−1] vector w; the graph builds
+    /// `W[i, j] = w[j − i + n − 1]` with one `Gather` from a shared int64 index table.
+    ToeplitzGather,
+}
+
+impl SpatialForm {
+    /// True for the two Toeplitz forms (2n−1 parameters per layer).
+    pub fn is_toeplitz(self) -> bool {
+        !matches!(self, SpatialForm::Dense)
+    }
+    /// The command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpatialForm::Dense => "dense",
+            SpatialForm::ToeplitzExpand => "toeplitz-expand",
+            SpatialForm::ToeplitzGather => "toeplitz-gather",
+        }
+    }
+}
+
+/// A complete gMLP / aMLP architecture (everything needed to emit the graph).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GmlpConfig {
+    /// Input and head.
+    pub task: Task,
+    /// Number of blocks L.
+    pub layers: usize,
+    /// Channel width d.
+    pub d_model: usize,
+    /// Width f of the first projection; the gate halves it (e = f/2).
+    pub d_ffn: usize,
+    /// Size a of the tiny single-head attention (aMLP); `None` for gMLP.
+    pub attn_dim: Option<usize>,
+    /// Causal model: W[i, j] = 0 and attention masked for j > i.
+    pub causal: bool,
+    /// Spatial weight form.
+    pub spatial: SpatialForm,
+    /// Epsilon of the block and final LayerNorms.
+    pub norm_eps: f32,
+    /// Epsilon of the LayerNorm inside the spatial gating unit.
+    pub sgu_norm_eps: f32,
+}
+
+/// Largest dimension accepted for any single size (tokens, widths, vocabulary...).
+pub const MAX_DIM: usize = 1 << 20;
+/// Largest number of blocks accepted.
+pub const MAX_LAYERS: usize = 4096;
+
+impl GmlpConfig {
+    /// Number of tokens n.
+    pub fn seq_len(&self) -> usize {
+        match &self.task {
+            Task::Tokens { seq_len, .. } => *seq_len,
+            Task::Vision {
+                image_size,
+                patch_size,
+                ..
+            } => {
+                let side = image_size / patch_size.max(&1);
+                side * side
+            }
+        }
+    }
+
+    /// Channels per half of the gate, e = f/2.
+    pub fn gate_dim(&self) -> usize {
+        self.d_ffn / 2
+    }
+
+    /// Checks every size and combination; an error names the first offending field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        let dims: Vec<(&str, usize)> = {
+            let mut v = vec![("d_model", self.d_model), ("d_ffn", self.d_ffn)];
+            if let Some(a) = self.attn_dim {
+                v.push(("attn_dim", a));
+            }
+            match &self.task {
+                Task::Tokens {
+                    vocab_size,
+                    seq_len,
+                } => {
+                    v.push(("vocab_size", *vocab_size));
+                    v.push(("seq_len", *seq_len));
+                }
+                Task::Vision {
+                    image_size,
+                    patch_size,
+                    in_chans,
+                    num_classes,
+                } => {
+                    v.push(("image_size", *image_size));
+                    v.push(("patch_size", *patch_size));
+                    v.push(("in_chans", *in_chans));
+                    v.push(("num_classes", *num_classes));
+                }
+            }
+            v
+        };
+        for (name, value) in dims {
+            if value == 0 || value > MAX_DIM {
+                return bad(format!("{name} = {value} is out of range 1..={MAX_DIM}"));
+            }
+        }
+        if self.layers == 0 || self.layers > MAX_LAYERS {
+            return bad(format!("layers = {} is out of range 1..={MAX_LAYERS}", self.layers));
+        }
+        if self.d_ffn % 2 != 0 {
+            return bad(format!(
+                "d_ffn = {} must be even (the gate splits it in two halves)",
+                self.d_ffn
+            ));
+        }
+        if let Task::Vision {
+            image_size,
+            patch_size,
+            ..
+        } = &self.task
+        {
+            if image_size % patch_size != 0 {
+                return bad(format!(
+                    "image_size = {image_size} is not a multiple of patch_size = {patch_size}"
+                ));
+            }
+        }
+        if self.seq_len() > 65536 {
+            return bad(format!(
+                "{} tokens is more than the 65536 supported (W is n x n)",
+                self.seq_len()
+            ));
+        }
+        for (name, eps) in [("norm_eps", self.norm_eps), ("sgu_norm_eps", self.sgu_norm_eps)] {
+            if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
+                return bad(format!("{name} = {eps} must be in (0, 1)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of f32 values the ONNX file stores, computed in u128 from the sizes alone so
+    /// that absurd configurations are refused before anything is allocated.
+    pub fn stored_f32_estimate(&self) -> u128 {
+        let (d, f, e, n) = (
+            self.d_model as u128,
+            self.d_ffn as u128,
+            self.gate_dim() as u128,
+            self.seq_len() as u128,
+        );
+        let spatial = match self.spatial {
+            SpatialForm::ToeplitzGather => 2 * n - 1,
+            _ => n * n,
+        };
+        let attn = self
+            .attn_dim
+            .map_or(0, |a| d * 3 * a as u128 + a as u128 * e + e);
+        let block = 2 * d + (d * f + f) + 2 * e + spatial + n + attn + (e * d + d);
+        let ends = match &self.task {
+            Task::Tokens { vocab_size, .. } => (*vocab_size as u128) * (d + 1) + 2 * d,
+            Task::Vision {
+                patch_size,
+                in_chans,
+                num_classes,
+                ..
+            } => {
+                let p = *patch_size as u128;
+                d * (*in_chans as u128) * p * p + d + 2 * d + d * (*num_classes as u128) + *num_classes as u128
+            }
+        };
+        self.layers as u128 * block + ends
+    }
+}
+
+/// A configuration from the paper's tables, with the numbers the paper reports for it.
+#[derive(Clone, Debug)]
+pub struct Preset {
+    /// Preset name, e.g. `amlp-base`.
+    pub name: &'static str,
+    /// The architecture.
+    pub config: GmlpConfig,
+    /// Parameters reported in the paper (Table 1 or Table 5), in millions.
+    pub paper_params_m: f64,
+    /// FLOPs reported in the paper, in billions.
+    pub paper_flops_b: f64,
+}
+
+/// Epsilon of every LayerNorm of the MLM presets (PyTorch's default, as in g-mlp-pytorch).
+pub const MLM_NORM_EPS: f32 = 1e-5;
+/// timm's gMLP vision LayerNorm epsilon for block and final norms (the gate uses 1e-5).
+pub const TIMM_NORM_EPS: f32 = 1e-6;
+
+fn mlm(layers: usize, d_model: usize, d_ffn: usize, attn_dim: Option<usize>) -> GmlpConfig {
+    GmlpConfig {
+        task: Task::Tokens {
+            vocab_size: 32000,
+            seq_len: 512,
+        },
+        layers,
+        d_model,
+        d_ffn,
+        attn_dim,
+        causal: false,
+        spatial: SpatialForm::ToeplitzGather,
+        norm_eps: MLM_NORM_EPS,
+        sgu_norm_eps: MLM_NORM_EPS,
+    }
+}
+
+fn vision(layers: usize, d_model: usize, d_ffn: usize) -> GmlpConfig {
+    GmlpConfig {
+        task: Task::Vision {
+            image_size: 224,
+            patch_size: 16,
+            in_chans: 3,
+            num_classes: 1000,
+        },
+        layers,
+        d_model,
+        d_ffn,
+        attn_dim: None,
+        causal: false,
+        spatial: SpatialForm::Dense,
+        norm_eps: TIMM_NORM_EPS,
+        sgu_norm_eps: 1e-5,
+    }
+}
+
+/// All presets: vision models of Table 1 (ImageNet, ViT/B16 protocol) and MLM models of
+/// Table 5 (BERT protocol, Toeplitz W, n = 512, vocabulary 32000).
+pub fn presets() -> Vec<Preset> {
+    let p = |name, config, paper_params_m, paper_flops_b| Preset {
+        name,
+        config,
+        paper_params_m,
+        paper_flops_b,
+    };
+    vec![
+        p("gmlp-ti16", vision(30, 128, 768), 5.9, 2.7),
+        p("gmlp-s16", vision(30, 256, 1536), 19.5, 8.9),
+        p("gmlp-b16", vision(30, 512, 3072), 73.4, 31.6),
+        p("gmlp-base", mlm(48, 512, 3072, None), 130.0, 158.0),
+        p("amlp-base", mlm(36, 512, 3072, Some(64)), 109.0, 128.9),
+        p("gmlp-large", mlm(96, 768, 3072, None), 365.0, 430.1),
+        p("amlp-large", mlm(72, 768, 3072, Some(128)), 316.0, 370.3),
+        p("gmlp-xlarge", mlm(144, 1024, 4096, None), 941.0, 1091.3),
+    ]
+}
+
+/// The preset called `name`, or an error listing the known names.
+pub fn preset(name: &str) -> Result<Preset> {
+    let all = presets();
+    let names: Vec<&str> = all.iter().map(|p| p.name).collect();
+    let joined = names.join(", ");
+    all.into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| Error::InvalidArgument(format!("unknown preset '{name}' (known: {joined})")))
+}

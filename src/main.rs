@@ -1,0 +1,441 @@
+//! `gmlp-onnx` command line: build, presets, validate.
+//!
+//! Exit codes: 0 success / runtimes agree, 1 runtimes disagree, 2 usage or input error,
+//! 3 a requested runtime is unavailable, 101 internal error (a bug: please report it).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use gmlp_onnx::compare::Tolerance;
+use gmlp_onnx::export::{counts, export, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::{preset, presets, GmlpConfig, InitScheme, SeededInit, SpatialForm, Task};
+use gmlp_onnx::model_io::write_model;
+use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::validate::{validate, ValidateOptions, ValidationReport};
+use gmlp_onnx::Error;
+
+#[derive(Parser)]
+#[command(name = "gmlp-onnx", version, about = "Compile gMLP / aMLP (Pay Attention to MLPs) to ONNX and check it in tract and ONNX Runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build an ONNX model from a preset (with optional overrides).
+    Build(BuildArgs),
+    /// List the presets with parameter counts and FLOPs of the graphs they emit, beside the paper's.
+    Presets {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a model on several runtimes with the same seeded inputs and compare the outputs.
+    Validate(ValidateArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SpatialArg {
+    Dense,
+    ToeplitzExpand,
+    ToeplitzGather,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum InitArg {
+    /// The paper's init: W near zero, b = 1 (identity gating at start).
+    Paper,
+    /// Every parameter away from its trivial value (for testing exports).
+    Spread,
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// Preset name (see `gmlp-onnx presets`).
+    #[arg(long)]
+    preset: String,
+    /// Output ONNX file.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Spatial weight form (default: toeplitz-gather for token presets, dense for vision).
+    #[arg(long, value_enum)]
+    spatial: Option<SpatialArg>,
+    /// ONNX opset (17..=21); `Gelu` is used from 20, the exact erf form below.
+    #[arg(long, default_value_t = DEFAULT_OPSET)]
+    opset: i64,
+    /// Seed of the weights (the same seed gives the same weights whatever the spatial form).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Initialization scheme.
+    #[arg(long, value_enum, default_value = "paper")]
+    init: InitArg,
+    /// Number of blocks.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Channel width d_model.
+    #[arg(long)]
+    d_model: Option<usize>,
+    /// Width d_ffn of the first projection (even; the gate halves it).
+    #[arg(long)]
+    d_ffn: Option<usize>,
+    /// Tiny-attention size (aMLP); 0 removes the attention.
+    #[arg(long)]
+    attn_dim: Option<usize>,
+    /// Tokens n (token models).
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Vocabulary size (token models).
+    #[arg(long)]
+    vocab_size: Option<usize>,
+    /// Classes (vision models).
+    #[arg(long)]
+    num_classes: Option<usize>,
+    /// Image side (vision models).
+    #[arg(long)]
+    image_size: Option<usize>,
+    /// Patch side (vision models).
+    #[arg(long)]
+    patch_size: Option<usize>,
+    /// Input channels (vision models).
+    #[arg(long)]
+    in_chans: Option<usize>,
+    /// Causal model: W[i, j] = 0 and attention masked for j > i.
+    #[arg(long)]
+    causal: bool,
+    /// After writing, run the model in tract and ONNX Runtime and compare.
+    #[arg(long)]
+    validate: bool,
+    /// Runtimes for --validate.
+    #[arg(long, default_value = "tract,ort-cpu")]
+    runtimes: String,
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    #[arg(long)]
+    ort_lib: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct ValidateArgs {
+    /// The ONNX model.
+    model: PathBuf,
+    /// Comma-separated runtimes: tract, ort-cpu, ort-cuda.
+    #[arg(long, default_value = "tract,ort-cpu")]
+    runtimes: String,
+    /// Value of the symbolic `batch` dimension.
+    #[arg(long, default_value_t = 2)]
+    batch: usize,
+    /// Value of another symbolic dimension, as NAME=N (repeatable).
+    #[arg(long = "dim", value_parser = parse_dim)]
+    dims: Vec<(String, usize)>,
+    /// Seed of the generated inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Relative tolerance (scaled by the largest reference magnitude).
+    #[arg(long)]
+    rtol: Option<f64>,
+    /// Absolute tolerance.
+    #[arg(long)]
+    atol: Option<f64>,
+    /// Allow TF32 on the CUDA execution provider (loosens the default rtol to 1e-2).
+    #[arg(long)]
+    tf32: bool,
+    /// Write the comparison as JSON to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    #[arg(long)]
+    ort_lib: Option<PathBuf>,
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (k, v) = s.split_once('=').ok_or("expected NAME=N")?;
+    let v: usize = v.parse().map_err(|_| format!("'{v}' is not a size"))?;
+    if k.is_empty() || v == 0 {
+        return Err("expected NAME=N with N >= 1".into());
+    }
+    Ok((k.to_string(), v))
+}
+
+/// Raised when runtimes disagree (exit code 1).
+#[derive(Debug, thiserror::Error)]
+#[error("runtimes disagree beyond the tolerance")]
+struct Disagreement;
+
+fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
+    let set = |dst: &mut usize, v: Option<usize>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut cfg.layers, a.layers);
+    set(&mut cfg.d_model, a.d_model);
+    set(&mut cfg.d_ffn, a.d_ffn);
+    if let Some(attn) = a.attn_dim {
+        cfg.attn_dim = (attn > 0).then_some(attn);
+    }
+    cfg.causal |= a.causal;
+    if let Some(s) = a.spatial {
+        cfg.spatial = match s {
+            SpatialArg::Dense => SpatialForm::Dense,
+            SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
+            SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
+        };
+    }
+    match &mut cfg.task {
+        Task::Tokens {
+            vocab_size,
+            seq_len,
+        } => {
+            let vision_only = [
+                ("--num-classes", a.num_classes),
+                ("--image-size", a.image_size),
+                ("--patch-size", a.patch_size),
+                ("--in-chans", a.in_chans),
+            ];
+            if let Some((flag, _)) = vision_only.iter().find(|(_, v)| v.is_some()) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to vision presets, and {} is a token preset",
+                    a.preset
+                )));
+            }
+            set(vocab_size, a.vocab_size);
+            set(seq_len, a.seq_len);
+        }
+        Task::Vision {
+            image_size,
+            patch_size,
+            in_chans,
+            num_classes,
+        } => {
+            let token_only = [("--seq-len", a.seq_len), ("--vocab-size", a.vocab_size)];
+            if let Some((flag, _)) = token_only.iter().find(|(_, v)| v.is_some()) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to token presets, and {} is a vision preset (use --image-size / --patch-size)",
+                    a.preset
+                )));
+            }
+            set(image_size, a.image_size);
+            set(patch_size, a.patch_size);
+            set(in_chans, a.in_chans);
+            set(num_classes, a.num_classes);
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
+    let target = if quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    };
+    let bar = ProgressBar::with_draw_target(Some(len), target);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors {elapsed}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn run_build(a: BuildArgs) -> anyhow::Result<()> {
+    let p = preset(&a.preset)?;
+    let mut cfg = p.config.clone();
+    apply_overrides(&mut cfg, &a)?;
+    let scheme = match a.init {
+        InitArg::Paper => InitScheme::Paper,
+        InitArg::Spread => InitScheme::Spread,
+    };
+    let source = Arc::new(SeededInit {
+        seed: a.seed,
+        scheme,
+    });
+    let description = format!(
+        "seeded init (scheme {}, seed {})",
+        serde_json::to_string(&scheme)?.trim_matches('"'),
+        a.seed
+    );
+    let model = export(&cfg, source, &description, Some(p.name), a.opset)?;
+    let c = counts(&model.graph);
+    let bar = progress_bar(model.graph.initializers.len() as u64, a.quiet, "writing");
+    let bytes = write_model(&model.graph, &model.info, &a.output, |k, _| bar.set_position(k as u64))?;
+    bar.finish_and_clear();
+    println!(
+        "wrote {} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
+        a.output.display(),
+        bytes as f64 / 1e6,
+        c.stored_params,
+        c.flops as f64 / 1e9,
+        a.opset,
+        cfg.spatial.as_str()
+    );
+    if a.validate {
+        let options = ValidateOptions {
+            runtimes: RuntimeKind::parse_list(&a.runtimes)?,
+            batch: 1,
+            dims: Vec::new(),
+            seed: 0,
+            tolerance: Tolerance::default(),
+            runtime: RuntimeOptions {
+                ort_library: a.ort_lib.clone(),
+                ..Default::default()
+            },
+        };
+        finish_validation(validate(&a.output, &options)?, None)?;
+    }
+    Ok(())
+}
+
+fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::Result<()> {
+    print!("{}", report.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report)?;
+        gmlp_onnx::model_io::write_atomically(path, |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes())
+                .map_err(|e| Error::io(path, e))
+        })?;
+    }
+    if report.runtimes.len() < 2 {
+        println!("only one runtime ran: nothing was compared");
+    }
+    if report.pass {
+        println!("PASS");
+        Ok(())
+    } else {
+        println!("FAIL");
+        Err(Disagreement.into())
+    }
+}
+
+fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
+    let default_rtol = if a.tf32 { 1e-2 } else { Tolerance::default().rtol };
+    let options = ValidateOptions {
+        runtimes: RuntimeKind::parse_list(&a.runtimes)?,
+        batch: a.batch,
+        dims: a.dims,
+        seed: a.seed,
+        tolerance: Tolerance {
+            rtol: a.rtol.unwrap_or(default_rtol),
+            atol: a.atol.unwrap_or(Tolerance::default().atol),
+        },
+        runtime: RuntimeOptions {
+            ort_library: a.ort_lib,
+            cuda_tf32: a.tf32,
+            threads: 0,
+        },
+    };
+    for (flag, v) in [("--rtol", options.tolerance.rtol), ("--atol", options.tolerance.atol)] {
+        if !(v.is_finite() && v >= 0.0) {
+            anyhow::bail!(Error::InvalidArgument(format!("{flag} must be a finite number >= 0")));
+        }
+    }
+    let report = validate(&a.model, &options).with_context(|| format!("validate {}", a.model.display()))?;
+    finish_validation(report, a.report.as_deref())
+}
+
+fn run_presets(json: bool) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for p in presets() {
+        let graph = gmlp_onnx::gmlp::build_graph(
+            &p.config,
+            Arc::new(SeededInit {
+                seed: 0,
+                scheme: InitScheme::Paper,
+            }),
+            DEFAULT_OPSET,
+        )?;
+        let c = counts(&graph);
+        rows.push((p, c));
+    }
+    if json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(p, c)| {
+                serde_json::json!({
+                    "name": p.name,
+                    "config": p.config,
+                    "params": c.stored_params,
+                    "flops": c.flops,
+                    "flops_with_head": c.flops_with_head,
+                    "paper_params_m": p.paper_params_m,
+                    "paper_flops_b": p.paper_flops_b,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:<12} {:>4} {:>6} {:>6} {:>5} {:>16} {:>10} {:>7} {:>12} {:>10} {:>7}",
+        "preset", "L", "d", "f", "attn", "spatial", "params(M)", "paper", "FLOPs(B)", "paper", "ΔFLOPs"
+    );
+    for (p, c) in rows {
+        let params_m = c.stored_params as f64 / 1e6;
+        let flops_b = c.flops as f64 / 1e9;
+        println!(
+            "{:<12} {:>4} {:>6} {:>6} {:>5} {:>16} {:>10.2} {:>7.1} {:>12.1} {:>10.1} {:>+6.1}%   (params {:+.2}%)",
+            p.name,
+            p.config.layers,
+            p.config.d_model,
+            p.config.d_ffn,
+            p.config.attn_dim.map_or("-".to_string(), |a| a.to_string()),
+            p.config.spatial.as_str(),
+            params_m,
+            p.paper_params_m,
+            flops_b,
+            p.paper_flops_b,
+            100.0 * (flops_b / p.paper_flops_b - 1.0),
+            100.0 * (params_m / p.paper_params_m - 1.0),
+        );
+    }
+    println!("FLOPs: 2 per multiply-add of every MatMul and Conv for one example, output head excluded (the paper's convention).");
+    Ok(())
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<Disagreement>().is_some() {
+        return 1;
+    }
+    match e.downcast_ref::<Error>() {
+        Some(Error::RuntimeUnavailable { .. }) => 3,
+        _ => 2,
+    }
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!(
+            "gmlp-onnx: internal error: {}; this is a bug, please report it with the command line that caused it",
+            info.to_string().replace('\n', " ")
+        );
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Build(a) => run_build(a),
+        Command::Presets { json } => run_presets(json),
+        Command::Validate(a) => run_validate(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = exit_code(&e);
+            if e.downcast_ref::<Disagreement>().is_none() {
+                let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+                eprintln!("gmlp-onnx: error: {}", chain.join(": ").replace('\n', " "));
+            } else {
+                eprintln!("gmlp-onnx: error: {e}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! ONNX Runtime through `ort` with `load-dynamic`: the shared library is the one PyPI's
+//! `onnxruntime` (CPU) or `onnxruntime-gpu` (CUDA 13, cuDNN 9) wheel ships, found from an
+//! explicit path, `ORT_DYLIB_PATH`, or an importable Python `onnxruntime` package.
+//!
+//! The CUDA execution provider is registered with `error_on_failure`, so a machine
+//! without CUDA gets an error instead of `ort`'s silent fallback to the CPU, and with
+//! TF32 off unless asked for (the CUDA EP enables it by default, which breaks f32 parity).
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use ort::environment::Environment;
+use ort::session::{Session, SessionInputValue};
+use ort::value::TensorRef;
+
+use crate::error::{one_line, Error, Result};
+use crate::runtime::{NamedTensor, Runtime, RuntimeOptions, TensorValue};
+
+/// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
+pub const REQUIRED_ORT: &str = "1.31";
+
+/// How to get the library, for error messages.
+pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` (the library is \
+    onnxruntime/capi/libonnxruntime.so.1.31.1 in site-packages) and pass --ort-lib PATH or set \
+    ORT_DYLIB_PATH, or make that Python package importable by `python3` (or $GMLP_ONNX_PYTHON)";
+
+/// Finds `libonnxruntime.so`: `explicit`, then `ORT_DYLIB_PATH`, then the `onnxruntime`
+/// package of `$GMLP_ONNX_PYTHON` or `python3`.
+pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
+    let unavailable = |reason: String| Error::RuntimeUnavailable {
+        runtime: "onnxruntime".into(),
+        reason,
+    };
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(unavailable(format!("--ort-lib {} is not a file; {HOW_TO_GET}", p.display())))
+        };
+    }
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(unavailable(format!(
+                "ORT_DYLIB_PATH={} is not a file; {HOW_TO_GET}",
+                p.display()
+            )))
+        };
+    }
+    let python = std::env::var("GMLP_ONNX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args([
+            "-c",
+            "import os, onnxruntime; print(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi'))",
+        ])
+        .output();
+    if let Ok(out) = probe {
+        if out.status.success() {
+            let capi = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if let Some(lib) = library_in(&capi) {
+                return Ok(lib);
+            }
+        }
+    }
+    Err(unavailable(format!(
+        "libonnxruntime.so not found (no --ort-lib, no ORT_DYLIB_PATH, no onnxruntime package \
+         importable by {python}); {HOW_TO_GET}"
+    )))
+}
+
+/// The versioned `libonnxruntime.so.*` in a wheel's `capi` folder.
+fn library_in(capi: &Path) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(capi)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libonnxruntime.so"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// The process's ONNX Runtime environment: `ort` allows one per process, ever, so it is
+/// created on first use and kept, together with the library it was loaded from.
+static ENVIRONMENT: Mutex<Option<(PathBuf, Environment)>> = Mutex::new(None);
+
+fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
+    let mut slot = ENVIRONMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((loaded, env)) = slot.as_ref() {
+        return if loaded == library {
+            Ok(env.clone())
+        } else {
+            Err(format!(
+                "{} is already loaded in this process; cannot also load {}",
+                loaded.display(),
+                library.display()
+            ))
+        };
+    }
+    let env = ort::init_from(library)
+        .map_err(|e| {
+            format!(
+                "cannot load {} ({}); this build needs ONNX Runtime {REQUIRED_ORT}.x; {HOW_TO_GET}",
+                library.display(),
+                one_line(e)
+            )
+        })?
+        .with_name("gmlp-onnx")
+        .build()
+        .map_err(one_line)?;
+    *slot = Some((library.to_path_buf(), env.clone()));
+    Ok(env)
+}
+
+/// A model loaded in ONNX Runtime.
+pub struct OrtRuntime {
+    session: Session,
+    name: &'static str,
+    _environment: Environment,
+}
+
+fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
+    Error::RuntimeFailed {
+        runtime: runtime.into(),
+        reason: one_line(e),
+    }
+}
+
+impl OrtRuntime {
+    /// Loads `model` on the CPU execution provider, or on CUDA when `cuda` is set.
+    pub fn load(model: &Path, cuda: bool, options: &RuntimeOptions) -> Result<Self> {
+        let name = if cuda { "ort-cuda" } else { "ort-cpu" };
+        let library = find_library(options.ort_library.as_deref()).map_err(|e| match e {
+            Error::RuntimeUnavailable { reason, .. } => Error::RuntimeUnavailable {
+                runtime: name.into(),
+                reason,
+            },
+            other => other,
+        })?;
+        let unavailable = |reason: String| Error::RuntimeUnavailable {
+            runtime: name.into(),
+            reason,
+        };
+        let environment = environment_for(&library).map_err(unavailable)?;
+        let mut builder = Session::builder(&environment).map_err(|e| failed(name, e))?;
+        if options.threads > 0 {
+            builder = builder
+                .with_intra_threads(options.threads)
+                .map_err(|e| failed(name, e))?;
+        }
+        if cuda {
+            builder = register_cuda(builder, options.cuda_tf32)?;
+        }
+        let session = builder
+            .commit_from_file(model)
+            .map_err(|e| failed(name, e))?;
+        Ok(OrtRuntime {
+            session,
+            name,
+            _environment: environment,
+        })
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn register_cuda(
+    builder: ort::session::builder::SessionBuilder,
+    tf32: bool,
+) -> Result<ort::session::builder::SessionBuilder> {
+    let provider = ort::ep::CUDA::default()
+        .with_tf32(tf32)
+        .build()
+        .error_on_failure();
+    builder.with_execution_providers([provider]).map_err(|e| Error::RuntimeUnavailable {
+        runtime: "ort-cuda".into(),
+        reason: format!(
+            "the CUDA execution provider could not be registered ({}); ort-cuda needs an NVIDIA GPU \
+             with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
+             and the CUDA 13 and cuDNN 9 libraries (e.g. pip install nvidia-cublas nvidia-cudnn-cu13)",
+            one_line(e)
+        ),
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn register_cuda(
+    _builder: ort::session::builder::SessionBuilder,
+    _tf32: bool,
+) -> Result<ort::session::builder::SessionBuilder> {
+    Err(Error::RuntimeUnavailable {
+        runtime: "ort-cuda".into(),
+        reason: "this gmlp-onnx was built without the `cuda` cargo feature, so the CUDA execution \
+                 provider cannot be registered"
+            .into(),
+    })
+}
+
+impl Runtime for OrtRuntime {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+        let name = self.name;
+        let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
+        for outlet in self.session.inputs() {
+            let input = inputs
+                .iter()
+                .find(|t| t.name == outlet.name())
+                .ok_or_else(|| Error::BadTensor(format!("no value given for model input {}", outlet.name())))?;
+            let value: SessionInputValue<'_> = match &input.value {
+                TensorValue::F32(a) => TensorRef::from_array_view(a.view())
+                    .map_err(|e| failed(name, e))?
+                    .into(),
+                TensorValue::I64(a) => TensorRef::from_array_view(a.view())
+                    .map_err(|e| failed(name, e))?
+                    .into(),
+            };
+            feed.push((Cow::Owned(outlet.name().to_string()), value));
+        }
+        let output_names: Vec<String> = self
+            .session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        let outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
+        output_names
+            .iter()
+            .map(|out_name| {
+                let v = &outputs[out_name.as_str()];
+                let value = if let Ok(a) = v.try_extract_array::<f32>() {
+                    TensorValue::F32(a.to_owned())
+                } else if let Ok(a) = v.try_extract_array::<i64>() {
+                    TensorValue::I64(a.to_owned())
+                } else {
+                    return Err(failed(name, format!("output {out_name} is neither f32 nor i64")));
+                };
+                Ok(NamedTensor {
+                    name: out_name.clone(),
+                    value,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,133 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use gmlp_onnx::export::export;
+use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, SeededInit, SpatialForm, Task};
+use gmlp_onnx::graph::Graph;
+use gmlp_onnx::model_io::{write_model, ModelInfo};
+use gmlp_onnx::runtime::{self, NamedTensor, RuntimeKind, RuntimeOptions, TensorValue};
+
+/// Runtime options for tests: the ONNX Runtime library comes from ORT_DYLIB_PATH or the
+/// Python package (scripts/test sets both up).
+pub fn options() -> RuntimeOptions {
+    RuntimeOptions::default()
+}
+
+/// A small token model (n = 12) that runs in milliseconds.
+pub fn tiny_tokens(spatial: SpatialForm, attn: Option<usize>, causal: bool) -> GmlpConfig {
+    GmlpConfig {
+        task: Task::Tokens {
+            vocab_size: 50,
+            seq_len: 12,
+        },
+        layers: 2,
+        d_model: 16,
+        d_ffn: 32,
+        attn_dim: attn,
+        causal,
+        spatial,
+        norm_eps: 1e-5,
+        sgu_norm_eps: 1e-5,
+    }
+}
+
+/// A small vision model: 16x16 images, 4x4 patches (n = 16), 3 channels, 7 classes.
+pub fn tiny_vision(spatial: SpatialForm) -> GmlpConfig {
+    GmlpConfig {
+        task: Task::Vision {
+            image_size: 16,
+            patch_size: 4,
+            in_chans: 3,
+            num_classes: 7,
+        },
+        layers: 2,
+        d_model: 16,
+        d_ffn: 32,
+        attn_dim: None,
+        causal: false,
+        spatial,
+        norm_eps: 1e-6,
+        sgu_norm_eps: 1e-5,
+    }
+}
+
+/// The weights every model test uses: spread init, so a wiring mistake shows.
+pub fn spread(seed: u64) -> SeededInit {
+    SeededInit {
+        seed,
+        scheme: InitScheme::Spread,
+    }
+}
+
+/// Writes the model for `cfg` to `dir/name` and returns its path.
+pub fn write_config(cfg: &GmlpConfig, seed: u64, opset: i64, dir: &Path, name: &str) -> PathBuf {
+    let model = export(cfg, Arc::new(spread(seed)), "test", None, opset).expect("export");
+    let path = dir.join(name);
+    write_model(&model.graph, &model.info, &path, |_, _| {}).expect("write");
+    path
+}
+
+/// Writes a bare graph (op tests) to `dir/name`.
+pub fn write_graph(graph: &Graph, dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    write_model(graph, &ModelInfo::default(), &path, |_, _| {}).expect("write");
+    path
+}
+
+/// Runs `path` in `kind` with `inputs`.
+pub fn run(kind: RuntimeKind, path: &Path, inputs: &[NamedTensor]) -> Vec<NamedTensor> {
+    let mut rt = runtime::open(kind, path, &options())
+        .unwrap_or_else(|e| panic!("open {} in {}: {e}", path.display(), kind.name()));
+    rt.run(inputs)
+        .unwrap_or_else(|e| panic!("run {} in {}: {e}", path.display(), kind.name()))
+}
+
+/// The single f32 output of a result.
+pub fn f32_output(outputs: &[NamedTensor]) -> ndarray::ArrayD<f32> {
+    assert_eq!(outputs.len(), 1, "one output expected");
+    match &outputs[0].value {
+        TensorValue::F32(a) => a.clone(),
+        other => panic!("expected f32 output, got {other:?}"),
+    }
+}
+
+/// Normwise relative difference max|a − b| / max|b|.
+pub fn rel_diff(a: &ndarray::ArrayD<f32>, b: &ndarray::ArrayD<f32>) -> f64 {
+    assert_eq!(a.shape(), b.shape(), "shapes differ");
+    let max_b = b.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+    let max_d = a
+        .iter()
+        .zip(b.iter())
+        .fold(0f64, |m, (x, y)| m.max(f64::from((x - y).abs())));
+    assert!(max_b > 0.0, "reference is all zero");
+    max_d / max_b
+}
+
+/// The Python interpreter with `onnx` and `onnxruntime` (scripts/test sets GMLP_ONNX_PYTHON).
+pub fn python() -> String {
+    std::env::var("GMLP_ONNX_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Runs `onnx.checker.check_model(full_check=True)` on each file; panics with the
+/// checker's message on any failure.
+pub fn onnx_check(paths: &[PathBuf]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check_onnx.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args(paths)
+        .output()
+        .expect("run python (set GMLP_ONNX_PYTHON or run scripts/test)");
+    assert!(
+        out.status.success(),
+        "onnx checker failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// All three runtimes that need no GPU.
+pub const CPU_RUNTIMES: [RuntimeKind; 2] = [RuntimeKind::Tract, RuntimeKind::OrtCpu];

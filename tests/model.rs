@@ -1,0 +1,241 @@
+//! Whole models on small configs: the independent f64 reference, tract and ONNX Runtime
+//! must agree; spatial forms, causality, aMLP, both heads, batch symbol, determinism,
+//! parameter counts read back from the files.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use gmlp_onnx::export::{counts, export};
+use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
+use gmlp_onnx::gmlp::weights::SplitMix64;
+use gmlp_onnx::gmlp::{param_specs, GmlpConfig, SpatialForm, Task};
+use gmlp_onnx::model_io::{encode_model_to_vec, read_model, stored_f32_count};
+use gmlp_onnx::runtime::{NamedTensor, RuntimeKind, TensorValue};
+use ndarray::{Array2, Array4, ArrayD};
+
+/// Reference vs runtimes: the f64 reference is exact up to f32 rounding of the runtimes.
+const REFERENCE_RTOL: f64 = 1e-4;
+/// tract vs ONNX Runtime on the same file.
+const RUNTIME_RTOL: f64 = 1e-5;
+
+fn token_ids(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array2<i64> {
+    let Task::Tokens { vocab_size, seq_len } = cfg.task else { panic!("token model") };
+    let mut rng = SplitMix64::keyed(seed, "ids");
+    Array2::from_shape_fn((batch, seq_len), |_| rng.below(vocab_size as u64) as i64)
+}
+
+fn pixels(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array4<f32> {
+    let Task::Vision { image_size, in_chans, .. } = cfg.task else { panic!("vision model") };
+    let mut rng = SplitMix64::keyed(seed, "pixels");
+    Array4::from_shape_fn((batch, in_chans, image_size, image_size), |_| rng.uniform(-1.0, 1.0) as f32)
+}
+
+/// Builds `cfg`, runs it in the reference, tract and ONNX Runtime, checks agreement, and
+/// returns the ONNX Runtime output.
+fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(cfg, 7, opset, dir.path(), "m.onnx");
+    let (inputs, reference) = match cfg.task {
+        Task::Tokens { .. } => {
+            let ids = token_ids(cfg, batch, 1);
+            let r = forward_tokens(cfg, &spread(7), ids.view()).unwrap().into_dyn();
+            (
+                vec![NamedTensor { name: "input_ids".into(), value: TensorValue::I64(ids.into_dyn()) }],
+                r,
+            )
+        }
+        Task::Vision { .. } => {
+            let px = pixels(cfg, batch, 1);
+            let r = forward_vision(cfg, &spread(7), px.view()).unwrap().into_dyn();
+            (
+                vec![NamedTensor { name: "pixel_values".into(), value: TensorValue::F32(px.into_dyn()) }],
+                r,
+            )
+        }
+    };
+    let tract = f32_output(&run(RuntimeKind::Tract, &path, &inputs));
+    let ort = f32_output(&run(RuntimeKind::OrtCpu, &path, &inputs));
+    let (rt, ro, tr) = (rel_diff(&tract, &reference), rel_diff(&ort, &reference), rel_diff(&tract, &ort));
+    assert!(rt <= REFERENCE_RTOL, "tract vs reference: {rt:e}");
+    assert!(ro <= REFERENCE_RTOL, "ort vs reference: {ro:e}");
+    assert!(tr <= RUNTIME_RTOL, "tract vs ort: {tr:e}");
+    // The outputs must depend on the input: guard against a test that compares constants.
+    let spread_out = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(spread_out > 1e-3, "outputs are all near zero");
+    ort
+}
+
+#[test]
+fn token_model_each_spatial_form_agrees_with_reference() {
+    for form in [SpatialForm::Dense, SpatialForm::ToeplitzExpand, SpatialForm::ToeplitzGather] {
+        three_way(&tiny_tokens(form, None, false), 17, 2);
+    }
+}
+
+#[test]
+fn token_model_at_each_opset_agrees_with_reference() {
+    for opset in 18..=21 {
+        three_way(&tiny_tokens(SpatialForm::ToeplitzGather, None, false), opset, 1);
+    }
+}
+
+#[test]
+fn amlp_agrees_with_reference() {
+    three_way(&tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false), 17, 2);
+    three_way(&tiny_tokens(SpatialForm::Dense, Some(8), false), 20, 2);
+}
+
+#[test]
+fn causal_models_agree_with_reference() {
+    for form in [SpatialForm::Dense, SpatialForm::ToeplitzExpand, SpatialForm::ToeplitzGather] {
+        three_way(&tiny_tokens(form, Some(8), true), 17, 2);
+        three_way(&tiny_tokens(form, None, true), 17, 1);
+    }
+}
+
+#[test]
+fn vision_model_agrees_with_reference() {
+    three_way(&tiny_vision(SpatialForm::Dense), 17, 3);
+    three_way(&tiny_vision(SpatialForm::ToeplitzGather), 18, 2);
+}
+
+#[test]
+fn toeplitz_expand_and_gather_give_the_same_outputs() {
+    for attn in [None, Some(8)] {
+        let gather = three_way(&tiny_tokens(SpatialForm::ToeplitzGather, attn, false), 17, 2);
+        let expand = three_way(&tiny_tokens(SpatialForm::ToeplitzExpand, attn, false), 17, 2);
+        let d = rel_diff(&gather, &expand);
+        assert!(d <= 1e-6, "expand vs gather in ONNX Runtime: {d:e}");
+    }
+}
+
+#[test]
+fn causal_outputs_ignore_later_tokens() {
+    // Independent of the reference: changing token t+1.. must not move logits at 0..=t.
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&cfg, 3, 17, dir.path(), "c.onnx");
+    let ids = token_ids(&cfg, 1, 5);
+    let mut changed = ids.clone();
+    let t = 6;
+    for j in t + 1..ids.ncols() {
+        changed[[0, j]] = (ids[[0, j]] + 17) % 50;
+    }
+    let feed = |a: &Array2<i64>| vec![NamedTensor { name: "input_ids".into(), value: TensorValue::I64(a.clone().into_dyn()) }];
+    for kind in CPU_RUNTIMES {
+        let a = f32_output(&run(kind, &path, &feed(&ids)));
+        let b = f32_output(&run(kind, &path, &feed(&changed)));
+        let max_before = (0..=t)
+            .flat_map(|i| (0..50).map(move |v| (i, v)))
+            .map(|(i, v)| (a[[0, i, v]] - b[[0, i, v]]).abs())
+            .fold(0f32, f32::max);
+        assert_eq!(max_before, 0.0, "{}: positions <= {t} changed", kind.name());
+        let max_after = (0..50).map(|v| (a[[0, t + 1, v]] - b[[0, t + 1, v]]).abs()).fold(0f32, f32::max);
+        assert!(max_after > 1e-4, "{}: changing tokens had no effect", kind.name());
+    }
+}
+
+#[test]
+fn one_file_runs_several_batch_sizes() {
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&cfg, 7, 17, dir.path(), "b.onnx");
+    for kind in CPU_RUNTIMES {
+        let mut rt = gmlp_onnx::runtime::open(kind, &path, &options()).unwrap();
+        for batch in [1, 3] {
+            let ids = token_ids(&cfg, batch, 2);
+            let out = f32_output(
+                &rt.run(&[NamedTensor { name: "input_ids".into(), value: TensorValue::I64(ids.clone().into_dyn()) }])
+                    .unwrap(),
+            );
+            assert_eq!(out.shape(), &[batch, 12, 50]);
+            let r = forward_tokens(&cfg, &spread(7), ids.view()).unwrap().into_dyn();
+            assert!(rel_diff(&out, &r) <= REFERENCE_RTOL);
+        }
+    }
+}
+
+#[test]
+fn builds_are_byte_for_byte_deterministic() {
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
+    let bytes = |seed| {
+        let m = export(&cfg, Arc::new(spread(seed)), "test", None, 17).unwrap();
+        encode_model_to_vec(&m.graph, &m.info).unwrap()
+    };
+    assert_eq!(bytes(1), bytes(1));
+    assert_ne!(bytes(1), bytes(2));
+}
+
+#[test]
+fn parameter_counts_read_from_files_match_the_graph_and_the_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (k, cfg) in [
+        tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false),
+        tiny_tokens(SpatialForm::ToeplitzExpand, None, true),
+        tiny_tokens(SpatialForm::Dense, None, false),
+        tiny_vision(SpatialForm::Dense),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let m = export(cfg, Arc::new(spread(0)), "test", None, 17).unwrap();
+        let path = write_config(cfg, 0, 17, dir.path(), &format!("p{k}.onnx"));
+        let from_file = stored_f32_count(&read_model(&path).unwrap());
+        let from_graph = counts(&m.graph).stored_params;
+        assert_eq!(from_file, from_graph);
+        assert_eq!(u128::from(from_file), cfg.stored_f32_estimate());
+        let logical: usize = param_specs(cfg).iter().map(|s| s.len()).sum();
+        let n = cfg.seq_len() as u64;
+        let expected = match cfg.spatial {
+            // Expanded Toeplitz stores n² per layer for 2n−1 parameters.
+            SpatialForm::ToeplitzExpand => logical as u64 + cfg.layers as u64 * (n * n - (2 * n - 1)),
+            _ => logical as u64,
+        };
+        assert_eq!(from_file, expected);
+    }
+}
+
+#[test]
+fn emitted_models_pass_the_onnx_checker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for opset in 17..=21 {
+        for (k, cfg) in [
+            tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true),
+            tiny_tokens(SpatialForm::ToeplitzExpand, None, false),
+            tiny_vision(SpatialForm::Dense),
+        ]
+        .iter()
+        .enumerate()
+        {
+            paths.push(write_config(cfg, 0, opset, dir.path(), &format!("m{opset}_{k}.onnx")));
+        }
+    }
+    onnx_check(&paths);
+}
+
+#[test]
+fn node_names_are_by_place_and_metadata_holds_the_config() {
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false);
+    let dir = tempfile::tempdir().unwrap();
+    let model = read_model(&write_config(&cfg, 0, 17, dir.path(), "n.onnx")).unwrap();
+    let graph = model.graph.as_ref().unwrap();
+    let names: Vec<&str> = graph.node.iter().map(|n| n.name()).collect();
+    for expected in [
+        "blocks.0/norm",
+        "blocks.0/proj_in",
+        "blocks.1/sgu/spatial_matmul",
+        "blocks.1/sgu/spatial_weight_gather",
+        "blocks.0/attn/softmax",
+        "head/vocab_projection",
+    ] {
+        assert!(names.contains(&expected), "no node {expected} in {names:?}");
+    }
+    let stored = gmlp_onnx::validate::stored_config(&model).expect("config in metadata");
+    assert_eq!(stored, cfg);
+    assert!(model.ir_version() >= 9);
+    let opset = &model.opset_import[0];
+    assert_eq!((opset.domain(), opset.version()), ("", 17));
+}
