@@ -62,7 +62,9 @@ pub fn compare(reference: &NamedTensor, other: &NamedTensor, tol: Tolerance) -> 
     }
     let a = reference.value.to_f64();
     let b = other.value.to_f64();
-    let max_ref = a.iter().fold(0f64, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
+    let max_ref = a
+        .iter()
+        .fold(0f64, |m, v| if v.is_finite() { m.max(v.abs()) } else { m });
     let bound = tol.atol + tol.rtol * max_ref;
     let (mut max_abs, mut mismatched) = (0f64, 0usize);
     let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
@@ -87,7 +89,13 @@ pub fn compare(reference: &NamedTensor, other: &NamedTensor, tol: Tolerance) -> 
     } else {
         dot / (na.sqrt() * nb.sqrt())
     };
-    let max_rel = if max_ref > 0.0 { max_abs / max_ref } else if max_abs == 0.0 { 0.0 } else { f64::INFINITY };
+    let max_rel = if max_ref > 0.0 {
+        max_abs / max_ref
+    } else if max_abs == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     Ok(OutputDiff {
         output: reference.name.clone(),
         elements: a.len(),
@@ -101,14 +109,17 @@ pub fn compare(reference: &NamedTensor, other: &NamedTensor, tol: Tolerance) -> 
 }
 
 /// Compares every output of `other` with the output of the same name in `reference`.
-pub fn compare_all(reference: &[NamedTensor], other: &[NamedTensor], tol: Tolerance) -> Result<Vec<OutputDiff>> {
+pub fn compare_all(
+    reference: &[NamedTensor],
+    other: &[NamedTensor],
+    tol: Tolerance,
+) -> Result<Vec<OutputDiff>> {
     reference
         .iter()
         .map(|r| {
-            let o = other
-                .iter()
-                .find(|o| o.name == r.name)
-                .ok_or_else(|| Error::BadTensor(format!("output {} is missing from one result", r.name)))?;
+            let o = other.iter().find(|o| o.name == r.name).ok_or_else(|| {
+                Error::BadTensor(format!("output {} is missing from one result", r.name))
+            })?;
             compare(r, o, tol)
         })
         .collect()

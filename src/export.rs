@@ -86,19 +86,32 @@ pub fn export(
     check_size(cfg)?;
     let graph = build_graph(cfg, source, opset)?;
     let c = counts(&graph);
-    let config_json =
-        serde_json::to_string(cfg).map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))?;
+    let config_json = serde_json::to_string(cfg)
+        .map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))?;
     let mut metadata = vec![
         (CONFIG_KEY.to_string(), config_json),
         ("gmlp_onnx.version".to_string(), format!("{TOOL} {VERSION}")),
-        ("gmlp_onnx.weights".to_string(), weights_description.to_string()),
-        ("gmlp_onnx.stored_params".to_string(), c.stored_params.to_string()),
-        ("gmlp_onnx.flops_per_example".to_string(), c.flops.to_string()),
+        (
+            "gmlp_onnx.weights".to_string(),
+            weights_description.to_string(),
+        ),
+        (
+            "gmlp_onnx.stored_params".to_string(),
+            c.stored_params.to_string(),
+        ),
+        (
+            "gmlp_onnx.flops_per_example".to_string(),
+            c.flops.to_string(),
+        ),
     ];
     if let Some(p) = preset {
         metadata.push(("gmlp_onnx.preset".to_string(), p.to_string()));
     }
-    let kind = if cfg.attn_dim.is_some() { "aMLP" } else { "gMLP" };
+    let kind = if cfg.attn_dim.is_some() {
+        "aMLP"
+    } else {
+        "gMLP"
+    };
     Ok(Export {
         graph,
         info: ModelInfo {

@@ -275,7 +275,10 @@ fn normalize_axis(op: &str, axis: i64, rank: usize) -> Result<usize> {
     if (0..r).contains(&a) {
         Ok(a as usize)
     } else {
-        Err(shape_error(op, format!("axis {axis} out of range for rank {rank}")))
+        Err(shape_error(
+            op,
+            format!("axis {axis} out of range for rank {rank}"),
+        ))
     }
 }
 
@@ -389,14 +392,23 @@ impl GraphBuilder {
             ConstData::I64(v) => (v.len(), ElemType::I64),
         };
         if len != dims.iter().product::<usize>() {
-            return Err(Error::InvalidConfig(format!("{local}: {len} values for shape {dims:?}")));
+            return Err(Error::InvalidConfig(format!(
+                "{local}: {len} values for shape {dims:?}"
+            )));
         }
         let shape = dims.iter().map(|&d| Dim::Fixed(d)).collect();
         let attr = Attr::Tensor {
             dims: dims.to_vec(),
             data,
         };
-        Ok(self.single(local, "Constant", &[], vec![("value".to_string(), attr)], elem, shape, 0))
+        Ok(self.single(
+            local,
+            "Constant",
+            &[],
+            vec![("value".to_string(), attr)],
+            (elem, shape),
+            0,
+        ))
     }
 
     /// An i64 `Constant` node (index table or shape), named by the current scope.
@@ -453,11 +465,10 @@ impl GraphBuilder {
         op_type: &str,
         inputs: &[&Value],
         attributes: Vec<(String, Attr)>,
-        elem: ElemType,
-        shape: Vec<Dim>,
+        output: (ElemType, Vec<Dim>),
         flops: u64,
     ) -> Value {
-        self.node(local, op_type, inputs, attributes, vec![(elem, shape)], flops)
+        self.node(local, op_type, inputs, attributes, vec![output], flops)
             .pop()
             .expect("one output")
     }
@@ -492,8 +503,7 @@ impl GraphBuilder {
             "LayerNormalization",
             &[x, scale, bias],
             attrs,
-            ElemType::F32,
-            x.shape.clone(),
+            (ElemType::F32, x.shape.clone()),
             0,
         ))
     }
@@ -518,12 +528,19 @@ impl GraphBuilder {
         let flops = 2 * batch * (m.size_or_one() * k.size_or_one() * n.size_or_one()) as u64;
         shape.push(m.clone());
         shape.push(n.clone());
-        Ok(self.single(local, "MatMul", &[a, b], vec![], ElemType::F32, shape, flops))
+        Ok(self.single(
+            local,
+            "MatMul",
+            &[a, b],
+            vec![],
+            (ElemType::F32, shape),
+            flops,
+        ))
     }
 
     fn binary(&mut self, local: &str, op: &str, a: &Value, b: &Value) -> Result<Value> {
         let shape = broadcast(op, &a.shape, &b.shape)?;
-        Ok(self.single(local, op, &[a, b], vec![], a.elem, shape, 0))
+        Ok(self.single(local, op, &[a, b], vec![], (a.elem, shape), 0))
     }
 
     /// Elementwise `Add` with broadcasting.
@@ -545,14 +562,15 @@ impl GraphBuilder {
                 "Gelu",
                 &[x],
                 vec![],
-                ElemType::F32,
-                x.shape.clone(),
+                (ElemType::F32, x.shape.clone()),
                 0,
             ));
         }
-        let inv_sqrt2 = self.const_f32(&format!("{local}_inv_sqrt2"), &[], vec![
-            std::f32::consts::FRAC_1_SQRT_2,
-        ])?;
+        let inv_sqrt2 = self.const_f32(
+            &format!("{local}_inv_sqrt2"),
+            &[],
+            vec![std::f32::consts::FRAC_1_SQRT_2],
+        )?;
         let one = self.const_f32(&format!("{local}_one"), &[], vec![1.0])?;
         let half = self.const_f32(&format!("{local}_half"), &[], vec![0.5])?;
         let scaled = self.mul(&format!("{local}_scale"), x, &inv_sqrt2)?;
@@ -561,8 +579,7 @@ impl GraphBuilder {
             "Erf",
             &[&scaled],
             vec![],
-            ElemType::F32,
-            x.shape.clone(),
+            (ElemType::F32, x.shape.clone()),
             0,
         );
         let one_plus = self.add(&format!("{local}_one_plus"), &erf, &one)?;
@@ -571,12 +588,21 @@ impl GraphBuilder {
     }
 
     /// `Split` along `axis` into pieces of the given sizes (sizes as an i64 input, opset ≥ 13).
-    pub fn split(&mut self, local: &str, x: &Value, axis: i64, sizes: &[usize]) -> Result<Vec<Value>> {
+    pub fn split(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axis: i64,
+        sizes: &[usize],
+    ) -> Result<Vec<Value>> {
         let ax = normalize_axis("Split", axis, x.shape.len())?;
         if x.shape[ax] != Dim::Fixed(sizes.iter().sum()) {
             return Err(shape_error(
                 "Split",
-                format!("sizes {sizes:?} do not cover axis {ax} of {}", fmt_shape(&x.shape)),
+                format!(
+                    "sizes {sizes:?} do not cover axis {ax} of {}",
+                    fmt_shape(&x.shape)
+                ),
             ));
         }
         let sizes_value = self.const_i64(
@@ -605,7 +631,10 @@ impl GraphBuilder {
     /// `Gather` along axis 0: output shape is `indices.shape ++ data.shape[1..]`.
     pub fn gather(&mut self, local: &str, data: &Value, indices: &Value) -> Result<Value> {
         if indices.elem != ElemType::I64 || data.shape.is_empty() {
-            return Err(shape_error("Gather", "needs i64 indices and rank >= 1 data".into()));
+            return Err(shape_error(
+                "Gather",
+                "needs i64 indices and rank >= 1 data".into(),
+            ));
         }
         let mut shape = indices.shape.clone();
         shape.extend_from_slice(&data.shape[1..]);
@@ -614,8 +643,7 @@ impl GraphBuilder {
             "Gather",
             &[data, indices],
             vec![("axis".to_string(), Attr::Int(0))],
-            data.elem,
-            shape,
+            (data.elem, shape),
             0,
         ))
     }
@@ -625,7 +653,10 @@ impl GraphBuilder {
         let mut sorted = perm.to_vec();
         sorted.sort_unstable();
         if sorted != (0..x.shape.len()).collect::<Vec<_>>() {
-            return Err(shape_error("Transpose", format!("bad permutation {perm:?}")));
+            return Err(shape_error(
+                "Transpose",
+                format!("bad permutation {perm:?}"),
+            ));
         }
         let shape = perm.iter().map(|&p| x.shape[p].clone()).collect();
         Ok(self.single(
@@ -636,8 +667,7 @@ impl GraphBuilder {
                 "perm".to_string(),
                 Attr::Ints(perm.iter().map(|&p| p as i64).collect()),
             )],
-            x.elem,
-            shape,
+            (x.elem, shape),
             0,
         ))
     }
@@ -650,17 +680,22 @@ impl GraphBuilder {
             "Softmax",
             &[x],
             vec![("axis".to_string(), Attr::Int(axis))],
-            x.elem,
-            x.shape.clone(),
+            (x.elem, x.shape.clone()),
             0,
         ))
     }
 
     /// `Reshape` to `target`, where entries are ONNX shape codes (0 copies the input
     /// dimension, −1 is inferred) and `result` is the known output shape.
-    pub fn reshape(&mut self, local: &str, x: &Value, target: &[i64], result: Vec<Dim>) -> Result<Value> {
+    pub fn reshape(
+        &mut self,
+        local: &str,
+        x: &Value,
+        target: &[i64],
+        result: Vec<Dim>,
+    ) -> Result<Value> {
         let shape = self.const_i64(&format!("{local}_shape"), &[target.len()], target.to_vec())?;
-        Ok(self.single(local, "Reshape", &[x, &shape], vec![], x.elem, result, 0))
+        Ok(self.single(local, "Reshape", &[x, &shape], vec![], (x.elem, result), 0))
     }
 
     /// 2-D `Conv` (NCHW) with square kernel `kernel`, stride `stride`, no padding.
@@ -682,13 +717,20 @@ impl GraphBuilder {
             _ => {
                 return Err(shape_error(
                     "Conv",
-                    format!("x {} with weight {}", fmt_shape(&x.shape), fmt_shape(&weight.shape)),
+                    format!(
+                        "x {} with weight {}",
+                        fmt_shape(&x.shape),
+                        fmt_shape(&weight.shape)
+                    ),
                 ))
             }
         };
         let out_hw = |d: &Dim| match d {
             Dim::Fixed(n) if *n >= kernel => Ok(Dim::Fixed((n - kernel) / stride + 1)),
-            _ => Err(shape_error("Conv", format!("spatial size {d} with kernel {kernel}"))),
+            _ => Err(shape_error(
+                "Conv",
+                format!("spatial size {d} with kernel {kernel}"),
+            )),
         };
         let (h, w) = (out_hw(&x.shape[2])?, out_hw(&x.shape[3])?);
         let positions = (h.size_or_one() * w.size_or_one()) as u64;
@@ -703,8 +745,10 @@ impl GraphBuilder {
                 ("kernel_shape".to_string(), Attr::Ints(vec![k, k])),
                 ("strides".to_string(), Attr::Ints(vec![s, s])),
             ],
-            ElemType::F32,
-            vec![x.shape[0].clone(), Dim::Fixed(c_out), h, w],
+            (
+                ElemType::F32,
+                vec![x.shape[0].clone(), Dim::Fixed(c_out), h, w],
+            ),
             flops,
         ))
     }
@@ -726,14 +770,14 @@ impl GraphBuilder {
             .collect();
         let keepdims = ("keepdims".to_string(), Attr::Int(0));
         if self.opset >= 18 {
-            let axes_value = self.const_i64(&format!("{local}_axes"), &[axes.len()], axes.to_vec())?;
+            let axes_value =
+                self.const_i64(&format!("{local}_axes"), &[axes.len()], axes.to_vec())?;
             Ok(self.single(
                 local,
                 "ReduceMean",
                 &[x, &axes_value],
                 vec![keepdims],
-                x.elem,
-                shape,
+                (x.elem, shape),
                 0,
             ))
         } else {
@@ -742,8 +786,7 @@ impl GraphBuilder {
                 "ReduceMean",
                 &[x],
                 vec![("axes".to_string(), Attr::Ints(axes.to_vec())), keepdims],
-                x.elem,
-                shape,
+                (x.elem, shape),
                 0,
             ))
         }

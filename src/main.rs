@@ -20,7 +20,11 @@ use gmlp_onnx::validate::{validate, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
 #[derive(Parser)]
-#[command(name = "gmlp-onnx", version, about = "Compile gMLP / aMLP (Pay Attention to MLPs) to ONNX and check it in tract and ONNX Runtime")]
+#[command(
+    name = "gmlp-onnx",
+    version,
+    about = "Compile gMLP / aMLP (Pay Attention to MLPs) to ONNX and check it in tract and ONNX Runtime"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -267,7 +271,9 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
     let model = export(&cfg, source, &description, Some(p.name), a.opset)?;
     let c = counts(&model.graph);
     let bar = progress_bar(model.graph.initializers.len() as u64, a.quiet, "writing");
-    let bytes = write_model(&model.graph, &model.info, &a.output, |k, _| bar.set_position(k as u64))?;
+    let bytes = write_model(&model.graph, &model.info, &a.output, |k, _| {
+        bar.set_position(k as u64)
+    })?;
     bar.finish_and_clear();
     println!(
         "wrote {} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
@@ -301,8 +307,7 @@ fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::R
         let text = serde_json::to_string_pretty(&report)?;
         gmlp_onnx::model_io::write_atomically(path, |w| {
             use std::io::Write;
-            w.write_all(text.as_bytes())
-                .map_err(|e| Error::io(path, e))
+            w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
         })?;
     }
     if report.runtimes.len() < 2 {
@@ -318,7 +323,11 @@ fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::R
 }
 
 fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
-    let default_rtol = if a.tf32 { 1e-2 } else { Tolerance::default().rtol };
+    let default_rtol = if a.tf32 {
+        1e-2
+    } else {
+        Tolerance::default().rtol
+    };
     let options = ValidateOptions {
         runtimes: RuntimeKind::parse_list(&a.runtimes)?,
         batch: a.batch,
@@ -334,12 +343,18 @@ fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
             threads: 0,
         },
     };
-    for (flag, v) in [("--rtol", options.tolerance.rtol), ("--atol", options.tolerance.atol)] {
+    for (flag, v) in [
+        ("--rtol", options.tolerance.rtol),
+        ("--atol", options.tolerance.atol),
+    ] {
         if !(v.is_finite() && v >= 0.0) {
-            anyhow::bail!(Error::InvalidArgument(format!("{flag} must be a finite number >= 0")));
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "{flag} must be a finite number >= 0"
+            )));
         }
     }
-    let report = validate(&a.model, &options).with_context(|| format!("validate {}", a.model.display()))?;
+    let report =
+        validate(&a.model, &options).with_context(|| format!("validate {}", a.model.display()))?;
     finish_validation(report, a.report.as_deref())
 }
 
@@ -377,7 +392,17 @@ fn run_presets(json: bool) -> anyhow::Result<()> {
     }
     println!(
         "{:<12} {:>4} {:>6} {:>6} {:>5} {:>16} {:>10} {:>7} {:>12} {:>10} {:>7}",
-        "preset", "L", "d", "f", "attn", "spatial", "params(M)", "paper", "FLOPs(B)", "paper", "ΔFLOPs"
+        "preset",
+        "L",
+        "d",
+        "f",
+        "attn",
+        "spatial",
+        "params(M)",
+        "paper",
+        "FLOPs(B)",
+        "paper",
+        "ΔFLOPs"
     );
     for (p, c) in rows {
         let params_m = c.stored_params as f64 / 1e6;

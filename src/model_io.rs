@@ -94,8 +94,14 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
         }
         Attr::Tensor { dims, data } => {
             let (elem, raw_data): (ElemType, Vec<u8>) = match data {
-                ConstData::F32(v) => (ElemType::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-                ConstData::I64(v) => (ElemType::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+                ConstData::F32(v) => (
+                    ElemType::F32,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
+                ConstData::I64(v) => (
+                    ElemType::I64,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
             };
             a.t = Some(onnx::TensorProto {
                 dims: dims.iter().map(|&d| d as i64).collect(),
@@ -252,7 +258,12 @@ pub fn encode_model(
     write_varint(w, layout.graph_len).map_err(io)?;
     w.write_all(&layout.graph_head).map_err(io)?;
     let count = graph.initializers.len();
-    for (k, (head, init)) in layout.tensor_heads.iter().zip(&graph.initializers).enumerate() {
+    for (k, (head, init)) in layout
+        .tensor_heads
+        .iter()
+        .zip(&graph.initializers)
+        .enumerate()
+    {
         let data = tensor_bytes(init)?;
         let t = Layout::tensor_len(head, data.len() as u64);
         w.write_all(&[GRAPH_INITIALIZER_KEY]).map_err(io)?;
@@ -307,9 +318,9 @@ pub fn write_atomically(
             path.display()
         )));
     }
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::InvalidArgument(format!("output path {} has no file name", path.display())))?;
+    let file_name = path.file_name().ok_or_else(|| {
+        Error::InvalidArgument(format!("output path {} has no file name", path.display()))
+    })?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

@@ -87,7 +87,12 @@ pub fn stored_config(model: &ModelProto) -> Option<GmlpConfig> {
 /// Seeded inputs for every declared input of `model`: f32 uniform in [−1, 1); integer
 /// inputs are token ids uniform in [0, vocab) when the metadata gives a vocabulary,
 /// else in [0, 2).
-pub fn make_inputs(model: &ModelProto, batch: usize, dims: &[(String, usize)], seed: u64) -> Result<Vec<NamedTensor>> {
+pub fn make_inputs(
+    model: &ModelProto,
+    batch: usize,
+    dims: &[(String, usize)],
+    seed: u64,
+) -> Result<Vec<NamedTensor>> {
     let vocab = match stored_config(model).map(|c| c.task) {
         Some(Task::Tokens { vocab_size, .. }) => vocab_size as u64,
         _ => 2,
@@ -165,10 +170,15 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
     let model = read_model(path)?;
     let inputs = make_inputs(&model, options.batch, &options.dims, options.seed)?;
     drop(model);
+    // Load every runtime before running any, so an unavailable one fails fast.
+    let loaded = options
+        .runtimes
+        .iter()
+        .map(|&kind| runtime::open(kind, path, &options.runtime))
+        .collect::<Result<Vec<_>>>()?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut timings = Vec::new();
-    for &kind in &options.runtimes {
-        let mut rt = runtime::open(kind, path, &options.runtime)?;
+    for mut rt in loaded {
         let start = Instant::now();
         let outputs = rt.run(&inputs)?;
         timings.push((rt.name().to_string(), start.elapsed().as_secs_f64() * 1e3));

@@ -25,7 +25,11 @@ fn assert_fails(o: &Output, code: i32, needle: &str) {
     assert_eq!(o.status.code(), Some(code), "stderr: {err}");
     assert!(err.contains(needle), "expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
 }
 
 fn is_empty_dir(dir: &Path) -> bool {
@@ -37,15 +41,35 @@ fn build_then_validate_a_small_amlp() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("a.onnx");
     let o = gmlp(&[
-        "build", "--preset", "amlp-base", "--layers", "2", "--seq-len", "32", "--vocab-size", "300",
-        "--init", "spread", "-o", out.to_str().unwrap(), "--validate", "--quiet",
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "2",
+        "--seq-len",
+        "32",
+        "--vocab-size",
+        "300",
+        "--init",
+        "spread",
+        "-o",
+        out.to_str().unwrap(),
+        "--validate",
+        "--quiet",
     ]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("tract vs ort-cpu") && text.contains("PASS"), "{text}");
+    assert!(
+        text.contains("tract vs ort-cpu") && text.contains("PASS"),
+        "{text}"
+    );
     let o = gmlp(&["validate", out.to_str().unwrap(), "--batch", "3"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("input_ids int64 [3, 32]"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("input_ids int64 [3, 32]"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
@@ -53,22 +77,47 @@ fn validate_writes_a_json_report() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("v.onnx");
     let report = dir.path().join("r.json");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "--image-size", "32", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "--image-size",
+        "32",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = gmlp(&["validate", out.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let o = gmlp(&[
+        "validate",
+        out.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(json["pass"], true);
     assert_eq!(json["pairs"][0]["reference"], "tract");
     assert_eq!(json["pairs"][0]["other"], "ort-cpu");
-    assert_eq!(json["inputs"][0]["shape"], serde_json::json!([2, 3, 32, 32]));
+    assert_eq!(
+        json["inputs"][0]["shape"],
+        serde_json::json!([2, 3, 32, 32])
+    );
 }
 
 #[test]
 fn unknown_preset_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-huge", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-huge",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "unknown preset 'gmlp-huge' (known: gmlp-ti16");
     assert!(is_empty_dir(dir.path()));
 }
@@ -77,15 +126,55 @@ fn unknown_preset_is_refused() {
 fn absurd_sizes_are_refused_before_allocation() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-base", "--seq-len", "100000000", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-base",
+        "--seq-len",
+        "100000000",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "seq_len = 100000000 is out of range");
-    let o = gmlp(&["build", "--preset", "gmlp-base", "--d-model", "0", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-base",
+        "--d-model",
+        "0",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "d_model = 0");
-    let o = gmlp(&["build", "--preset", "gmlp-base", "--d-ffn", "3071", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-base",
+        "--d-ffn",
+        "3071",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "must be even");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--image-size", "225", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--image-size",
+        "225",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "not a multiple of patch_size");
-    let o = gmlp(&["build", "--preset", "gmlp-base", "--seq-len", "60000", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-base",
+        "--seq-len",
+        "60000",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "GiB");
     assert!(is_empty_dir(dir.path()));
 }
@@ -94,7 +183,13 @@ fn absurd_sizes_are_refused_before_allocation() {
 fn models_over_two_gib_are_refused_with_the_estimate() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("xl.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-xlarge", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-xlarge",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "3.5");
     assert!(stderr(&o).contains("2 GiB"), "{}", stderr(&o));
     assert!(is_empty_dir(dir.path()));
@@ -104,11 +199,35 @@ fn models_over_two_gib_are_refused_with_the_estimate() {
 fn flags_of_the_wrong_model_kind_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-base", "--num-classes", "10", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-base",
+        "--num-classes",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "--num-classes applies to vision presets");
-    let o = gmlp(&["build", "--preset", "gmlp-s16", "--seq-len", "10", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-s16",
+        "--seq-len",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "--seq-len applies to token presets");
-    let o = gmlp(&["build", "--preset", "gmlp-s16", "--opset", "16", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-s16",
+        "--opset",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "opset 16 is not supported");
     assert!(is_empty_dir(dir.path()));
 }
@@ -116,10 +235,26 @@ fn flags_of_the_wrong_model_kind_are_refused() {
 #[test]
 fn bad_output_paths_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "-o", dir.path().to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "-o",
+        dir.path().to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "is a directory");
     let missing = dir.path().join("no/such/dir/m.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "-o", missing.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "-o",
+        missing.to_str().unwrap(),
+    ]);
     assert_fails(&o, 2, "does not exist");
     assert!(is_empty_dir(dir.path()));
 }
@@ -128,47 +263,106 @@ fn bad_output_paths_are_refused() {
 fn broken_model_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.onnx");
-    assert_fails(&gmlp(&["validate", missing.to_str().unwrap()]), 2, "missing.onnx");
+    assert_fails(
+        &gmlp(&["validate", missing.to_str().unwrap()]),
+        2,
+        "missing.onnx",
+    );
     let empty = dir.path().join("empty.onnx");
     std::fs::write(&empty, b"").unwrap();
-    assert_fails(&gmlp(&["validate", empty.to_str().unwrap()]), 2, "the file is empty");
+    assert_fails(
+        &gmlp(&["validate", empty.to_str().unwrap()]),
+        2,
+        "the file is empty",
+    );
     let garbage = dir.path().join("garbage.onnx");
     std::fs::write(&garbage, [0xffu8; 64]).unwrap();
-    assert_fails(&gmlp(&["validate", garbage.to_str().unwrap()]), 2, "not a usable ONNX model");
+    assert_fails(
+        &gmlp(&["validate", garbage.to_str().unwrap()]),
+        2,
+        "not a usable ONNX model",
+    );
     // A truncated real model.
     let good = dir.path().join("good.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "-o", good.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "-o",
+        good.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
     let bytes = std::fs::read(&good).unwrap();
     let cut = dir.path().join("cut.onnx");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-    assert_fails(&gmlp(&["validate", cut.to_str().unwrap()]), 2, "not a usable ONNX model");
+    assert_fails(
+        &gmlp(&["validate", cut.to_str().unwrap()]),
+        2,
+        "not a usable ONNX model",
+    );
 }
 
 #[test]
 fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("c.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
-    let o = gmlp(&["validate", out.to_str().unwrap(), "--runtimes", "tract,ort-cuda"]);
+    let o = gmlp(&[
+        "validate",
+        out.to_str().unwrap(),
+        "--runtimes",
+        "tract,ort-cuda",
+    ]);
     assert_fails(&o, 3, "ort-cuda is unavailable");
-    assert!(stderr(&o).contains("CUDA execution provider"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CUDA execution provider"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn missing_onnxruntime_library_says_how_to_get_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("c.onnx");
-    let o = gmlp(&["build", "--preset", "gmlp-ti16", "--layers", "1", "-o", out.to_str().unwrap()]);
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
     let o = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args(["validate", out.to_str().unwrap(), "--runtimes", "tract,ort-cpu"])
+        .args([
+            "validate",
+            out.to_str().unwrap(),
+            "--runtimes",
+            "tract,ort-cpu",
+        ])
         .env("ORT_DYLIB_PATH", dir.path().join("nope.so"))
         .output()
         .unwrap();
     assert_fails(&o, 3, "pip install onnxruntime==1.31.1");
-    let o = gmlp(&["validate", out.to_str().unwrap(), "--runtimes", "tract,onnx"]);
+    let o = gmlp(&[
+        "validate",
+        out.to_str().unwrap(),
+        "--runtimes",
+        "tract,onnx",
+    ]);
     assert_fails(&o, 2, "unknown runtime 'onnx'");
 }
 
@@ -177,7 +371,16 @@ fn presets_lists_every_preset() {
     let o = gmlp(&["presets"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    for name in ["gmlp-ti16", "gmlp-s16", "gmlp-b16", "gmlp-base", "amlp-base", "gmlp-large", "amlp-large", "gmlp-xlarge"] {
+    for name in [
+        "gmlp-ti16",
+        "gmlp-s16",
+        "gmlp-b16",
+        "gmlp-base",
+        "amlp-base",
+        "gmlp-large",
+        "amlp-large",
+        "gmlp-xlarge",
+    ] {
         assert!(text.contains(name), "{name} missing from {text}");
     }
 }

@@ -21,15 +21,30 @@ const REFERENCE_RTOL: f64 = 1e-4;
 const RUNTIME_RTOL: f64 = 1e-5;
 
 fn token_ids(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array2<i64> {
-    let Task::Tokens { vocab_size, seq_len } = cfg.task else { panic!("token model") };
+    let Task::Tokens {
+        vocab_size,
+        seq_len,
+    } = cfg.task
+    else {
+        panic!("token model")
+    };
     let mut rng = SplitMix64::keyed(seed, "ids");
     Array2::from_shape_fn((batch, seq_len), |_| rng.below(vocab_size as u64) as i64)
 }
 
 fn pixels(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array4<f32> {
-    let Task::Vision { image_size, in_chans, .. } = cfg.task else { panic!("vision model") };
+    let Task::Vision {
+        image_size,
+        in_chans,
+        ..
+    } = cfg.task
+    else {
+        panic!("vision model")
+    };
     let mut rng = SplitMix64::keyed(seed, "pixels");
-    Array4::from_shape_fn((batch, in_chans, image_size, image_size), |_| rng.uniform(-1.0, 1.0) as f32)
+    Array4::from_shape_fn((batch, in_chans, image_size, image_size), |_| {
+        rng.uniform(-1.0, 1.0) as f32
+    })
 }
 
 /// Builds `cfg`, runs it in the reference, tract and ONNX Runtime, checks agreement, and
@@ -40,24 +55,38 @@ fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
     let (inputs, reference) = match cfg.task {
         Task::Tokens { .. } => {
             let ids = token_ids(cfg, batch, 1);
-            let r = forward_tokens(cfg, &spread(7), ids.view()).unwrap().into_dyn();
+            let r = forward_tokens(cfg, &spread(7), ids.view())
+                .unwrap()
+                .into_dyn();
             (
-                vec![NamedTensor { name: "input_ids".into(), value: TensorValue::I64(ids.into_dyn()) }],
+                vec![NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(ids.into_dyn()),
+                }],
                 r,
             )
         }
         Task::Vision { .. } => {
             let px = pixels(cfg, batch, 1);
-            let r = forward_vision(cfg, &spread(7), px.view()).unwrap().into_dyn();
+            let r = forward_vision(cfg, &spread(7), px.view())
+                .unwrap()
+                .into_dyn();
             (
-                vec![NamedTensor { name: "pixel_values".into(), value: TensorValue::F32(px.into_dyn()) }],
+                vec![NamedTensor {
+                    name: "pixel_values".into(),
+                    value: TensorValue::F32(px.into_dyn()),
+                }],
                 r,
             )
         }
     };
     let tract = f32_output(&run(RuntimeKind::Tract, &path, &inputs));
     let ort = f32_output(&run(RuntimeKind::OrtCpu, &path, &inputs));
-    let (rt, ro, tr) = (rel_diff(&tract, &reference), rel_diff(&ort, &reference), rel_diff(&tract, &ort));
+    let (rt, ro, tr) = (
+        rel_diff(&tract, &reference),
+        rel_diff(&ort, &reference),
+        rel_diff(&tract, &ort),
+    );
     assert!(rt <= REFERENCE_RTOL, "tract vs reference: {rt:e}");
     assert!(ro <= REFERENCE_RTOL, "ort vs reference: {ro:e}");
     assert!(tr <= RUNTIME_RTOL, "tract vs ort: {tr:e}");
@@ -69,7 +98,11 @@ fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
 
 #[test]
 fn token_model_each_spatial_form_agrees_with_reference() {
-    for form in [SpatialForm::Dense, SpatialForm::ToeplitzExpand, SpatialForm::ToeplitzGather] {
+    for form in [
+        SpatialForm::Dense,
+        SpatialForm::ToeplitzExpand,
+        SpatialForm::ToeplitzGather,
+    ] {
         three_way(&tiny_tokens(form, None, false), 17, 2);
     }
 }
@@ -77,19 +110,31 @@ fn token_model_each_spatial_form_agrees_with_reference() {
 #[test]
 fn token_model_at_each_opset_agrees_with_reference() {
     for opset in 18..=21 {
-        three_way(&tiny_tokens(SpatialForm::ToeplitzGather, None, false), opset, 1);
+        three_way(
+            &tiny_tokens(SpatialForm::ToeplitzGather, None, false),
+            opset,
+            1,
+        );
     }
 }
 
 #[test]
 fn amlp_agrees_with_reference() {
-    three_way(&tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false), 17, 2);
+    three_way(
+        &tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false),
+        17,
+        2,
+    );
     three_way(&tiny_tokens(SpatialForm::Dense, Some(8), false), 20, 2);
 }
 
 #[test]
 fn causal_models_agree_with_reference() {
-    for form in [SpatialForm::Dense, SpatialForm::ToeplitzExpand, SpatialForm::ToeplitzGather] {
+    for form in [
+        SpatialForm::Dense,
+        SpatialForm::ToeplitzExpand,
+        SpatialForm::ToeplitzGather,
+    ] {
         three_way(&tiny_tokens(form, Some(8), true), 17, 2);
         three_way(&tiny_tokens(form, None, true), 17, 1);
     }
@@ -104,8 +149,16 @@ fn vision_model_agrees_with_reference() {
 #[test]
 fn toeplitz_expand_and_gather_give_the_same_outputs() {
     for attn in [None, Some(8)] {
-        let gather = three_way(&tiny_tokens(SpatialForm::ToeplitzGather, attn, false), 17, 2);
-        let expand = three_way(&tiny_tokens(SpatialForm::ToeplitzExpand, attn, false), 17, 2);
+        let gather = three_way(
+            &tiny_tokens(SpatialForm::ToeplitzGather, attn, false),
+            17,
+            2,
+        );
+        let expand = three_way(
+            &tiny_tokens(SpatialForm::ToeplitzExpand, attn, false),
+            17,
+            2,
+        );
         let d = rel_diff(&gather, &expand);
         assert!(d <= 1e-6, "expand vs gather in ONNX Runtime: {d:e}");
     }
@@ -123,7 +176,12 @@ fn causal_outputs_ignore_later_tokens() {
     for j in t + 1..ids.ncols() {
         changed[[0, j]] = (ids[[0, j]] + 17) % 50;
     }
-    let feed = |a: &Array2<i64>| vec![NamedTensor { name: "input_ids".into(), value: TensorValue::I64(a.clone().into_dyn()) }];
+    let feed = |a: &Array2<i64>| {
+        vec![NamedTensor {
+            name: "input_ids".into(),
+            value: TensorValue::I64(a.clone().into_dyn()),
+        }]
+    };
     for kind in CPU_RUNTIMES {
         let a = f32_output(&run(kind, &path, &feed(&ids)));
         let b = f32_output(&run(kind, &path, &feed(&changed)));
@@ -132,8 +190,14 @@ fn causal_outputs_ignore_later_tokens() {
             .map(|(i, v)| (a[[0, i, v]] - b[[0, i, v]]).abs())
             .fold(0f32, f32::max);
         assert_eq!(max_before, 0.0, "{}: positions <= {t} changed", kind.name());
-        let max_after = (0..50).map(|v| (a[[0, t + 1, v]] - b[[0, t + 1, v]]).abs()).fold(0f32, f32::max);
-        assert!(max_after > 1e-4, "{}: changing tokens had no effect", kind.name());
+        let max_after = (0..50)
+            .map(|v| (a[[0, t + 1, v]] - b[[0, t + 1, v]]).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            max_after > 1e-4,
+            "{}: changing tokens had no effect",
+            kind.name()
+        );
     }
 }
 
@@ -147,11 +211,16 @@ fn one_file_runs_several_batch_sizes() {
         for batch in [1, 3] {
             let ids = token_ids(&cfg, batch, 2);
             let out = f32_output(
-                &rt.run(&[NamedTensor { name: "input_ids".into(), value: TensorValue::I64(ids.clone().into_dyn()) }])
-                    .unwrap(),
+                &rt.run(&[NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(ids.clone().into_dyn()),
+                }])
+                .unwrap(),
             );
             assert_eq!(out.shape(), &[batch, 12, 50]);
-            let r = forward_tokens(&cfg, &spread(7), ids.view()).unwrap().into_dyn();
+            let r = forward_tokens(&cfg, &spread(7), ids.view())
+                .unwrap()
+                .into_dyn();
             assert!(rel_diff(&out, &r) <= REFERENCE_RTOL);
         }
     }
@@ -190,7 +259,9 @@ fn parameter_counts_read_from_files_match_the_graph_and_the_specs() {
         let n = cfg.seq_len() as u64;
         let expected = match cfg.spatial {
             // Expanded Toeplitz stores n² per layer for 2n−1 parameters.
-            SpatialForm::ToeplitzExpand => logical as u64 + cfg.layers as u64 * (n * n - (2 * n - 1)),
+            SpatialForm::ToeplitzExpand => {
+                logical as u64 + cfg.layers as u64 * (n * n - (2 * n - 1))
+            }
             _ => logical as u64,
         };
         assert_eq!(from_file, expected);
@@ -210,7 +281,13 @@ fn emitted_models_pass_the_onnx_checker() {
         .iter()
         .enumerate()
         {
-            paths.push(write_config(cfg, 0, opset, dir.path(), &format!("m{opset}_{k}.onnx")));
+            paths.push(write_config(
+                cfg,
+                0,
+                opset,
+                dir.path(),
+                &format!("m{opset}_{k}.onnx"),
+            ));
         }
     }
     onnx_check(&paths);

@@ -32,11 +32,18 @@ fn check(g: GraphBuilder, out: Value, x: ArrayD<f32>, expected: ArrayD<f32>, nam
     let dir = tempfile::tempdir().unwrap();
     let path = write_graph(&graph, dir.path(), &format!("{name}.onnx"));
     onnx_check(std::slice::from_ref(&path));
-    let inputs = [NamedTensor { name: "x".into(), value: TensorValue::F32(x) }];
+    let inputs = [NamedTensor {
+        name: "x".into(),
+        value: TensorValue::F32(x),
+    }];
     for kind in CPU_RUNTIMES {
         let y = f32_output(&run(kind, &path, &inputs));
         let d = rel_diff(&y, &expected);
-        assert!(d <= OP_RTOL, "{name} in {}: relative difference {d:e}", kind.name());
+        assert!(
+            d <= OP_RTOL,
+            "{name} in {}: relative difference {d:e}",
+            kind.name()
+        );
     }
 }
 
@@ -46,16 +53,33 @@ fn layer_normalization() {
     let x = g.input("x", ElemType::F32, fixed(&[3, 5, 8])).unwrap();
     let gamma = random(&[8], 1);
     let beta = random(&[8], 2);
-    let s = g.weight("gamma", &[8], TensorData::F32(gamma.iter().copied().collect())).unwrap();
-    let b = g.weight("beta", &[8], TensorData::F32(beta.iter().copied().collect())).unwrap();
+    let s = g
+        .weight(
+            "gamma",
+            &[8],
+            TensorData::F32(gamma.iter().copied().collect()),
+        )
+        .unwrap();
+    let b = g
+        .weight(
+            "beta",
+            &[8],
+            TensorData::F32(beta.iter().copied().collect()),
+        )
+        .unwrap();
     let y = g.layer_norm("ln", &x, &s, &b, 1e-5).unwrap();
     let xv = random(&[3, 5, 8], 3);
     let mut expected = xv.clone();
     for mut row in expected.rows_mut() {
         let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / 8.0;
-        let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / 8.0;
+        let var = row
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / 8.0;
         for (k, v) in row.iter_mut().enumerate() {
-            *v = ((f64::from(*v) - mean) / (var + 1e-5).sqrt() * f64::from(gamma[k]) + f64::from(beta[k])) as f32;
+            *v = ((f64::from(*v) - mean) / (var + 1e-5).sqrt() * f64::from(gamma[k])
+                + f64::from(beta[k])) as f32;
         }
     }
     check(g, y, xv, expected, "layer_norm");
@@ -83,7 +107,9 @@ fn split_then_multiply_halves() {
     let parts = g.split("split", &x, -1, &[5, 5]).unwrap();
     let y = g.mul("gate", &parts[0], &parts[1]).unwrap();
     let xv = random(&[2, 3, 10], 5);
-    let expected = ArrayD::from_shape_fn(IxDyn(&[2, 3, 5]), |i| xv[[i[0], i[1], i[2]]] * xv[[i[0], i[1], i[2] + 5]]);
+    let expected = ArrayD::from_shape_fn(IxDyn(&[2, 3, 5]), |i| {
+        xv[[i[0], i[1], i[2]]] * xv[[i[0], i[1], i[2] + 5]]
+    });
     check(g, y, xv, expected, "split_mul");
 }
 
@@ -91,14 +117,24 @@ fn split_then_multiply_halves() {
 fn toeplitz_gather_then_spatial_matmul_with_bias() {
     let n = 7;
     let mut g = GraphBuilder::new(17).unwrap();
-    let x = g.input("x", ElemType::F32, vec![Dim::Fixed(2), Dim::Fixed(n), Dim::Fixed(4)]).unwrap();
+    let x = g
+        .input(
+            "x",
+            ElemType::F32,
+            vec![Dim::Fixed(2), Dim::Fixed(n), Dim::Fixed(4)],
+        )
+        .unwrap();
     let w: Vec<f32> = random(&[2 * n - 1], 6).iter().copied().collect();
-    let wv = g.weight("w", &[2 * n - 1], TensorData::F32(w.clone())).unwrap();
+    let wv = g
+        .weight("w", &[2 * n - 1], TensorData::F32(w.clone()))
+        .unwrap();
     let idx = g.const_i64("idx", &[n, n], toeplitz_index(n)).unwrap();
     let full = g.gather("gather", &wv, &idx).unwrap();
     let mixed = g.matmul("spatial", &full, &x).unwrap();
     let bias: Vec<f32> = random(&[n], 7).iter().copied().collect();
-    let bv = g.weight("b", &[n, 1], TensorData::F32(bias.clone())).unwrap();
+    let bv = g
+        .weight("b", &[n, 1], TensorData::F32(bias.clone()))
+        .unwrap();
     let y = g.add("bias", &mixed, &bv).unwrap();
     let xv = random(&[2, n, 4], 8);
     // W[i, j] = w[j − i + n − 1], computed here without the index table.
@@ -131,7 +167,11 @@ fn attention_pattern_transpose_matmul_softmax() {
     for b in 0..2 {
         for i in 0..5 {
             let row: Vec<f64> = (0..5)
-                .map(|j| (0..3).map(|c| f64::from(xv[[b, i, c]]) * f64::from(xv[[b, j, c]])).sum())
+                .map(|j| {
+                    (0..3)
+                        .map(|c| f64::from(xv[[b, i, c]]) * f64::from(xv[[b, j, c]]))
+                        .sum()
+                })
                 .collect();
             let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = row.iter().map(|v| (v - max).exp()).sum();
@@ -148,14 +188,38 @@ fn patch_embedding_conv_reshape_transpose() {
     let (c, hw, p, d) = (2, 6, 3, 4);
     let n = (hw / p) * (hw / p);
     let mut g = GraphBuilder::new(17).unwrap();
-    let x = g.input("x", ElemType::F32, vec![Dim::Symbol("batch".into()), Dim::Fixed(c), Dim::Fixed(hw), Dim::Fixed(hw)]).unwrap();
+    let x = g
+        .input(
+            "x",
+            ElemType::F32,
+            vec![
+                Dim::Symbol("batch".into()),
+                Dim::Fixed(c),
+                Dim::Fixed(hw),
+                Dim::Fixed(hw),
+            ],
+        )
+        .unwrap();
     let w = random(&[d, c, p, p], 10);
     let bias = random(&[d], 11);
-    let wv = g.weight("w", &[d, c, p, p], TensorData::F32(w.iter().copied().collect())).unwrap();
-    let bv = g.weight("b", &[d], TensorData::F32(bias.iter().copied().collect())).unwrap();
+    let wv = g
+        .weight(
+            "w",
+            &[d, c, p, p],
+            TensorData::F32(w.iter().copied().collect()),
+        )
+        .unwrap();
+    let bv = g
+        .weight("b", &[d], TensorData::F32(bias.iter().copied().collect()))
+        .unwrap();
     let f = g.conv2d("conv", &x, &wv, &bv, p, p).unwrap();
     let flat = g
-        .reshape("flatten", &f, &[0, d as i64, -1], vec![Dim::Symbol("batch".into()), Dim::Fixed(d), Dim::Fixed(n)])
+        .reshape(
+            "flatten",
+            &f,
+            &[0, d as i64, -1],
+            vec![Dim::Symbol("batch".into()), Dim::Fixed(d), Dim::Fixed(n)],
+        )
         .unwrap();
     let y = g.transpose("tokens", &flat, &[0, 2, 1]).unwrap();
     let xv = random(&[2, c, hw, hw], 12);
@@ -167,7 +231,8 @@ fn patch_embedding_conv_reshape_transpose() {
         for ch in 0..c {
             for ky in 0..p {
                 for kx in 0..p {
-                    s += f64::from(w[[o, ch, ky, kx]]) * f64::from(xv[[b, ch, py * p + ky, px * p + kx]]);
+                    s += f64::from(w[[o, ch, ky, kx]])
+                        * f64::from(xv[[b, ch, py * p + ky, px * p + kx]]);
                 }
             }
         }

@@ -146,7 +146,10 @@ impl GmlpConfig {
             }
         }
         if self.layers == 0 || self.layers > MAX_LAYERS {
-            return bad(format!("layers = {} is out of range 1..={MAX_LAYERS}", self.layers));
+            return bad(format!(
+                "layers = {} is out of range 1..={MAX_LAYERS}",
+                self.layers
+            ));
         }
         if self.d_ffn % 2 != 0 {
             return bad(format!(
@@ -172,7 +175,10 @@ impl GmlpConfig {
                 self.seq_len()
             ));
         }
-        for (name, eps) in [("norm_eps", self.norm_eps), ("sgu_norm_eps", self.sgu_norm_eps)] {
+        for (name, eps) in [
+            ("norm_eps", self.norm_eps),
+            ("sgu_norm_eps", self.sgu_norm_eps),
+        ] {
             if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
                 return bad(format!("{name} = {eps} must be in (0, 1)"));
             }
@@ -206,7 +212,11 @@ impl GmlpConfig {
                 ..
             } => {
                 let p = *patch_size as u128;
-                d * (*in_chans as u128) * p * p + d + 2 * d + d * (*num_classes as u128) + *num_classes as u128
+                d * (*in_chans as u128) * p * p
+                    + d
+                    + 2 * d
+                    + d * (*num_classes as u128)
+                    + *num_classes as u128
             }
         };
         self.layers as u128 * block + ends

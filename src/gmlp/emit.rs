@@ -69,7 +69,8 @@ impl Emitter {
             check_values(&spec, &v)?;
             Ok(v)
         };
-        self.g.weight(name, &dims, TensorData::LazyF32(Arc::new(produce)))
+        self.g
+            .weight(name, &dims, TensorData::LazyF32(Arc::new(produce)))
     }
 
     /// The spatial bias b [n] stored as [n, 1] so it broadcasts over channels.
@@ -162,7 +163,13 @@ impl Emitter {
         Ok(v)
     }
 
-    fn linear(&mut self, local: &str, x: &Value, weight: &str, bias: Option<&str>) -> Result<Value> {
+    fn linear(
+        &mut self,
+        local: &str,
+        x: &Value,
+        weight: &str,
+        bias: Option<&str>,
+    ) -> Result<Value> {
         let w = self.param(weight)?;
         let y = self.g.matmul(local, x, &w)?;
         match bias {
@@ -252,9 +259,9 @@ impl Emitter {
         let batch = Dim::Symbol(BATCH.into());
         match self.cfg.task.clone() {
             Task::Tokens { seq_len, .. } => {
-                let ids = self
-                    .g
-                    .input(INPUT_IDS, ElemType::I64, vec![batch, Dim::Fixed(seq_len)])?;
+                let ids =
+                    self.g
+                        .input(INPUT_IDS, ElemType::I64, vec![batch, Dim::Fixed(seq_len)])?;
                 let table = self.param("embed.weight")?;
                 let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids))?;
                 Ok((x, Some(table)))
@@ -279,7 +286,8 @@ impl Emitter {
                 let w = self.param("stem.weight")?;
                 let b = self.param("stem.bias")?;
                 let x = self.scoped("stem", |s| {
-                    let fmap = s.g.conv2d("patch_conv", &pixels, &w, &b, patch_size, patch_size)?;
+                    let fmap =
+                        s.g.conv2d("patch_conv", &pixels, &w, &b, patch_size, patch_size)?;
                     // [B, d, h, w] -> [B, d, n] -> [B, n, d]: tokens in row-major patch order.
                     let flat = s.g.reshape(
                         "flatten",

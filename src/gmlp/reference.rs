@@ -94,8 +94,9 @@ fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Arra
         &p.vector(&format!("{b}.norm.bias"))?,
         f64::from(cfg.norm_eps),
     );
-    let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?) + p.vector(&format!("{b}.proj_in.bias"))?)
-        .mapv(gelu);
+    let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?)
+        + p.vector(&format!("{b}.proj_in.bias"))?)
+    .mapv(gelu);
     let z1 = z.slice(s![.., ..e]).to_owned();
     let z2 = layer_norm(
         &z.slice(s![.., e..]).to_owned(),
@@ -121,7 +122,9 @@ fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Arra
                 .for_each(|(_, s)| *s = f64::NEG_INFINITY);
         }
         softmax_rows(&mut scores);
-        let attn = scores.dot(&v).dot(&p.matrix(&format!("{b}.attn.out.weight"))?)
+        let attn = scores
+            .dot(&v)
+            .dot(&p.matrix(&format!("{b}.attn.out.weight"))?)
             + p.vector(&format!("{b}.attn.out.bias"))?;
         gate += &attn;
     }
@@ -148,8 +151,14 @@ pub fn forward_tokens(
     source: &dyn WeightSource,
     ids: ArrayView2<i64>,
 ) -> Result<Array3<f32>> {
-    let Task::Tokens { vocab_size, seq_len } = cfg.task else {
-        return Err(Error::InvalidArgument("forward_tokens needs a token model".into()));
+    let Task::Tokens {
+        vocab_size,
+        seq_len,
+    } = cfg.task
+    else {
+        return Err(Error::InvalidArgument(
+            "forward_tokens needs a token model".into(),
+        ));
     };
     if ids.ncols() != seq_len {
         return Err(Error::BadTensor(format!(
@@ -168,13 +177,16 @@ pub fn forward_tokens(
         let mut x = Array2::<f64>::zeros((seq_len, cfg.d_model));
         for (t, &id) in row.iter().enumerate() {
             if id < 0 || id as usize >= vocab_size {
-                return Err(Error::BadTensor(format!("input_ids: token {id} outside 0..{vocab_size}")));
+                return Err(Error::BadTensor(format!(
+                    "input_ids: token {id} outside 0..{vocab_size}"
+                )));
             }
             x.row_mut(t).assign(&table.row(id as usize));
         }
         let h = trunk(cfg, &p, x)?;
         let logits = h.dot(&table.t()) + &head_bias;
-        out.index_axis_mut(Axis(0), b).assign(&logits.mapv(|v| v as f32));
+        out.index_axis_mut(Axis(0), b)
+            .assign(&logits.mapv(|v| v as f32));
     }
     Ok(out)
 }
@@ -192,7 +204,9 @@ pub fn forward_vision(
         num_classes,
     } = cfg.task
     else {
-        return Err(Error::InvalidArgument("forward_vision needs a vision model".into()));
+        return Err(Error::InvalidArgument(
+            "forward_vision needs a vision model".into(),
+        ));
     };
     let (_, c, hh, ww) = pixels.dim();
     if (c, hh, ww) != (in_chans, image_size, image_size) {

@@ -75,11 +75,14 @@ impl ParamSpec {
 pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
     let (d, f, e, n) = (cfg.d_model, cfg.d_ffn, cfg.gate_dim(), cfg.seq_len());
     let mut specs = Vec::new();
-    let mut push = |name: String, shape: Vec<usize>, kind| specs.push(ParamSpec { name, shape, kind });
+    let mut push =
+        |name: String, shape: Vec<usize>, kind| specs.push(ParamSpec { name, shape, kind });
     match &cfg.task {
-        Task::Tokens { vocab_size, .. } => {
-            push("embed.weight".into(), vec![*vocab_size, d], ParamKind::Embedding)
-        }
+        Task::Tokens { vocab_size, .. } => push(
+            "embed.weight".into(),
+            vec![*vocab_size, d],
+            ParamKind::Embedding,
+        ),
         Task::Vision {
             patch_size,
             in_chans,
@@ -98,34 +101,84 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
         let b = format!("blocks.{i}");
         push(format!("{b}.norm.weight"), vec![d], ParamKind::NormScale);
         push(format!("{b}.norm.bias"), vec![d], ParamKind::NormShift);
-        push(format!("{b}.proj_in.weight"), vec![d, f], ParamKind::Weight { fan_in: d });
-        push(format!("{b}.proj_in.bias"), vec![f], ParamKind::Bias { fan_in: d });
-        push(format!("{b}.sgu.norm.weight"), vec![e], ParamKind::NormScale);
+        push(
+            format!("{b}.proj_in.weight"),
+            vec![d, f],
+            ParamKind::Weight { fan_in: d },
+        );
+        push(
+            format!("{b}.proj_in.bias"),
+            vec![f],
+            ParamKind::Bias { fan_in: d },
+        );
+        push(
+            format!("{b}.sgu.norm.weight"),
+            vec![e],
+            ParamKind::NormScale,
+        );
         push(format!("{b}.sgu.norm.bias"), vec![e], ParamKind::NormShift);
         let w_shape = if cfg.spatial.is_toeplitz() {
             vec![2 * n - 1]
         } else {
             vec![n, n]
         };
-        push(format!("{b}.sgu.spatial.weight"), w_shape, ParamKind::Spatial { n });
-        push(format!("{b}.sgu.spatial.bias"), vec![n], ParamKind::SpatialBias);
+        push(
+            format!("{b}.sgu.spatial.weight"),
+            w_shape,
+            ParamKind::Spatial { n },
+        );
+        push(
+            format!("{b}.sgu.spatial.bias"),
+            vec![n],
+            ParamKind::SpatialBias,
+        );
         if let Some(a) = cfg.attn_dim {
-            push(format!("{b}.attn.qkv.weight"), vec![d, 3 * a], ParamKind::Weight { fan_in: d });
-            push(format!("{b}.attn.out.weight"), vec![a, e], ParamKind::Weight { fan_in: a });
-            push(format!("{b}.attn.out.bias"), vec![e], ParamKind::Bias { fan_in: a });
+            push(
+                format!("{b}.attn.qkv.weight"),
+                vec![d, 3 * a],
+                ParamKind::Weight { fan_in: d },
+            );
+            push(
+                format!("{b}.attn.out.weight"),
+                vec![a, e],
+                ParamKind::Weight { fan_in: a },
+            );
+            push(
+                format!("{b}.attn.out.bias"),
+                vec![e],
+                ParamKind::Bias { fan_in: a },
+            );
         }
-        push(format!("{b}.proj_out.weight"), vec![e, d], ParamKind::Weight { fan_in: e });
-        push(format!("{b}.proj_out.bias"), vec![d], ParamKind::Bias { fan_in: e });
+        push(
+            format!("{b}.proj_out.weight"),
+            vec![e, d],
+            ParamKind::Weight { fan_in: e },
+        );
+        push(
+            format!("{b}.proj_out.bias"),
+            vec![d],
+            ParamKind::Bias { fan_in: e },
+        );
     }
     push("norm.weight".into(), vec![d], ParamKind::NormScale);
     push("norm.bias".into(), vec![d], ParamKind::NormShift);
     match &cfg.task {
-        Task::Tokens { vocab_size, .. } => {
-            push("head.bias".into(), vec![*vocab_size], ParamKind::Bias { fan_in: d })
-        }
+        Task::Tokens { vocab_size, .. } => push(
+            "head.bias".into(),
+            vec![*vocab_size],
+            ParamKind::Bias { fan_in: d },
+        ),
         Task::Vision { num_classes, .. } => {
-            push("head.weight".into(), vec![d, *num_classes], ParamKind::Weight { fan_in: d });
-            push("head.bias".into(), vec![*num_classes], ParamKind::Bias { fan_in: d });
+            push(
+                "head.weight".into(),
+                vec![d, *num_classes],
+                ParamKind::Weight { fan_in: d },
+            );
+            push(
+                "head.bias".into(),
+                vec![*num_classes],
+                ParamKind::Bias { fan_in: d },
+            );
         }
     }
     specs

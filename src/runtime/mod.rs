@@ -114,8 +114,10 @@ pub trait Runtime {
 pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
     match kind {
         RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load(model)?)),
-        RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(
-            onnxruntime::OrtRuntime::load(model, kind == RuntimeKind::OrtCuda, options)?,
-        )),
+        RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
+            model,
+            kind == RuntimeKind::OrtCuda,
+            options,
+        )?)),
     }
 }

@@ -37,7 +37,10 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
         return if p.is_file() {
             Ok(p.to_path_buf())
         } else {
-            Err(unavailable(format!("--ort-lib {} is not a file; {HOW_TO_GET}", p.display())))
+            Err(unavailable(format!(
+                "--ort-lib {} is not a file; {HOW_TO_GET}",
+                p.display()
+            )))
         };
     }
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
@@ -92,7 +95,9 @@ fn library_in(capi: &Path) -> Option<PathBuf> {
 static ENVIRONMENT: Mutex<Option<(PathBuf, Environment)>> = Mutex::new(None);
 
 fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
-    let mut slot = ENVIRONMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = ENVIRONMENT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some((loaded, env)) = slot.as_ref() {
         return if loaded == library {
             Ok(env.clone())
@@ -183,7 +188,8 @@ fn register_cuda(
         reason: format!(
             "the CUDA execution provider could not be registered ({}); ort-cuda needs an NVIDIA GPU \
              with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
-             and the CUDA 13 and cuDNN 9 libraries (e.g. pip install nvidia-cublas nvidia-cudnn-cu13)",
+             and the CUDA 13 / cuDNN 9 libraries (pip install onnxruntime-gpu==1.31.1 nvidia-cuda-runtime \
+             nvidia-cublas nvidia-cufft nvidia-curand nvidia-cudnn-cu13)",
             one_line(e)
         ),
     })
@@ -214,7 +220,9 @@ impl Runtime for OrtRuntime {
             let input = inputs
                 .iter()
                 .find(|t| t.name == outlet.name())
-                .ok_or_else(|| Error::BadTensor(format!("no value given for model input {}", outlet.name())))?;
+                .ok_or_else(|| {
+                    Error::BadTensor(format!("no value given for model input {}", outlet.name()))
+                })?;
             let value: SessionInputValue<'_> = match &input.value {
                 TensorValue::F32(a) => TensorRef::from_array_view(a.view())
                     .map_err(|e| failed(name, e))?
@@ -241,7 +249,10 @@ impl Runtime for OrtRuntime {
                 } else if let Ok(a) = v.try_extract_array::<i64>() {
                     TensorValue::I64(a.to_owned())
                 } else {
-                    return Err(failed(name, format!("output {out_name} is neither f32 nor i64")));
+                    return Err(failed(
+                        name,
+                        format!("output {out_name} is neither f32 nor i64"),
+                    ));
                 };
                 Ok(NamedTensor {
                     name: out_name.clone(),

@@ -64,10 +64,9 @@ impl Runtime for TractRuntime {
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
         let mut values: TVec<TValue> = tvec!();
         for name in &self.input_names {
-            let input = inputs
-                .iter()
-                .find(|t| &t.name == name)
-                .ok_or_else(|| Error::BadTensor(format!("no value given for model input {name}")))?;
+            let input = inputs.iter().find(|t| &t.name == name).ok_or_else(|| {
+                Error::BadTensor(format!("no value given for model input {name}"))
+            })?;
             let tensor: Tensor = match &input.value {
                 TensorValue::F32(a) => a.clone().into(),
                 TensorValue::I64(a) => a.clone().into(),
@@ -86,7 +85,11 @@ impl Runtime for TractRuntime {
                     DatumType::I64 => {
                         TensorValue::I64(t.to_plain_array_view::<i64>().map_err(failed)?.to_owned())
                     }
-                    other => return Err(failed(format!("output {name} has unsupported type {other:?}"))),
+                    other => {
+                        return Err(failed(format!(
+                            "output {name} has unsupported type {other:?}"
+                        )))
+                    }
                 };
                 Ok(NamedTensor {
                     name: name.clone(),
