@@ -628,22 +628,127 @@ impl GraphBuilder {
         ))
     }
 
-    /// `Gather` along axis 0: output shape is `indices.shape ++ data.shape[1..]`.
-    pub fn gather(&mut self, local: &str, data: &Value, indices: &Value) -> Result<Value> {
-        if indices.elem != ElemType::I64 || data.shape.is_empty() {
+    /// `Gather` along `axis`: output shape is
+    /// `data.shape[..axis] ++ indices.shape ++ data.shape[axis + 1..]`.
+    pub fn gather(
+        &mut self,
+        local: &str,
+        data: &Value,
+        indices: &Value,
+        axis: usize,
+    ) -> Result<Value> {
+        if indices.elem != ElemType::I64 || axis >= data.shape.len() {
             return Err(shape_error(
                 "Gather",
-                "needs i64 indices and rank >= 1 data".into(),
+                format!(
+                    "needs i64 indices and an axis below rank {}",
+                    data.shape.len()
+                ),
             ));
         }
-        let mut shape = indices.shape.clone();
-        shape.extend_from_slice(&data.shape[1..]);
+        let mut shape = data.shape[..axis].to_vec();
+        shape.extend_from_slice(&indices.shape);
+        shape.extend_from_slice(&data.shape[axis + 1..]);
         Ok(self.single(
             local,
             "Gather",
             &[data, indices],
-            vec![("axis".to_string(), Attr::Int(0))],
+            vec![("axis".to_string(), Attr::Int(axis as i64))],
             (data.elem, shape),
+            0,
+        ))
+    }
+
+    /// `Slice` of `[start, end)` along one axis of fixed size.
+    pub fn slice(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axis: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<Value> {
+        match x.shape.get(axis) {
+            Some(Dim::Fixed(n)) if start < end && end <= *n => {}
+            _ => {
+                return Err(shape_error(
+                    "Slice",
+                    format!("[{start}, {end}) on axis {axis} of {}", fmt_shape(&x.shape)),
+                ))
+            }
+        }
+        let starts = self.const_i64(&format!("{local}_starts"), &[1], vec![start as i64])?;
+        let ends = self.const_i64(&format!("{local}_ends"), &[1], vec![end as i64])?;
+        let axes = self.const_i64(&format!("{local}_axes"), &[1], vec![axis as i64])?;
+        let mut shape = x.shape.clone();
+        shape[axis] = Dim::Fixed(end - start);
+        Ok(self.single(
+            local,
+            "Slice",
+            &[x, &starts, &ends, &axes],
+            vec![],
+            (x.elem, shape),
+            0,
+        ))
+    }
+
+    /// Zero `Pad` (mode constant) of `before` / `after` elements on one axis of fixed size.
+    pub fn pad_axis(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axis: usize,
+        before: usize,
+        after: usize,
+    ) -> Result<Value> {
+        let rank = x.shape.len();
+        let Some(Dim::Fixed(n)) = x.shape.get(axis) else {
+            return Err(shape_error(
+                "Pad",
+                format!("axis {axis} of {}", fmt_shape(&x.shape)),
+            ));
+        };
+        let mut pads = vec![0i64; 2 * rank];
+        pads[axis] = before as i64;
+        pads[rank + axis] = after as i64;
+        let mut shape = x.shape.clone();
+        shape[axis] = Dim::Fixed(n + before + after);
+        let pads = self.const_i64(&format!("{local}_pads"), &[2 * rank], pads)?;
+        Ok(self.single(local, "Pad", &[x, &pads], vec![], (x.elem, shape), 0))
+    }
+
+    /// `Concat` along `axis` (negative counts from the end).
+    pub fn concat(&mut self, local: &str, parts: &[&Value], axis: i64) -> Result<Value> {
+        let first = parts
+            .first()
+            .ok_or_else(|| shape_error("Concat", "no input".into()))?;
+        let ax = normalize_axis("Concat", axis, first.shape.len())?;
+        let mut total = 0;
+        for p in parts {
+            let same_rest = p.shape.len() == first.shape.len()
+                && p.shape
+                    .iter()
+                    .zip(&first.shape)
+                    .enumerate()
+                    .all(|(k, (a, b))| k == ax || a == b);
+            match (&p.shape.get(ax), same_rest) {
+                (Some(Dim::Fixed(n)), true) => total += n,
+                _ => {
+                    return Err(shape_error(
+                        "Concat",
+                        format!("{} with {}", fmt_shape(&first.shape), fmt_shape(&p.shape)),
+                    ))
+                }
+            }
+        }
+        let mut shape = first.shape.clone();
+        shape[ax] = Dim::Fixed(total);
+        Ok(self.single(
+            local,
+            "Concat",
+            parts,
+            vec![("axis".to_string(), Attr::Int(axis))],
+            (first.elem, shape),
             0,
         ))
     }

@@ -197,6 +197,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
         Task::Tokens {
             vocab_size,
             seq_len,
+            ..
         } => {
             let vision_only = [
                 ("--num-classes", a.num_classes),

@@ -24,6 +24,7 @@ fn token_ids(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array2<i64> {
     let Task::Tokens {
         vocab_size,
         seq_len,
+        ..
     } = cfg.task
     else {
         panic!("token model")
@@ -315,4 +316,32 @@ fn node_names_are_by_place_and_metadata_holds_the_config() {
     assert!(model.ir_version() >= 9);
     let opset = &model.opset_import[0];
     assert_eq!((opset.domain(), opset.version()), ("", 17));
+}
+
+#[test]
+fn gating_heads_untied_head_and_token_shift_agree_with_reference() {
+    for form in [
+        SpatialForm::Dense,
+        SpatialForm::ToeplitzExpand,
+        SpatialForm::ToeplitzGather,
+    ] {
+        let mut cfg = tiny_tokens(form, Some(8), true);
+        cfg.heads = 4;
+        three_way(&cfg, 17, 2);
+        cfg.causal = false;
+        three_way(&cfg, 17, 2);
+    }
+    let mut cfg = tiny_tokens(SpatialForm::Dense, None, false);
+    if let Task::Tokens { tied_embedding, .. } = &mut cfg.task {
+        *tied_embedding = false;
+    }
+    three_way(&cfg, 17, 2);
+    for (shift, causal) in [(1, false), (2, true), (3, false)] {
+        let mut cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), causal);
+        cfg.shift_tokens = shift;
+        three_way(&cfg, 17, 2);
+    }
+    let mut cfg = tiny_vision(SpatialForm::Dense);
+    cfg.heads = 2;
+    three_way(&cfg, 18, 2);
 }

@@ -129,7 +129,7 @@ fn toeplitz_gather_then_spatial_matmul_with_bias() {
         .weight("w", &[2 * n - 1], TensorData::F32(w.clone()))
         .unwrap();
     let idx = g.const_i64("idx", &[n, n], toeplitz_index(n)).unwrap();
-    let full = g.gather("gather", &wv, &idx).unwrap();
+    let full = g.gather("gather", &wv, &idx, 0).unwrap();
     let mixed = g.matmul("spatial", &full, &x).unwrap();
     let bias: Vec<f32> = random(&[n], 7).iter().copied().collect();
     let bv = g

@@ -18,6 +18,10 @@ pub enum Task {
         vocab_size: usize,
         /// Number of tokens n (the spatial weight is n×n).
         seq_len: usize,
+        /// Output projection tied to the token embedding (the paper's MLM models); when
+        /// false the head has its own weight (g-mlp-pytorch's `to_logits.1`).
+        #[serde(default = "default_true")]
+        tied_embedding: bool,
     },
     /// Image classifier (ViT-style patches): `pixel_values` f32 [batch, C, H, W] →
     /// `logits` [batch, classes]; mean over tokens before the classifier.
@@ -76,12 +80,29 @@ pub struct GmlpConfig {
     pub attn_dim: Option<usize>,
     /// Causal model: W[i, j] = 0 and attention masked for j > i.
     pub causal: bool,
+    /// Gating heads: the e gate channels are split into `heads` contiguous groups, each
+    /// with its own W and b (g-mlp-pytorch's `heads`; 1 in the paper).
+    #[serde(default = "default_one")]
+    pub heads: usize,
+    /// g-mlp-pytorch's token shift: the normalized block input is split into
+    /// `2·shift_tokens + 1` channel chunks (`shift_tokens + 1` when causal), shifted along
+    /// the tokens by −s..=s (0..=s when causal), with zero fill; 0 disables it.
+    #[serde(default)]
+    pub shift_tokens: usize,
     /// Spatial weight form.
     pub spatial: SpatialForm,
     /// Epsilon of the block and final LayerNorms.
     pub norm_eps: f32,
     /// Epsilon of the LayerNorm inside the spatial gating unit.
     pub sgu_norm_eps: f32,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_one() -> usize {
+    1
 }
 
 /// Largest dimension accepted for any single size (tokens, widths, vocabulary...).
@@ -110,6 +131,17 @@ impl GmlpConfig {
         self.d_ffn / 2
     }
 
+    /// Token shifts, one per channel chunk (g-mlp-pytorch: `range(-s, s + 1)`, or
+    /// `range(0, s + 1)` when causal); empty when the shift is off.
+    pub fn shift_amounts(&self) -> Vec<i64> {
+        if self.shift_tokens == 0 {
+            return Vec::new();
+        }
+        let s = self.shift_tokens as i64;
+        let first = if self.causal { 0 } else { -s };
+        (first..=s).collect()
+    }
+
     /// Checks every size and combination; an error names the first offending field.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
@@ -122,6 +154,7 @@ impl GmlpConfig {
                 Task::Tokens {
                     vocab_size,
                     seq_len,
+                    ..
                 } => {
                     v.push(("vocab_size", *vocab_size));
                     v.push(("seq_len", *seq_len));
@@ -156,6 +189,29 @@ impl GmlpConfig {
                 "d_ffn = {} must be even (the gate splits it in two halves)",
                 self.d_ffn
             ));
+        }
+        if self.heads == 0 || self.gate_dim() % self.heads != 0 {
+            return bad(format!(
+                "heads = {} must divide the gate width d_ffn/2 = {}",
+                self.heads,
+                self.gate_dim()
+            ));
+        }
+        if self.shift_tokens > 0 {
+            let segments = self.shift_amounts().len();
+            if self.d_model < segments {
+                return bad(format!(
+                    "shift_tokens = {} needs d_model >= {segments} channels",
+                    self.shift_tokens
+                ));
+            }
+            if self.shift_tokens >= self.seq_len() {
+                return bad(format!(
+                    "shift_tokens = {} must be less than the {} tokens",
+                    self.shift_tokens,
+                    self.seq_len()
+                ));
+            }
         }
         if let Task::Vision {
             image_size,
@@ -195,16 +251,25 @@ impl GmlpConfig {
             self.gate_dim() as u128,
             self.seq_len() as u128,
         );
-        let spatial = match self.spatial {
-            SpatialForm::ToeplitzGather => 2 * n - 1,
-            _ => n * n,
-        };
+        let heads = self.heads as u128;
+        let spatial = heads
+            * match self.spatial {
+                SpatialForm::ToeplitzGather => 2 * n - 1,
+                _ => n * n,
+            };
         let attn = self
             .attn_dim
             .map_or(0, |a| d * 3 * a as u128 + a as u128 * e + e);
-        let block = 2 * d + (d * f + f) + 2 * e + spatial + n + attn + (e * d + d);
+        let block = 2 * d + (d * f + f) + 2 * e + spatial + heads * n + attn + (e * d + d);
         let ends = match &self.task {
-            Task::Tokens { vocab_size, .. } => (*vocab_size as u128) * (d + 1) + 2 * d,
+            Task::Tokens {
+                vocab_size,
+                tied_embedding,
+                ..
+            } => {
+                let v = *vocab_size as u128;
+                v * (d + 1) + 2 * d + if *tied_embedding { 0 } else { v * d }
+            }
             Task::Vision {
                 patch_size,
                 in_chans,
@@ -246,12 +311,15 @@ fn mlm(layers: usize, d_model: usize, d_ffn: usize, attn_dim: Option<usize>) -> 
         task: Task::Tokens {
             vocab_size: 32000,
             seq_len: 512,
+            tied_embedding: true,
         },
         layers,
         d_model,
         d_ffn,
         attn_dim,
         causal: false,
+        heads: 1,
+        shift_tokens: 0,
         spatial: SpatialForm::ToeplitzGather,
         norm_eps: MLM_NORM_EPS,
         sgu_norm_eps: MLM_NORM_EPS,
@@ -271,6 +339,8 @@ fn vision(layers: usize, d_model: usize, d_ffn: usize) -> GmlpConfig {
         d_ffn,
         attn_dim: None,
         causal: false,
+        heads: 1,
+        shift_tokens: 0,
         spatial: SpatialForm::Dense,
         norm_eps: TIMM_NORM_EPS,
         sgu_norm_eps: 1e-5,

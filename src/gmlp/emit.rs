@@ -59,79 +59,80 @@ impl Emitter {
             .ok_or_else(|| Error::InvalidConfig(format!("no parameter named {name}")))
     }
 
-    /// A parameter stored as is (its values are produced when the file is written).
+    /// A parameter whose values, produced when the file is written, are checked and then
+    /// passed through `post` and stored with dimensions `dims`.
+    fn lazy_param(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Result<Value> {
+        let spec = self.spec(name)?;
+        let source = self.source.clone();
+        let produce = move || {
+            let v = source.values(&spec)?;
+            check_values(&spec, &v)?;
+            Ok(post(v))
+        };
+        self.g
+            .weight(name, dims, TensorData::LazyF32(Arc::new(produce)))
+    }
+
+    /// A parameter stored as is.
     fn param(&mut self, name: &str) -> Result<Value> {
-        let spec = self.spec(name)?;
-        let source = self.source.clone();
-        let dims = spec.shape.clone();
-        let produce = move || {
-            let v = source.values(&spec)?;
-            check_values(&spec, &v)?;
-            Ok(v)
-        };
-        self.g
-            .weight(name, &dims, TensorData::LazyF32(Arc::new(produce)))
+        let dims = self.spec(name)?.shape;
+        self.lazy_param(name, &dims, |v| v)
     }
 
-    /// The spatial bias b [n] stored as [n, 1] so it broadcasts over channels.
+    /// Leading `[heads]` dimension when the gate has more than one head.
+    fn head_dims(&self, rest: &[usize]) -> Vec<usize> {
+        let mut dims = rest.to_vec();
+        if self.cfg.heads > 1 {
+            dims.insert(0, self.cfg.heads);
+        }
+        dims
+    }
+
+    /// The spatial bias b, stored as [n, 1] (or [h, n, 1]) so it broadcasts over channels.
     fn spatial_bias(&mut self, name: &str) -> Result<Value> {
-        let spec = self.spec(name)?;
-        let source = self.source.clone();
-        let n = spec.len();
-        let produce = move || {
-            let v = source.values(&spec)?;
-            check_values(&spec, &v)?;
-            Ok(v)
-        };
-        self.g
-            .weight(name, &[n, 1], TensorData::LazyF32(Arc::new(produce)))
+        let dims = self.head_dims(&[self.cfg.seq_len(), 1]);
+        self.lazy_param(name, &dims, |v| v)
     }
 
-    /// The spatial weight W as an [n, n] value in the configured form.
+    /// The spatial weight W as an [n, n] (or [h, n, n]) value in the configured form.
     fn spatial_weight(&mut self, name: &str) -> Result<Value> {
-        let spec = self.spec(name)?;
         let n = self.cfg.seq_len();
         let causal = self.cfg.causal;
-        let source = self.source.clone();
+        let mask_each = move |mut w: Vec<f32>| {
+            if causal {
+                w.chunks_mut(n * n).for_each(|m| mask_upper(m, n));
+            }
+            w
+        };
         match self.cfg.spatial {
             SpatialForm::Dense => {
-                let produce = move || {
-                    let mut w = source.values(&spec)?;
-                    check_values(&spec, &w)?;
-                    if causal {
-                        mask_upper(&mut w, n);
-                    }
-                    Ok(w)
-                };
-                self.g
-                    .weight(name, &[n, n], TensorData::LazyF32(Arc::new(produce)))
+                let dims = self.head_dims(&[n, n]);
+                self.lazy_param(name, &dims, mask_each)
             }
             SpatialForm::ToeplitzExpand => {
-                let produce = move || {
-                    let w = source.values(&spec)?;
-                    check_values(&spec, &w)?;
-                    let mut full = toeplitz_expand(&w, n);
-                    if causal {
-                        mask_upper(&mut full, n);
-                    }
-                    Ok(full)
-                };
-                self.g
-                    .weight(name, &[n, n], TensorData::LazyF32(Arc::new(produce)))
+                let dims = self.head_dims(&[n, n]);
+                self.lazy_param(name, &dims, move |w| {
+                    let full = w
+                        .chunks(2 * n - 1)
+                        .flat_map(|v| toeplitz_expand(v, n))
+                        .collect();
+                    mask_each(full)
+                })
             }
             SpatialForm::ToeplitzGather => {
-                let produce = move || {
-                    let mut w = source.values(&spec)?;
-                    check_values(&spec, &w)?;
+                let dims = self.head_dims(&[2 * n - 1]);
+                let vector = self.lazy_param(name, &dims, move |mut w| {
                     if causal {
                         // w[k] serves j − i = k − (n − 1); k > n − 1 is above the diagonal.
-                        w[n..].fill(0.0);
+                        w.chunks_mut(2 * n - 1).for_each(|v| v[n..].fill(0.0));
                     }
-                    Ok(w)
-                };
-                let vector =
-                    self.g
-                        .weight(name, &[2 * n - 1], TensorData::LazyF32(Arc::new(produce)))?;
+                    w
+                })?;
                 let index = match &self.toeplitz_index {
                     Some(v) => v.clone(),
                     None => {
@@ -142,9 +143,82 @@ impl Emitter {
                         v
                     }
                 };
-                self.g.gather("spatial_weight_gather", &vector, &index)
+                let axis = dims.len() - 1;
+                self.g
+                    .gather("spatial_weight_gather", &vector, &index, axis)
             }
         }
+    }
+
+    /// g-mlp-pytorch's token shift of the normalized block input (see
+    /// [`GmlpConfig::shift_amounts`]): chunk k of the channels moves by `amounts[k]` tokens
+    /// with zero fill; the remaining channels are unchanged.
+    fn shift_tokens(&mut self, h: &Value) -> Result<Value> {
+        let amounts = self.cfg.shift_amounts();
+        let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
+        let chunk = d / amounts.len();
+        let rest = d - chunk * amounts.len();
+        let mut sizes = vec![chunk; amounts.len()];
+        if rest > 0 {
+            sizes.push(rest);
+        }
+        let parts = self.g.split("split", h, -1, &sizes)?;
+        let mut shifted = Vec::with_capacity(parts.len());
+        for (k, part) in parts.iter().enumerate() {
+            let a = amounts.get(k).copied().unwrap_or(0);
+            let moved = match a.cmp(&0) {
+                std::cmp::Ordering::Equal => part.clone(),
+                std::cmp::Ordering::Greater => {
+                    let a = a as usize;
+                    let kept = self.g.slice(&format!("keep_{k}"), part, 1, 0, n - a)?;
+                    self.g.pad_axis(&format!("shift_{k}"), &kept, 1, a, 0)?
+                }
+                std::cmp::Ordering::Less => {
+                    let a = a.unsigned_abs() as usize;
+                    let kept = self.g.slice(&format!("keep_{k}"), part, 1, a, n)?;
+                    self.g.pad_axis(&format!("shift_{k}"), &kept, 1, 0, a)?
+                }
+            };
+            shifted.push(moved);
+        }
+        let refs: Vec<&Value> = shifted.iter().collect();
+        self.g.concat("concat", &refs, -1)
+    }
+
+    /// W · LN(z2) + b with one W and b per head: the gate channels are split into
+    /// `heads` contiguous groups ([B, n, e] → [B, h, n, e/h]).
+    fn spatial_projection(&mut self, z2: &Value, p: &str) -> Result<Value> {
+        let w = self.spatial_weight(&format!("{p}.sgu.spatial.weight"))?;
+        let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
+        let heads = self.cfg.heads;
+        if heads == 1 {
+            let mixed = self.g.matmul("spatial_matmul", &w, z2)?;
+            return self.g.add("spatial_bias", &mixed, &b);
+        }
+        let (n, e) = (self.cfg.seq_len(), self.cfg.gate_dim());
+        let c = e / heads;
+        let batch = z2.shape[0].clone();
+        let split = self.g.reshape(
+            "split_heads",
+            z2,
+            &[0, n as i64, heads as i64, c as i64],
+            vec![
+                batch.clone(),
+                Dim::Fixed(n),
+                Dim::Fixed(heads),
+                Dim::Fixed(c),
+            ],
+        )?;
+        let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
+        let mixed = self.g.matmul("spatial_matmul", &w, &per_head)?;
+        let biased = self.g.add("spatial_bias", &mixed, &b)?;
+        let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
+        self.g.reshape(
+            "merge_heads",
+            &back,
+            &[0, n as i64, e as i64],
+            vec![batch, Dim::Fixed(n), Dim::Fixed(e)],
+        )
     }
 
     fn causal_mask(&mut self) -> Result<Value> {
@@ -215,7 +289,10 @@ impl Emitter {
         let p = format!("blocks.{i}");
         let e = self.cfg.gate_dim();
         let (eps, sgu_eps) = (self.cfg.norm_eps, self.cfg.sgu_norm_eps);
-        let h = self.layer_norm("norm", x, &format!("{p}.norm"), eps)?;
+        let mut h = self.layer_norm("norm", x, &format!("{p}.norm"), eps)?;
+        if self.cfg.shift_tokens > 0 {
+            h = self.scoped("token_shift", |s| s.shift_tokens(&h))?;
+        }
         let z = self.linear(
             "proj_in",
             &h,
@@ -230,10 +307,7 @@ impl Emitter {
         };
         let gated = self.scoped("sgu", |s| {
             let z2 = s.layer_norm("norm", &halves[1], &format!("{p}.sgu.norm"), sgu_eps)?;
-            let w = s.spatial_weight(&format!("{p}.sgu.spatial.weight"))?;
-            let mixed = s.g.matmul("spatial_matmul", &w, &z2)?;
-            let b = s.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
-            let mut gate = s.g.add("spatial_bias", &mixed, &b)?;
+            let mut gate = s.spatial_projection(&z2, &p)?;
             if let Some(attn) = &attn {
                 gate = s.g.add("attn_add", &gate, attn)?;
             }
@@ -263,7 +337,7 @@ impl Emitter {
                     self.g
                         .input(INPUT_IDS, ElemType::I64, vec![batch, Dim::Fixed(seq_len)])?;
                 let table = self.param("embed.weight")?;
-                let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids))?;
+                let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
                 Ok((x, Some(table)))
             }
             Task::Vision {
@@ -303,15 +377,25 @@ impl Emitter {
     }
 
     fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
-        self.scoped(HEAD_SCOPE, |s| match embedding {
-            Some(table) => {
+        let tied = matches!(
+            self.cfg.task,
+            Task::Tokens {
+                tied_embedding: true,
+                ..
+            }
+        );
+        self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
+            (Task::Tokens { .. }, Some(table)) if tied => {
                 // Output projection tied to the embedding: logits = h · Eᵀ + bias.
                 let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
                 let logits = s.g.matmul("vocab_projection", h, &table_t)?;
                 let bias = s.param("head.bias")?;
                 s.g.add("vocab_bias", &logits, &bias)
             }
-            None => {
+            (Task::Tokens { .. }, _) => {
+                s.linear("vocab_projection", h, "head.weight", Some("head.bias"))
+            }
+            (Task::Vision { .. }, _) => {
                 let pooled = s.g.reduce_mean("token_mean", h, &[1])?;
                 s.linear("classifier", &pooled, "head.weight", Some("head.bias"))
             }

@@ -68,31 +68,66 @@ fn softmax_rows(x: &mut Array2<f64>) {
     }
 }
 
-/// The spatial matrix W [n, n] of one layer from its logical parameter.
-fn spatial_matrix(cfg: &GmlpConfig, w: ArrayD<f64>) -> Array2<f64> {
+/// The spatial matrices W [n, n] of one layer, one per head, from its logical parameter.
+fn spatial_matrices(cfg: &GmlpConfig, w: ArrayD<f64>) -> Vec<Array2<f64>> {
     let n = cfg.seq_len();
-    let mut full = if cfg.spatial.is_toeplitz() {
-        let w = w.into_raw_vec_and_offset().0;
-        Array2::from_shape_fn((n, n), |(i, j)| w[j + n - 1 - i])
+    let per_head = if cfg.spatial.is_toeplitz() {
+        2 * n - 1
     } else {
-        w.into_shape_with_order((n, n)).expect("dense W is n x n")
+        n * n
     };
-    if cfg.causal {
-        full.indexed_iter_mut()
-            .filter(|((i, j), _)| j > i)
-            .for_each(|(_, v)| *v = 0.0);
+    let flat = w.into_raw_vec_and_offset().0;
+    flat.chunks(per_head)
+        .map(|w| {
+            let mut full = if cfg.spatial.is_toeplitz() {
+                Array2::from_shape_fn((n, n), |(i, j)| w[j + n - 1 - i])
+            } else {
+                Array2::from_shape_vec((n, n), w.to_vec()).expect("dense W is n x n")
+            };
+            if cfg.causal {
+                full.indexed_iter_mut()
+                    .filter(|((i, j), _)| j > i)
+                    .for_each(|(_, v)| *v = 0.0);
+            }
+            full
+        })
+        .collect()
+}
+
+/// Token shift: channel chunk k moves by `amounts[k]` tokens, out[i] = h[i − a], zero fill.
+fn shift_tokens(cfg: &GmlpConfig, h: &Array2<f64>) -> Array2<f64> {
+    let amounts = cfg.shift_amounts();
+    let mut out = h.clone();
+    if amounts.is_empty() {
+        return out;
     }
-    full
+    let (n, chunk) = (h.nrows(), cfg.d_model / amounts.len());
+    for (k, &a) in amounts.iter().enumerate() {
+        for c in k * chunk..(k + 1) * chunk {
+            for i in 0..n {
+                let src = i as i64 - a;
+                out[[i, c]] = if (0..n as i64).contains(&src) {
+                    h[[src as usize, c]]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    out
 }
 
 fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Array2<f64>> {
     let b = format!("blocks.{i}");
     let e = cfg.gate_dim();
-    let h = layer_norm(
-        x,
-        &p.vector(&format!("{b}.norm.weight"))?,
-        &p.vector(&format!("{b}.norm.bias"))?,
-        f64::from(cfg.norm_eps),
+    let h = shift_tokens(
+        cfg,
+        &layer_norm(
+            x,
+            &p.vector(&format!("{b}.norm.weight"))?,
+            &p.vector(&format!("{b}.norm.bias"))?,
+            f64::from(cfg.norm_eps),
+        ),
     );
     let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?)
         + p.vector(&format!("{b}.proj_in.bias"))?)
@@ -104,9 +139,18 @@ fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Arra
         &p.vector(&format!("{b}.sgu.norm.bias"))?,
         f64::from(cfg.sgu_norm_eps),
     );
-    let w = spatial_matrix(cfg, p.get(&format!("{b}.sgu.spatial.weight"))?);
-    let bias = p.vector(&format!("{b}.sgu.spatial.bias"))?;
-    let mut gate = w.dot(&z2) + bias.insert_axis(Axis(1));
+    let ws = spatial_matrices(cfg, p.get(&format!("{b}.sgu.spatial.weight"))?);
+    let biases = p
+        .get(&format!("{b}.sgu.spatial.bias"))?
+        .into_raw_vec_and_offset()
+        .0;
+    let c = e / cfg.heads;
+    let mut gate = Array2::<f64>::zeros(z2.dim());
+    for (k, w) in ws.iter().enumerate() {
+        let bias = Array1::from(biases[k * cfg.seq_len()..(k + 1) * cfg.seq_len()].to_vec());
+        let mixed = w.dot(&z2.slice(s![.., k * c..(k + 1) * c])) + bias.insert_axis(Axis(1));
+        gate.slice_mut(s![.., k * c..(k + 1) * c]).assign(&mixed);
+    }
     if let Some(a) = cfg.attn_dim {
         let qkv = h.dot(&p.matrix(&format!("{b}.attn.qkv.weight"))?);
         let (q, k, v) = (
@@ -154,6 +198,7 @@ pub fn forward_tokens(
     let Task::Tokens {
         vocab_size,
         seq_len,
+        tied_embedding,
     } = cfg.task
     else {
         return Err(Error::InvalidArgument(
@@ -172,6 +217,11 @@ pub fn forward_tokens(
     };
     let table = p.matrix("embed.weight")?;
     let head_bias = p.vector("head.bias")?;
+    let head = if tied_embedding {
+        table.t().to_owned()
+    } else {
+        p.matrix("head.weight")?
+    };
     let mut out = Array3::<f32>::zeros((ids.nrows(), seq_len, vocab_size));
     for (b, row) in ids.rows().into_iter().enumerate() {
         let mut x = Array2::<f64>::zeros((seq_len, cfg.d_model));
@@ -184,7 +234,7 @@ pub fn forward_tokens(
             x.row_mut(t).assign(&table.row(id as usize));
         }
         let h = trunk(cfg, &p, x)?;
-        let logits = h.dot(&table.t()) + &head_bias;
+        let logits = h.dot(&head) + &head_bias;
         out.index_axis_mut(Axis(0), b)
             .assign(&logits.mapv(|v| v as f32));
     }

@@ -10,13 +10,13 @@
 //! | `blocks.{i}.norm.{weight,bias}` | [d] | LN of the block input |
 //! | `blocks.{i}.proj_in.{weight,bias}` | [d, f], [f] | U |
 //! | `blocks.{i}.sgu.norm.{weight,bias}` | [e] | LN of Z2 |
-//! | `blocks.{i}.sgu.spatial.weight` | [2n−1] (Toeplitz) or [n, n] | W, `W[i,j] = w[j−i+n−1]` |
-//! | `blocks.{i}.sgu.spatial.bias` | [n] | b, one value per token |
+//! | `blocks.{i}.sgu.spatial.weight` | [2n−1] (Toeplitz) or [n, n]; [h, …] with h > 1 heads | W, `W[i,j] = w[j−i+n−1]` |
+//! | `blocks.{i}.sgu.spatial.bias` | [n]; [h, n] with h > 1 heads | b, one value per token |
 //! | `blocks.{i}.attn.qkv.weight` | [d, 3a] | tiny attention q, k, v (no bias) |
 //! | `blocks.{i}.attn.out.{weight,bias}` | [a, e], [e] | tiny attention output |
 //! | `blocks.{i}.proj_out.{weight,bias}` | [e, d], [d] | V |
 //! | `norm.{weight,bias}` | [d] | final LN |
-//! | `head.weight` (vision only), `head.bias` | [d, classes], [classes or vocab] | classifier / output bias |
+//! | `head.weight`, `head.bias` | [d, classes or vocab], [classes or vocab] | classifier / output projection (no `head.weight` when tied to the embedding) |
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Task};
@@ -117,11 +117,16 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
             ParamKind::NormScale,
         );
         push(format!("{b}.sgu.norm.bias"), vec![e], ParamKind::NormShift);
-        let w_shape = if cfg.spatial.is_toeplitz() {
+        let mut w_shape = if cfg.spatial.is_toeplitz() {
             vec![2 * n - 1]
         } else {
             vec![n, n]
         };
+        let mut b_shape = vec![n];
+        if cfg.heads > 1 {
+            w_shape.insert(0, cfg.heads);
+            b_shape.insert(0, cfg.heads);
+        }
         push(
             format!("{b}.sgu.spatial.weight"),
             w_shape,
@@ -129,7 +134,7 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
         );
         push(
             format!("{b}.sgu.spatial.bias"),
-            vec![n],
+            b_shape,
             ParamKind::SpatialBias,
         );
         if let Some(a) = cfg.attn_dim {
@@ -163,11 +168,24 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
     push("norm.weight".into(), vec![d], ParamKind::NormScale);
     push("norm.bias".into(), vec![d], ParamKind::NormShift);
     match &cfg.task {
-        Task::Tokens { vocab_size, .. } => push(
-            "head.bias".into(),
-            vec![*vocab_size],
-            ParamKind::Bias { fan_in: d },
-        ),
+        Task::Tokens {
+            vocab_size,
+            tied_embedding,
+            ..
+        } => {
+            if !tied_embedding {
+                push(
+                    "head.weight".into(),
+                    vec![d, *vocab_size],
+                    ParamKind::Weight { fan_in: d },
+                );
+            }
+            push(
+                "head.bias".into(),
+                vec![*vocab_size],
+                ParamKind::Bias { fan_in: d },
+            )
+        }
         Task::Vision { num_classes, .. } => {
             push(
                 "head.weight".into(),
