@@ -5,6 +5,7 @@
 //! → [`model_io::write_model`] → [`runtime`] → [`compare`] / [`validate`].
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod compare;
 pub mod error;
 pub mod export;

@@ -11,9 +11,12 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::compare::Tolerance;
 use gmlp_onnx::export::{counts, export, DEFAULT_OPSET};
-use gmlp_onnx::gmlp::{preset, presets, GmlpConfig, InitScheme, SeededInit, SpatialForm, Task};
+use gmlp_onnx::gmlp::{
+    preset, presets, GmlpConfig, InitScheme, SeededInit, SpatialForm, Task, WeightSource,
+};
 use gmlp_onnx::model_io::write_model;
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::validate::{validate, ValidateOptions, ValidationReport};
@@ -59,11 +62,41 @@ enum InitArg {
     Spread,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    /// Recognize the layout from tensor names.
+    Auto,
+    /// This project's own names (see README).
+    Native,
+    /// timm's gMLP (MlpMixer with SpatialGatingBlock).
+    Timm,
+    /// g-mlp-pytorch (gMLP, gMLPVision).
+    Lucidrains,
+}
+
 #[derive(Args)]
 struct BuildArgs {
     /// Preset name (see `gmlp-onnx presets`).
+    #[arg(long, required_unless_present = "weights", conflicts_with = "weights")]
+    preset: Option<String>,
+    /// Trained checkpoint (safetensors; F32, F16, BF16): the architecture is read from it.
     #[arg(long)]
-    preset: String,
+    weights: Option<PathBuf>,
+    /// Layout of --weights.
+    #[arg(long, value_enum, default_value = "auto")]
+    weights_format: FormatArg,
+    /// Accept checkpoint tensors the model does not use.
+    #[arg(long)]
+    allow_unused: bool,
+    /// Relative tolerance (of max|W|) for accepting a dense W as Toeplitz.
+    #[arg(long, default_value_t = gmlp_onnx::checkpoint::TOEPLITZ_TOLERANCE)]
+    toeplitz_tol: f32,
+    /// g-mlp-pytorch token shift the checkpoint was trained with (not visible in weights).
+    #[arg(long, default_value_t = 0)]
+    shift_tokens: usize,
+    /// Also write the model's weights in the native layout (safetensors).
+    #[arg(long)]
+    save_weights: Option<PathBuf>,
     /// Output ONNX file.
     #[arg(short, long)]
     output: PathBuf,
@@ -173,7 +206,7 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
 #[error("runtimes disagree beyond the tolerance")]
 struct Disagreement;
 
-fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
+fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> anyhow::Result<()> {
     let set = |dst: &mut usize, v: Option<usize>| {
         if let Some(v) = v {
             *dst = v;
@@ -187,11 +220,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
     }
     cfg.causal |= a.causal;
     if let Some(s) = a.spatial {
-        cfg.spatial = match s {
-            SpatialArg::Dense => SpatialForm::Dense,
-            SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
-            SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
-        };
+        cfg.spatial = spatial_form(s);
     }
     match &mut cfg.task {
         Task::Tokens {
@@ -207,8 +236,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
             ];
             if let Some((flag, _)) = vision_only.iter().find(|(_, v)| v.is_some()) {
                 anyhow::bail!(Error::InvalidArgument(format!(
-                    "{flag} applies to vision presets, and {} is a token preset",
-                    a.preset
+                    "{flag} applies to vision presets, and {preset_name} is a token preset"
                 )));
             }
             set(vocab_size, a.vocab_size);
@@ -223,8 +251,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs) -> anyhow::Result<()> {
             let token_only = [("--seq-len", a.seq_len), ("--vocab-size", a.vocab_size)];
             if let Some((flag, _)) = token_only.iter().find(|(_, v)| v.is_some()) {
                 anyhow::bail!(Error::InvalidArgument(format!(
-                    "{flag} applies to token presets, and {} is a vision preset (use --image-size / --patch-size)",
-                    a.preset
+                    "{flag} applies to token presets, and {preset_name} is a vision preset (use --image-size / --patch-size)"
                 )));
             }
             set(image_size, a.image_size);
@@ -252,30 +279,121 @@ fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     bar
 }
 
-fn run_build(a: BuildArgs) -> anyhow::Result<()> {
-    let p = preset(&a.preset)?;
-    let mut cfg = p.config.clone();
-    apply_overrides(&mut cfg, &a)?;
-    let scheme = match a.init {
-        InitArg::Paper => InitScheme::Paper,
-        InitArg::Spread => InitScheme::Spread,
+fn spatial_form(s: SpatialArg) -> SpatialForm {
+    match s {
+        SpatialArg::Dense => SpatialForm::Dense,
+        SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
+        SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
+    }
+}
+
+/// The configuration, weights and their description for a build from a checkpoint.
+fn from_checkpoint(
+    path: &Path,
+    a: &BuildArgs,
+) -> anyhow::Result<(GmlpConfig, Arc<dyn WeightSource>, String)> {
+    let architecture_flags = [
+        ("--layers", a.layers),
+        ("--d-model", a.d_model),
+        ("--d-ffn", a.d_ffn),
+        ("--attn-dim", a.attn_dim),
+        ("--seq-len", a.seq_len),
+        ("--vocab-size", a.vocab_size),
+        ("--num-classes", a.num_classes),
+    ];
+    if let Some((flag, _)) = architecture_flags.iter().find(|(_, v)| v.is_some()) {
+        anyhow::bail!(Error::InvalidArgument(format!(
+            "{flag} cannot be combined with --weights: the architecture is read from the checkpoint"
+        )));
+    }
+    if !(a.toeplitz_tol.is_finite() && a.toeplitz_tol >= 0.0) {
+        anyhow::bail!(Error::InvalidArgument(
+            "--toeplitz-tol must be a finite number >= 0".into()
+        ));
+    }
+    let hints = ImportHints {
+        format: match a.weights_format {
+            FormatArg::Auto => None,
+            FormatArg::Native => Some(Format::Native),
+            FormatArg::Timm => Some(Format::Timm),
+            FormatArg::Lucidrains => Some(Format::Lucidrains),
+        },
+        causal: a.causal,
+        shift_tokens: a.shift_tokens,
+        in_chans: a.in_chans,
+        image_size: a.image_size,
+        patch_size: a.patch_size,
+        spatial: a.spatial.map(spatial_form),
+        allow_unused: a.allow_unused,
+        toeplitz_tolerance: a.toeplitz_tol,
     };
-    let source = Arc::new(SeededInit {
-        seed: a.seed,
-        scheme,
-    });
+    let import = Import::open(path, &hints)?;
     let description = format!(
-        "seeded init (scheme {}, seed {})",
-        serde_json::to_string(&scheme)?.trim_matches('"'),
-        a.seed
+        "imported from {} ({} layout{})",
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into_owned()
+        ),
+        import.format.name(),
+        if import.unused.is_empty() {
+            String::new()
+        } else {
+            format!(", {} tensors unused", import.unused.len())
+        }
     );
-    let model = export(&cfg, source, &description, Some(p.name), a.opset)?;
+    let config = import.config.clone();
+    let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
+    Ok((config, weights, description))
+}
+
+fn run_build(a: BuildArgs) -> anyhow::Result<()> {
+    let (cfg, source, description, preset_name): (
+        GmlpConfig,
+        Arc<dyn WeightSource>,
+        String,
+        Option<&str>,
+    ) = match (&a.preset, &a.weights) {
+        (Some(name), _) => {
+            if a.shift_tokens > 0 {
+                anyhow::bail!(Error::InvalidArgument(
+                    "--shift-tokens applies to --weights (g-mlp-pytorch checkpoints)".into()
+                ));
+            }
+            let p = preset(name)?;
+            let mut cfg = p.config.clone();
+            apply_overrides(&mut cfg, &a, name)?;
+            let scheme = match a.init {
+                InitArg::Paper => InitScheme::Paper,
+                InitArg::Spread => InitScheme::Spread,
+            };
+            let description = format!(
+                "seeded init (scheme {}, seed {})",
+                serde_json::to_string(&scheme)?.trim_matches('"'),
+                a.seed
+            );
+            let source: Arc<dyn WeightSource> = Arc::new(SeededInit {
+                seed: a.seed,
+                scheme,
+            });
+            (cfg, source, description, Some(p.name))
+        }
+        (None, Some(path)) => {
+            let (cfg, source, description) = from_checkpoint(path, &a)?;
+            (cfg, source, description, None)
+        }
+        (None, None) => anyhow::bail!(Error::InvalidArgument("give --preset or --weights".into())),
+    };
+    let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
     let c = counts(&model.graph);
     let bar = progress_bar(model.graph.initializers.len() as u64, a.quiet, "writing");
     let bytes = write_model(&model.graph, &model.info, &a.output, |k, _| {
         bar.set_position(k as u64)
     })?;
     bar.finish_and_clear();
+    if let Some(path) = &a.save_weights {
+        save_native(path, &cfg, source.as_ref())?;
+        println!("wrote {} (native layout)", path.display());
+    }
     println!(
         "wrote {} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
         a.output.display(),
