@@ -51,24 +51,38 @@ pub fn counts(graph: &Graph) -> GraphCounts {
     }
 }
 
-/// Refuses configurations whose single-file ONNX would exceed the protobuf limit,
-/// estimated from the sizes alone before anything is allocated.
+/// Largest model accepted, in bytes of f32 weights (refused up front, before any
+/// allocation, with the estimate).
+pub const MAX_MODEL_BYTES: u128 = 64 << 30;
+
+/// Refuses configurations that are too large, estimated from the sizes alone before
+/// anything is allocated: weights over [`MAX_MODEL_BYTES`], or constants that must stay
+/// inline in the graph (Toeplitz index table, causal mask) over the 2 GiB protobuf limit.
+/// Weights over 2 GiB are fine: they go to external data.
 pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
     cfg.validate()?;
     let n = cfg.seq_len() as u128;
-    let mut bytes = cfg.stored_f32_estimate() * 4;
+    let weights = cfg.stored_f32_estimate() * 4;
+    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+    if weights > MAX_MODEL_BYTES {
+        return Err(Error::TooLarge(format!(
+            "the model would hold {:.1} GiB of f32 weights ({:.0}M parameters), over the {:.0} GiB limit",
+            gib(weights),
+            cfg.stored_f32_estimate() as f64 / 1e6,
+            gib(MAX_MODEL_BYTES)
+        )));
+    }
+    let mut inline = 0u128;
     if cfg.spatial == SpatialForm::ToeplitzGather {
-        bytes += n * n * 8;
+        inline += n * n * 8;
     }
     if cfg.causal && cfg.attn_dim.is_some() {
-        bytes += n * n * 4;
+        inline += n * n * 4;
     }
-    if bytes > u128::from(PROTOBUF_LIMIT) {
+    if inline > u128::from(PROTOBUF_LIMIT) / 2 {
         return Err(Error::TooLarge(format!(
-            "the model would be about {:.2} GiB ({:.1}M stored parameters), over the 2 GiB limit of a \
-             single ONNX file; external data (model.onnx + model.onnx.data) is not supported yet",
-            bytes as f64 / (1u64 << 30) as f64,
-            cfg.stored_f32_estimate() as f64 / 1e6
+            "{n} tokens need {:.2} GiB of constants inside the graph (index table, mask), over the 1 GiB allowed              in the 2 GiB protobuf; use fewer tokens",
+            gib(inline)
         )));
     }
     Ok(())

@@ -17,7 +17,7 @@ use gmlp_onnx::export::{counts, export, DEFAULT_OPSET};
 use gmlp_onnx::gmlp::{
     preset, presets, GmlpConfig, InitScheme, SeededInit, SpatialForm, Task, WeightSource,
 };
-use gmlp_onnx::model_io::write_model;
+use gmlp_onnx::model_io::{write_model_with, ExternalData};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::validate::{validate, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
@@ -154,6 +154,9 @@ struct BuildArgs {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
     #[arg(long)]
     ort_lib: Option<PathBuf>,
+    /// Write the weights to OUT.onnx.data beside the model even under 2 GiB (always done above).
+    #[arg(long)]
+    external_data: bool,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -386,16 +389,30 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
     let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
     let c = counts(&model.graph);
     let bar = progress_bar(model.graph.initializers.len() as u64, a.quiet, "writing");
-    let bytes = write_model(&model.graph, &model.info, &a.output, |k, _| {
+    let layout = if a.external_data {
+        ExternalData::Always
+    } else {
+        ExternalData::Auto
+    };
+    let written = write_model_with(&model.graph, &model.info, &a.output, layout, |k, _| {
         bar.set_position(k as u64)
     })?;
+    let bytes = written.model_bytes;
+    let data_note = match &written.data_file {
+        Some((path, len)) => format!(
+            " + {} ({:.1} MB external data)",
+            path.display(),
+            *len as f64 / 1e6
+        ),
+        None => String::new(),
+    };
     bar.finish_and_clear();
     if let Some(path) = &a.save_weights {
         save_native(path, &cfg, source.as_ref())?;
         println!("wrote {} (native layout)", path.display());
     }
     println!(
-        "wrote {} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
+        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
         a.output.display(),
         bytes as f64 / 1e6,
         c.stored_params,

@@ -139,21 +139,43 @@ fn write_varint(w: &mut impl Write, v: u64) -> std::io::Result<()> {
     w.write_all(&buf)
 }
 
+/// Where initializer data goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataLayout {
+    /// In the ONNX file (`raw_data`); the whole file must stay under 2 GiB.
+    Inline,
+    /// In a side file named `location` beside the model (`TensorProto.external_data`),
+    /// each tensor at an offset that is a multiple of [`EXTERNAL_ALIGNMENT`].
+    External {
+        /// File name of the data file, relative to the model's folder.
+        location: String,
+    },
+}
+
+/// Alignment of tensors in an external data file (the ONNX spec recommends 4096).
+pub const EXTERNAL_ALIGNMENT: u64 = 4096;
+
 /// Everything but the initializers' data, encoded, plus the lengths needed to stream them.
 struct Layout {
     model_head: Vec<u8>,
     graph_head: Vec<u8>,
     tensor_heads: Vec<Vec<u8>>,
+    /// Offsets in the external data file (empty when inline).
+    offsets: Vec<u64>,
     graph_len: u64,
     total_len: u64,
 }
 
 impl Layout {
-    fn tensor_len(head: &[u8], data_len: u64) -> u64 {
-        head.len() as u64 + 1 + varint_len(data_len) + data_len
+    fn tensor_len(head: &[u8], data_len: u64, inline: bool) -> u64 {
+        if inline {
+            head.len() as u64 + 1 + varint_len(data_len) + data_len
+        } else {
+            head.len() as u64
+        }
     }
 
-    fn new(graph: &Graph, info: &ModelInfo) -> Layout {
+    fn new(graph: &Graph, info: &ModelInfo, data: &DataLayout) -> Layout {
         let model = onnx::ModelProto {
             ir_version: Some(ir_version_for(graph.opset)),
             opset_import: vec![onnx::OperatorSetIdProto {
@@ -195,14 +217,42 @@ impl Layout {
         };
         let model_head = model.encode_to_vec();
         let graph_head = graph_proto.encode_to_vec();
-        let tensor_heads: Vec<Vec<u8>> = graph
-            .initializers
-            .iter()
-            .map(|i| tensor_header(i).encode_to_vec())
-            .collect();
+        let mut offsets = Vec::new();
+        let tensor_heads: Vec<Vec<u8>> = match data {
+            DataLayout::Inline => graph
+                .initializers
+                .iter()
+                .map(|i| tensor_header(i).encode_to_vec())
+                .collect(),
+            DataLayout::External { location } => {
+                let mut offset = 0u64;
+                graph
+                    .initializers
+                    .iter()
+                    .map(|i| {
+                        offset = offset.div_ceil(EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT;
+                        offsets.push(offset);
+                        let entry = |k: &str, v: String| onnx::StringStringEntryProto {
+                            key: Some(k.into()),
+                            value: Some(v),
+                        };
+                        let mut t = tensor_header(i);
+                        t.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+                        t.external_data = vec![
+                            entry("location", location.clone()),
+                            entry("offset", offset.to_string()),
+                            entry("length", i.byte_len().to_string()),
+                        ];
+                        offset += i.byte_len() as u64;
+                        t.encode_to_vec()
+                    })
+                    .collect()
+            }
+        };
+        let inline = *data == DataLayout::Inline;
         let mut graph_len = graph_head.len() as u64;
         for (head, init) in tensor_heads.iter().zip(&graph.initializers) {
-            let t = Self::tensor_len(head, init.byte_len() as u64);
+            let t = Self::tensor_len(head, init.byte_len() as u64, inline);
             graph_len += 1 + varint_len(t) + t;
         }
         let total_len = model_head.len() as u64 + 1 + varint_len(graph_len) + graph_len;
@@ -210,47 +260,66 @@ impl Layout {
             model_head,
             graph_head,
             tensor_heads,
+            offsets,
             graph_len,
             total_len,
         }
     }
 }
 
-/// The exact size in bytes of the ONNX file [`write_model`] would write.
-pub fn encoded_size(graph: &Graph, info: &ModelInfo) -> u64 {
-    Layout::new(graph, info).total_len
+/// The exact size in bytes of the ONNX file [`encode_model`] writes for `data`.
+pub fn encoded_size(graph: &Graph, info: &ModelInfo, data: &DataLayout) -> u64 {
+    Layout::new(graph, info, data).total_len
 }
 
-fn tensor_bytes(init: &Initializer) -> Result<Vec<u8>> {
-    let bytes: Vec<u8> = match &init.data {
-        TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorData::LazyF32(produce) => {
-            let v = produce()?;
-            if v.len() != init.len() {
-                return Err(Error::BadTensor(format!(
-                    "{}: produced {} values for shape {:?}",
-                    init.name,
-                    v.len(),
-                    init.dims
-                )));
-            }
-            v.iter().flat_map(|x| x.to_le_bytes()).collect()
-        }
+/// Produces an initializer's values and checks their count.
+fn tensor_values(init: &Initializer) -> Result<std::borrow::Cow<'_, [f32]>> {
+    let values = match &init.data {
+        TensorData::F32(v) => std::borrow::Cow::Borrowed(v.as_slice()),
+        TensorData::LazyF32(produce) => std::borrow::Cow::Owned(produce()?),
     };
-    Ok(bytes)
+    if values.len() != init.len() {
+        return Err(Error::BadTensor(format!(
+            "{}: produced {} values for shape {:?}",
+            init.name,
+            values.len(),
+            init.dims
+        )));
+    }
+    Ok(values)
 }
 
-/// Streams the model to `w`; returns the number of bytes written. `on_tensor` is called
+/// Writes f32 values little-endian, in bounded chunks (no second full-size copy).
+fn write_f32(w: &mut (impl Write + ?Sized), values: &[f32]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1 << 16);
+    for chunk in values.chunks(1 << 14) {
+        buf.clear();
+        buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+        w.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// Streams the model to `w` (and, for [`DataLayout::External`], the tensor data to
+/// `data_file`); returns the number of bytes of the model written. `on_tensor` is called
 /// after each initializer with (index, count) for progress reporting.
 pub fn encode_model(
     graph: &Graph,
     info: &ModelInfo,
+    data: &DataLayout,
     w: &mut impl Write,
+    mut data_file: Option<&mut dyn Write>,
     mut on_tensor: impl FnMut(usize, usize),
 ) -> Result<u64> {
-    let layout = Layout::new(graph, info);
+    let layout = Layout::new(graph, info, data);
     if layout.total_len > PROTOBUF_LIMIT {
         return Err(too_large(layout.total_len));
+    }
+    let inline = *data == DataLayout::Inline;
+    if !inline && data_file.is_none() {
+        return Err(Error::InvalidArgument(
+            "external data needs a data file".into(),
+        ));
     }
     let io = |e: std::io::Error| Error::io("<onnx stream>", e);
     w.write_all(&layout.model_head).map_err(io)?;
@@ -258,20 +327,29 @@ pub fn encode_model(
     write_varint(w, layout.graph_len).map_err(io)?;
     w.write_all(&layout.graph_head).map_err(io)?;
     let count = graph.initializers.len();
+    let mut data_pos = 0u64;
     for (k, (head, init)) in layout
         .tensor_heads
         .iter()
         .zip(&graph.initializers)
         .enumerate()
     {
-        let data = tensor_bytes(init)?;
-        let t = Layout::tensor_len(head, data.len() as u64);
+        let values = tensor_values(init)?;
+        let byte_len = init.byte_len() as u64;
+        let t = Layout::tensor_len(head, byte_len, inline);
         w.write_all(&[GRAPH_INITIALIZER_KEY]).map_err(io)?;
         write_varint(w, t).map_err(io)?;
         w.write_all(head).map_err(io)?;
-        w.write_all(&[TENSOR_RAW_DATA_KEY]).map_err(io)?;
-        write_varint(w, data.len() as u64).map_err(io)?;
-        w.write_all(&data).map_err(io)?;
+        if inline {
+            w.write_all(&[TENSOR_RAW_DATA_KEY]).map_err(io)?;
+            write_varint(w, byte_len).map_err(io)?;
+            write_f32(w, &values).map_err(io)?;
+        } else if let Some(d) = data_file.as_deref_mut() {
+            let pad = layout.offsets[k] - data_pos;
+            d.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+            write_f32(d, &values).map_err(io)?;
+            data_pos = layout.offsets[k] + byte_len;
+        }
         on_tensor(k + 1, count);
     }
     Ok(layout.total_len)
@@ -279,29 +357,95 @@ pub fn encode_model(
 
 fn too_large(bytes: u64) -> Error {
     Error::TooLarge(format!(
-        "the model would be {:.2} GiB, over the 2 GiB protobuf limit of a single ONNX file; \
-         external data (model.onnx + model.onnx.data) is not supported yet",
+        "the ONNX graph would be {:.2} GiB even without its weights, over the 2 GiB protobuf limit",
         bytes as f64 / (1u64 << 30) as f64
     ))
 }
 
-/// Encodes the model into memory (small models, tests).
+/// Encodes the model with inline data into memory (small models, tests).
 pub fn encode_model_to_vec(graph: &Graph, info: &ModelInfo) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    encode_model(graph, info, &mut buf, |_, _| {})?;
+    encode_model(graph, info, &DataLayout::Inline, &mut buf, None, |_, _| {})?;
     Ok(buf)
 }
 
-/// Removes the temporary file unless disarmed: no partial output survives an error.
-struct TempFileGuard {
-    path: PathBuf,
-    armed: bool,
+/// A file being written under a temporary name beside its target: renamed into place by
+/// [`PendingFile::persist`], removed if dropped before that (no partial output survives
+/// an error).
+pub struct PendingFile {
+    target: PathBuf,
+    tmp: PathBuf,
+    writer: Option<BufWriter<File>>,
 }
 
-impl Drop for TempFileGuard {
+impl PendingFile {
+    /// Creates the temporary file for `target` (which must not be a directory, in an
+    /// existing directory).
+    pub fn create(target: &Path) -> Result<Self> {
+        if target.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "output path {} is a directory",
+                target.display()
+            )));
+        }
+        let file_name = target.file_name().ok_or_else(|| {
+            Error::InvalidArgument(format!("output path {} has no file name", target.display()))
+        })?;
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "output directory {} does not exist",
+                dir.display()
+            )));
+        }
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}",
+            file_name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        Ok(PendingFile {
+            target: target.to_path_buf(),
+            tmp,
+            writer: Some(BufWriter::with_capacity(1 << 20, file)),
+        })
+    }
+
+    /// The buffered writer of the temporary file.
+    pub fn writer(&mut self) -> &mut BufWriter<File> {
+        self.writer
+            .as_mut()
+            .expect("writer present until persisted")
+    }
+
+    /// Flushes and syncs the temporary file.
+    pub fn sync(&mut self) -> Result<()> {
+        let w = self.writer.take().expect("writer present until persisted");
+        let file = w
+            .into_inner()
+            .map_err(|e| Error::io(&self.tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io(&self.tmp, e))?;
+        Ok(())
+    }
+
+    /// Syncs (if not done yet) and renames the temporary file to its target.
+    pub fn persist(mut self) -> Result<()> {
+        if self.writer.is_some() {
+            self.sync()?;
+        }
+        std::fs::rename(&self.tmp, &self.target).map_err(|e| Error::io(&self.target, e))?;
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for PendingFile {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = std::fs::remove_file(&self.path);
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
         }
     }
 }
@@ -312,67 +456,118 @@ pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
 ) -> Result<()> {
-    if path.is_dir() {
-        return Err(Error::InvalidArgument(format!(
-            "output path {} is a directory",
-            path.display()
-        )));
-    }
-    let file_name = path.file_name().ok_or_else(|| {
-        Error::InvalidArgument(format!("output path {} has no file name", path.display()))
-    })?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !dir.is_dir() {
-        return Err(Error::InvalidArgument(format!(
-            "output directory {} does not exist",
-            dir.display()
-        )));
-    }
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut guard = TempFileGuard {
-        path: tmp.clone(),
-        armed: true,
-    };
-    let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    write(&mut w)?;
-    let file = w
-        .into_inner()
-        .map_err(|e| Error::io(&tmp, e.into_error()))?;
-    file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    guard.armed = false;
-    Ok(())
+    let mut pending = PendingFile::create(path)?;
+    write(pending.writer())?;
+    pending.persist()
 }
 
-/// Writes the model to `path` atomically; returns the file size.
+/// How [`write_model_with`] lays out the weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ExternalData {
+    /// External data only when the single file would exceed 2 GiB.
+    #[default]
+    Auto,
+    /// Always write `NAME.data` beside the model.
+    Always,
+}
+
+/// What [`write_model_with`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// Size of the ONNX file.
+    pub model_bytes: u64,
+    /// The external data file and its size, if the weights went there.
+    pub data_file: Option<(PathBuf, u64)>,
+}
+
+/// Writes the model to `path` atomically, with external data when it would not fit in
+/// one file; returns the model file's size.
 pub fn write_model(
     graph: &Graph,
     info: &ModelInfo,
     path: &Path,
     on_tensor: impl FnMut(usize, usize),
 ) -> Result<u64> {
-    let size = encoded_size(graph, info);
+    write_model_with(graph, info, path, ExternalData::Auto, on_tensor).map(|w| w.model_bytes)
+}
+
+/// The external data file name for a model file name (`model.onnx` → `model.onnx.data`).
+pub fn data_file_name(model_path: &Path) -> Result<String> {
+    let name = model_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "output path {} has no file name",
+                model_path.display()
+            ))
+        })?;
+    Ok(format!("{name}.data"))
+}
+
+/// Writes the model to `path`; with external data, the tensors go to `path` + `.data`
+/// beside it. Both files are written to temporary names and renamed into place (data
+/// first, model last) only when complete; on error neither is left behind.
+pub fn write_model_with(
+    graph: &Graph,
+    info: &ModelInfo,
+    path: &Path,
+    external: ExternalData,
+    on_tensor: impl FnMut(usize, usize),
+) -> Result<Written> {
+    let inline_size = encoded_size(graph, info, &DataLayout::Inline);
+    let layout = if external == ExternalData::Always || inline_size > PROTOBUF_LIMIT {
+        DataLayout::External {
+            location: data_file_name(path)?,
+        }
+    } else {
+        DataLayout::Inline
+    };
+    let size = encoded_size(graph, info, &layout);
     if size > PROTOBUF_LIMIT {
         return Err(too_large(size));
     }
+    let rename_io = |e: Error| match e {
+        Error::Io { source, .. } => Error::io(path, source),
+        other => other,
+    };
     let mut written = 0;
-    write_atomically(path, |w| {
-        written = encode_model(graph, info, w, on_tensor).map_err(|e| match e {
-            Error::Io { source, .. } => Error::io(path, source),
-            other => other,
-        })?;
-        Ok(())
-    })?;
-    Ok(written)
+    let mut data_file_written = None;
+    match &layout {
+        DataLayout::Inline => write_atomically(path, |w| {
+            written = encode_model(graph, info, &layout, w, None, on_tensor).map_err(rename_io)?;
+            Ok(())
+        })?,
+        DataLayout::External { location } => {
+            let data_path = path.with_file_name(location);
+            let mut model_file = PendingFile::create(path)?;
+            let mut data_file = PendingFile::create(&data_path)?;
+            written = encode_model(
+                graph,
+                info,
+                &layout,
+                model_file.writer(),
+                Some(data_file.writer() as &mut dyn Write),
+                on_tensor,
+            )
+            .map_err(rename_io)?;
+            model_file.sync()?;
+            data_file.persist()?;
+            let data_len = std::fs::metadata(&data_path)
+                .map_err(|e| Error::io(&data_path, e))?
+                .len();
+            data_file_written = Some((data_path.clone(), data_len));
+            // The model appears last; if that fails, its data file goes too.
+            if let Err(e) = model_file.persist() {
+                let _ = std::fs::remove_file(&data_path);
+                return Err(e);
+            }
+        }
+    }
+    Ok(Written {
+        model_bytes: written,
+        data_file: data_file_written,
+    })
 }
 
 /// Reads and decodes an ONNX file (models with external data are not read yet).

@@ -345,3 +345,94 @@ fn gating_heads_untied_head_and_token_shift_agree_with_reference() {
     cfg.heads = 2;
     three_way(&cfg, 18, 2);
 }
+
+#[test]
+fn external_data_is_aligned_loads_in_both_runtimes_and_matches_inline() {
+    use gmlp_onnx::model_io::{write_model_with, ExternalData, EXTERNAL_ALIGNMENT};
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
+    let dir = tempfile::tempdir().unwrap();
+    let m = export(&cfg, Arc::new(spread(4)), "test", None, 17).unwrap();
+    let inline = dir.path().join("inline.onnx");
+    let external = dir.path().join("ext.onnx");
+    write_model_with(&m.graph, &m.info, &inline, ExternalData::Auto, |_, _| {}).unwrap();
+    let written = write_model_with(
+        &m.graph,
+        &m.info,
+        &external,
+        ExternalData::Always,
+        |_, _| {},
+    )
+    .unwrap();
+    let (data_path, data_len) = written.data_file.expect("external data written");
+    assert_eq!(data_path, dir.path().join("ext.onnx.data"));
+    assert_eq!(std::fs::metadata(&data_path).unwrap().len(), data_len);
+    let model = read_model(&external).unwrap();
+    let graph = model.graph.as_ref().unwrap();
+    assert!(!graph.initializer.is_empty());
+    for t in &graph.initializer {
+        assert!(
+            t.raw_data.is_none()
+                && t.data_location() == gmlp_onnx::onnx::tensor_proto::DataLocation::External
+        );
+        let get = |k: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key() == k)
+                .unwrap()
+                .value()
+                .to_string()
+        };
+        assert_eq!(get("location"), "ext.onnx.data");
+        let offset: u64 = get("offset").parse().unwrap();
+        assert_eq!(offset % EXTERNAL_ALIGNMENT, 0, "{} at {offset}", t.name());
+    }
+    onnx_check(std::slice::from_ref(&external));
+    let ids = token_ids(&cfg, 2, 9);
+    let feed = [NamedTensor {
+        name: "input_ids".into(),
+        value: TensorValue::I64(ids.into_dyn()),
+    }];
+    for kind in CPU_RUNTIMES {
+        let a = f32_output(&run(kind, &inline, &feed));
+        let b = f32_output(&run(kind, &external, &feed));
+        assert_eq!(a, b, "{}: external data changes the outputs", kind.name());
+    }
+}
+
+#[test]
+fn a_failed_write_leaves_neither_file() {
+    use gmlp_onnx::gmlp::weights::ParamSpec;
+    use gmlp_onnx::model_io::{write_model_with, ExternalData};
+    /// Weights that turn out not to be finite halfway through the write.
+    struct Poisoned;
+    impl gmlp_onnx::gmlp::WeightSource for Poisoned {
+        fn values(&self, spec: &ParamSpec) -> gmlp_onnx::Result<Vec<f32>> {
+            let fill = if spec.name.starts_with("blocks.1.") {
+                f32::INFINITY
+            } else {
+                0.5
+            };
+            Ok(vec![fill; spec.len()])
+        }
+    }
+    let cfg = tiny_tokens(SpatialForm::Dense, None, false);
+    let dir = tempfile::tempdir().unwrap();
+    let m = export(&cfg, Arc::new(Poisoned), "test", None, 17).unwrap();
+    for layout in [ExternalData::Auto, ExternalData::Always] {
+        let err = write_model_with(
+            &m.graph,
+            &m.info,
+            &dir.path().join("p.onnx"),
+            layout,
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("blocks.1.norm.weight: value inf at flat index 0 is not finite"),
+            "{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
