@@ -113,12 +113,14 @@ pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
     let elem_size: usize = match descr {
         "<f4" | "<i4" => 4,
         "<f8" | "<i8" => 8,
-        other => return Err(bad(
-            what,
-            format!(
+        other => {
+            return Err(bad(
+                what,
+                format!(
                 "dtype '{other}' is not supported (little-endian float32, float64, int32 or int64)"
             ),
-        )),
+            ))
+        }
     };
     let data = &bytes[offset + header_len..];
     let need = shape

@@ -117,7 +117,8 @@ pub struct BenchReport {
 pub struct RuntimeReport {
     /// Runtime name (`tract`, `ort-cpu`, `ort-cuda`).
     pub name: String,
-    /// Wall time of the first run in milliseconds (includes warm-up work).
+    /// Wall time of the first run in milliseconds (includes warm-up work and, for
+    /// ONNX Runtime, profiling).
     pub first_run_ms: f64,
     /// ONNX Runtime only: distinct graph nodes per execution provider in the first
     /// run, from ONNX Runtime's profiler.

@@ -586,3 +586,48 @@ fn profile_parsing_and_the_cuda_placement_rule() {
     assert!(check_placement(RuntimeKind::OrtCuda, None).is_err());
     assert!(parse_profile("{not json").is_err());
 }
+
+#[test]
+fn a_failing_onnxruntime_run_is_one_line_and_leaves_no_profile() {
+    // Declared [N, 4] but reshaped to a fixed [3, 4]: any N other than 3 fails at run time.
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("reshape.onnx");
+    py(
+        "import sys, onnx, numpy as np\nfrom onnx import helper as h, TensorProto as T, numpy_helper as nh\n\
+         g = h.make_graph([h.make_node('Reshape', ['x', 's'], ['y'])], 'r',\n\
+           [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], [h.make_tensor_value_info('y', T.FLOAT, [3, 4])],\n\
+           [nh.from_array(np.array([3, 4], np.int64), 's')])\n\
+         onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)], ir_version=9), sys.argv[1])\n",
+        &[&model],
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
+        .args([
+            "validate",
+            s(&model),
+            "--runtimes",
+            "ort-cpu",
+            "--dim",
+            "N=5",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert_fails(&o, 2, &["runtime ort-cpu failed", "Reshape"]);
+    let prefix = format!("gmlp-onnx-profile-{pid}-");
+    assert!(!std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().starts_with(&prefix)));
+    let o = gmlp(&[
+        "validate",
+        s(&model),
+        "--runtimes",
+        "ort-cpu",
+        "--dim",
+        "N=3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -189,7 +189,12 @@ impl OrtRuntime {
             reason,
         };
         let environment = environment_for(&library).map_err(unavailable)?;
-        let mut builder = Session::builder(&environment).map_err(|e| failed(name, e))?;
+        // ONNX Runtime's own log would print failures over several lines; they come
+        // back as errors and are reported on one line instead.
+        let mut builder = Session::builder(&environment)
+            .map_err(|e| failed(name, e))?
+            .with_log_level(ort::logging::LogLevel::Fatal)
+            .map_err(|e| failed(name, e))?;
         if options.threads > 0 {
             builder = builder
                 .with_intra_threads(options.threads)
@@ -252,6 +257,20 @@ fn register_cuda(
                  provider cannot be registered"
             .into(),
     })
+}
+
+impl Drop for OrtRuntime {
+    /// A session dropped while still profiling (e.g. after a failed run) ends the
+    /// profile and removes its file, so nothing is left in the temp directory.
+    fn drop(&mut self) {
+        if self.profiling {
+            if let Ok(file) = self.session.end_profiling() {
+                if !file.is_empty() {
+                    let _ = std::fs::remove_file(file);
+                }
+            }
+        }
+    }
 }
 
 impl Runtime for OrtRuntime {
