@@ -1,4 +1,4 @@
-//! `gmlp-onnx` command line: build, presets, validate.
+//! `gmlp-onnx` command line: build, presets, validate, inspect.
 //!
 //! Exit codes: 0 success / runtimes agree, 1 runtimes disagree, 2 usage or input error,
 //! 3 a requested runtime is unavailable, 101 internal error (a bug: please report it).
@@ -43,8 +43,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a model on several runtimes with the same seeded inputs and compare the outputs.
+    /// Run a model on several runtimes with the same inputs and compare the outputs.
     Validate(ValidateArgs),
+    /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata.
+    Inspect {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -169,15 +177,27 @@ struct ValidateArgs {
     /// Comma-separated runtimes: tract, ort-cpu, ort-cuda.
     #[arg(long, default_value = "tract,ort-cpu")]
     runtimes: String,
-    /// Value of the symbolic `batch` dimension.
-    #[arg(long, default_value_t = 2)]
-    batch: usize,
-    /// Value of another symbolic dimension, as NAME=N (repeatable).
+    /// Value of the symbolic `batch` dimension of generated inputs [default: 2].
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Value of another symbolic dimension of generated inputs, as NAME=N (repeatable).
     #[arg(long = "dim", value_parser = parse_dim)]
     dims: Vec<(String, usize)>,
     /// Seed of the generated inputs.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Read the inputs from this .npz (one array per model input, by name) instead of generating them.
+    #[arg(long)]
+    inputs: Option<PathBuf>,
+    /// Also compare every runtime with the reference outputs in this .npz (by output name).
+    #[arg(long)]
+    expected: Option<PathBuf>,
+    /// Write the first runtime's outputs to this .npz (usable as --expected later).
+    #[arg(long)]
+    save_outputs: Option<PathBuf>,
+    /// After one warm-up run, time N runs per runtime and report median and min latency.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    bench: usize,
     /// Relative tolerance (scaled by the largest reference magnitude).
     #[arg(long)]
     rtol: Option<f64>,
@@ -187,6 +207,9 @@ struct ValidateArgs {
     /// Allow TF32 on the CUDA execution provider (loosens the default rtol to 1e-2).
     #[arg(long)]
     tf32: bool,
+    /// ort-cuda: refuse the model unless every node can be placed on the CUDA execution provider.
+    #[arg(long)]
+    cuda_no_cpu_fallback: bool,
     /// Write the comparison as JSON to this file.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -421,17 +444,9 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
         cfg.spatial.as_str()
     );
     if a.validate {
-        let options = ValidateOptions {
-            runtimes: RuntimeKind::parse_list(&a.runtimes)?,
-            batch: 1,
-            dims: Vec::new(),
-            seed: 0,
-            tolerance: Tolerance::default(),
-            runtime: RuntimeOptions {
-                ort_library: a.ort_lib.clone(),
-                ..Default::default()
-            },
-        };
+        let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
+        options.batch = 1;
+        options.runtime.ort_library = a.ort_lib.clone();
         finish_validation(validate(&a.output, &options)?, None)?;
     }
     Ok(())
@@ -446,8 +461,8 @@ fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::R
             w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
         })?;
     }
-    if report.runtimes.len() < 2 {
-        println!("only one runtime ran: nothing was compared");
+    if report.pairs.is_empty() {
+        println!("only one runtime ran and no --expected file: nothing was compared");
     }
     if report.pass {
         println!("PASS");
@@ -464,11 +479,20 @@ fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
     } else {
         Tolerance::default().rtol
     };
+    if a.inputs.is_some() && (a.batch.is_some() || !a.dims.is_empty() || a.seed.is_some()) {
+        anyhow::bail!(Error::InvalidArgument(
+            "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
+        ));
+    }
     let options = ValidateOptions {
         runtimes: RuntimeKind::parse_list(&a.runtimes)?,
-        batch: a.batch,
+        batch: a.batch.unwrap_or(2),
         dims: a.dims,
-        seed: a.seed,
+        seed: a.seed.unwrap_or(0),
+        inputs: a.inputs,
+        expected: a.expected,
+        save_outputs: a.save_outputs,
+        bench: a.bench,
         tolerance: Tolerance {
             rtol: a.rtol.unwrap_or(default_rtol),
             atol: a.atol.unwrap_or(Tolerance::default().atol),
@@ -476,7 +500,8 @@ fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
         runtime: RuntimeOptions {
             ort_library: a.ort_lib,
             cuda_tf32: a.tf32,
-            threads: 0,
+            cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
+            ..Default::default()
         },
     };
     for (flag, v) in [
@@ -492,6 +517,16 @@ fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
     let report =
         validate(&a.model, &options).with_context(|| format!("validate {}", a.model.display()))?;
     finish_validation(report, a.report.as_deref())
+}
+
+fn run_inspect(model: &Path, json: bool) -> anyhow::Result<()> {
+    let summary = gmlp_onnx::inspect::inspect(model)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", summary.render());
+    }
+    Ok(())
 }
 
 fn run_presets(json: bool) -> anyhow::Result<()> {
@@ -585,6 +620,7 @@ fn main() -> ExitCode {
         Command::Build(a) => run_build(a),
         Command::Presets { json } => run_presets(json),
         Command::Validate(a) => run_validate(a),
+        Command::Inspect { model, json } => run_inspect(&model, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

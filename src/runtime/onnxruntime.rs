@@ -16,7 +16,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::TensorRef;
 
 use crate::error::{one_line, Error, Result};
-use crate::runtime::{NamedTensor, Runtime, RuntimeOptions, TensorValue};
+use crate::runtime::{NamedTensor, Placement, Runtime, RuntimeOptions, TensorValue};
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -128,7 +128,42 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
 pub struct OrtRuntime {
     session: Session,
     name: &'static str,
+    profiling: bool,
     _environment: Environment,
+}
+
+/// Counts, per execution provider, the distinct graph nodes that ran in an ONNX Runtime
+/// profile (the Chrome-trace JSON written by `end_profiling`): events with
+/// `"cat": "Node"` carry `args.provider` and `args.op_name`. A node run several times is
+/// counted once.
+pub fn parse_profile(text: &str) -> Result<Placement> {
+    let bad = |reason: String| Error::RuntimeFailed {
+        runtime: "onnxruntime".into(),
+        reason: format!("cannot read the ONNX Runtime profile: {reason}"),
+    };
+    let events: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| bad(one_line(e)))?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut placement = Placement::new();
+    for event in &events {
+        if event.get("cat").and_then(|c| c.as_str()) != Some("Node") {
+            continue;
+        }
+        let args = event.get("args");
+        let field = |k: &str| args.and_then(|a| a.get(k)).and_then(|v| v.as_str());
+        let (Some(provider), Some(_op)) = (field("provider"), field("op_name")) else {
+            continue;
+        };
+        let node = (
+            event.get("name").and_then(|n| n.as_str()).unwrap_or(""),
+            field("node_index").unwrap_or(""),
+            provider,
+        );
+        if seen.insert(node) {
+            *placement.entry(provider.to_string()).or_insert(0) += 1;
+        }
+    }
+    Ok(placement)
 }
 
 fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
@@ -154,13 +189,28 @@ impl OrtRuntime {
             reason,
         };
         let environment = environment_for(&library).map_err(unavailable)?;
-        let mut builder = Session::builder(&environment).map_err(|e| failed(name, e))?;
+        // ONNX Runtime's own log would print failures over several lines; they come
+        // back as errors and are reported on one line instead.
+        let mut builder = Session::builder(&environment)
+            .map_err(|e| failed(name, e))?
+            .with_log_level(ort::logging::LogLevel::Fatal)
+            .map_err(|e| failed(name, e))?;
         if options.threads > 0 {
             builder = builder
                 .with_intra_threads(options.threads)
                 .map_err(|e| failed(name, e))?;
         }
+        if let Some(prefix) = &options.ort_profile_prefix {
+            builder = builder
+                .with_profiling(prefix)
+                .map_err(|e| failed(name, e))?;
+        }
         if cuda {
+            if options.cuda_no_cpu_fallback {
+                builder = builder
+                    .with_disable_cpu_fallback()
+                    .map_err(|e| failed(name, e))?;
+            }
             builder = register_cuda(builder, options.cuda_tf32)?;
         }
         let session = builder
@@ -169,6 +219,7 @@ impl OrtRuntime {
         Ok(OrtRuntime {
             session,
             name,
+            profiling: options.ort_profile_prefix.is_some(),
             _environment: environment,
         })
     }
@@ -208,9 +259,39 @@ fn register_cuda(
     })
 }
 
+impl Drop for OrtRuntime {
+    /// A session dropped while still profiling (e.g. after a failed run) ends the
+    /// profile and removes its file, so nothing is left in the temp directory.
+    fn drop(&mut self) {
+        if self.profiling {
+            if let Ok(file) = self.session.end_profiling() {
+                if !file.is_empty() {
+                    let _ = std::fs::remove_file(file);
+                }
+            }
+        }
+    }
+}
+
 impl Runtime for OrtRuntime {
     fn name(&self) -> &str {
         self.name
+    }
+
+    fn placement(&mut self) -> Result<Option<Placement>> {
+        if !self.profiling {
+            return Ok(None);
+        }
+        self.profiling = false;
+        let file = PathBuf::from(
+            self.session
+                .end_profiling()
+                .map_err(|e| failed(self.name, e))?,
+        );
+        let text = std::fs::read_to_string(&file);
+        let _ = std::fs::remove_file(&file);
+        let text = text.map_err(|e| Error::io(&file, e))?;
+        parse_profile(&text).map(Some)
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
@@ -225,6 +306,12 @@ impl Runtime for OrtRuntime {
                 })?;
             let value: SessionInputValue<'_> = match &input.value {
                 TensorValue::F32(a) => TensorRef::from_array_view(a.view())
+                    .map_err(|e| failed(name, e))?
+                    .into(),
+                TensorValue::F64(a) => TensorRef::from_array_view(a.view())
+                    .map_err(|e| failed(name, e))?
+                    .into(),
+                TensorValue::I32(a) => TensorRef::from_array_view(a.view())
                     .map_err(|e| failed(name, e))?
                     .into(),
                 TensorValue::I64(a) => TensorRef::from_array_view(a.view())
@@ -246,12 +333,18 @@ impl Runtime for OrtRuntime {
                 let v = &outputs[out_name.as_str()];
                 let value = if let Ok(a) = v.try_extract_array::<f32>() {
                     TensorValue::F32(a.to_owned())
+                } else if let Ok(a) = v.try_extract_array::<f64>() {
+                    TensorValue::F64(a.to_owned())
+                } else if let Ok(a) = v.try_extract_array::<i32>() {
+                    TensorValue::I32(a.to_owned())
                 } else if let Ok(a) = v.try_extract_array::<i64>() {
                     TensorValue::I64(a.to_owned())
                 } else {
                     return Err(failed(
                         name,
-                        format!("output {out_name} is neither f32 nor i64"),
+                        format!(
+                            "output {out_name} is not float32, float64, int32 or int64, the types compared"
+                        ),
                     ));
                 };
                 Ok(NamedTensor {

@@ -69,6 +69,8 @@ impl Runtime for TractRuntime {
             })?;
             let tensor: Tensor = match &input.value {
                 TensorValue::F32(a) => a.clone().into(),
+                TensorValue::F64(a) => a.clone().into(),
+                TensorValue::I32(a) => a.clone().into(),
                 TensorValue::I64(a) => a.clone().into(),
             };
             values.push(tensor.into_tvalue());
@@ -82,12 +84,18 @@ impl Runtime for TractRuntime {
                     DatumType::F32 => {
                         TensorValue::F32(t.to_plain_array_view::<f32>().map_err(failed)?.to_owned())
                     }
+                    DatumType::F64 => {
+                        TensorValue::F64(t.to_plain_array_view::<f64>().map_err(failed)?.to_owned())
+                    }
+                    DatumType::I32 => {
+                        TensorValue::I32(t.to_plain_array_view::<i32>().map_err(failed)?.to_owned())
+                    }
                     DatumType::I64 => {
                         TensorValue::I64(t.to_plain_array_view::<i64>().map_err(failed)?.to_owned())
                     }
                     other => {
                         return Err(failed(format!(
-                            "output {name} has unsupported type {other:?}"
+                            "output {name} has type {other:?}; only float32, float64, int32 and int64 outputs are compared"
                         )))
                     }
                 };

@@ -1,0 +1,306 @@
+//! `inspect`: what an ONNX file declares and holds, without running it: IR version and
+//! opsets, inputs and outputs, parameter count and bytes, operator histogram, external
+//! data files, and our own metadata (configuration, FLOPs) when present.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::graph::Dim;
+use crate::model_io::{
+    declared_inputs, declared_outputs, metadata_value, read_model, DeclaredTensor,
+};
+use crate::onnx::{GraphProto, ModelProto, TensorProto};
+use crate::runtime::onnx_type_name;
+use crate::validate::CONFIG_KEY;
+
+/// Metadata key of the FLOPs per example that `build` records.
+pub const FLOPS_KEY: &str = "gmlp_onnx.flops_per_example";
+
+/// A graph input or output.
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorInfo {
+    /// Value name.
+    pub name: String,
+    /// Element type (NumPy name, or `ONNX type N`).
+    pub dtype: String,
+    /// Dimensions: sizes as numbers, symbolic dimensions as their names (`?` if unnamed).
+    pub shape: Vec<serde_json::Value>,
+}
+
+/// An operator set the model imports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Opset {
+    /// Domain (`""` is the default ONNX domain).
+    pub domain: String,
+    /// Version.
+    pub version: i64,
+}
+
+/// An external data file referenced by initializers.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExternalFile {
+    /// The `location` entry, relative to the model's directory.
+    pub location: String,
+    /// Initializers stored in it.
+    pub tensors: usize,
+    /// Whether the file exists beside the model.
+    pub exists: bool,
+}
+
+/// Everything `inspect` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelSummary {
+    /// The model file.
+    pub model: PathBuf,
+    /// `ir_version`.
+    pub ir_version: i64,
+    /// Imported operator sets.
+    pub opsets: Vec<Opset>,
+    /// `producer_name` and `producer_version`, joined by a space.
+    pub producer: String,
+    /// Graph inputs that are not initializers.
+    pub inputs: Vec<TensorInfo>,
+    /// Graph outputs.
+    pub outputs: Vec<TensorInfo>,
+    /// Number of initializers of the main graph.
+    pub initializers: usize,
+    /// Elements of the floating-point initializers (the parameters).
+    pub parameters: u64,
+    /// Bytes of the floating-point initializers.
+    pub parameter_bytes: u64,
+    /// Bytes of all initializers (any type).
+    pub initializer_bytes: u64,
+    /// Nodes per operator (`domain::Op` outside the default domain), subgraphs included.
+    pub ops: BTreeMap<String, usize>,
+    /// Total number of nodes, subgraphs included.
+    pub nodes: usize,
+    /// FLOPs per example recorded by `build` (metadata `gmlp_onnx.flops_per_example`).
+    pub flops_per_example: Option<u64>,
+    /// The configuration recorded by `build` (metadata `gmlp_onnx.config`).
+    pub config: Option<serde_json::Value>,
+    /// All metadata properties.
+    pub metadata: BTreeMap<String, String>,
+    /// External data files referenced by initializers (empty when all data is inline).
+    pub external_data: Vec<ExternalFile>,
+}
+
+/// Bits per element of a `TensorProto.DataType` (0 when unknown or variable, e.g. strings).
+pub fn elem_bits(data_type: i32) -> u64 {
+    match data_type {
+        2 | 3 | 9 | 17..=20 => 8,
+        4 | 5 | 10 | 16 => 16,
+        1 | 6 | 12 => 32,
+        7 | 11 | 13 | 14 => 64,
+        15 => 128,
+        21..=23 | 25 => 4,
+        _ => 0,
+    }
+}
+
+/// True for the floating-point element types (float, float16, double, bfloat16, float8, float4).
+pub fn is_float(data_type: i32) -> bool {
+    matches!(data_type, 1 | 10 | 11 | 16 | 17..=20 | 23)
+}
+
+fn elements(t: &TensorProto) -> u64 {
+    t.dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?))
+        .unwrap_or(0)
+}
+
+fn tensor_info(t: DeclaredTensor) -> TensorInfo {
+    TensorInfo {
+        name: t.name,
+        dtype: onnx_type_name(t.elem_type),
+        shape: t
+            .shape
+            .into_iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => serde_json::Value::from(n),
+                Dim::Symbol(s) => serde_json::Value::from(s),
+            })
+            .collect(),
+    }
+}
+
+fn count_ops(graph: &GraphProto, ops: &mut BTreeMap<String, usize>, nodes: &mut usize) {
+    for node in &graph.node {
+        let key = match node.domain() {
+            "" | "ai.onnx" => node.op_type().to_string(),
+            domain => format!("{domain}::{}", node.op_type()),
+        };
+        *ops.entry(key).or_insert(0) += 1;
+        *nodes += 1;
+        for a in &node.attribute {
+            for g in a.g.iter().chain(&a.graphs) {
+                count_ops(g, ops, nodes);
+            }
+        }
+    }
+}
+
+/// Summarizes the model at `path`.
+pub fn inspect(path: &Path) -> Result<ModelSummary> {
+    let model = read_model(path)?;
+    Ok(summarize(&model, path))
+}
+
+/// Summarizes a decoded model; `path` locates external data files.
+pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
+    let empty = GraphProto::default();
+    let graph = model.graph.as_ref().unwrap_or(&empty);
+    let (mut parameters, mut parameter_bytes, mut initializer_bytes) = (0u64, 0u64, 0u64);
+    let mut external: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &graph.initializer {
+        let n = elements(t);
+        let bytes = n.saturating_mul(elem_bits(t.data_type())).div_ceil(8);
+        initializer_bytes = initializer_bytes.saturating_add(bytes);
+        if is_float(t.data_type()) {
+            parameters = parameters.saturating_add(n);
+            parameter_bytes = parameter_bytes.saturating_add(bytes);
+        }
+        if t.data_location == Some(crate::onnx::tensor_proto::DataLocation::External as i32) {
+            let location = t
+                .external_data
+                .iter()
+                .find(|e| e.key() == "location")
+                .map_or_else(|| "(no location)".to_string(), |e| e.value().to_string());
+            *external.entry(location).or_insert(0) += 1;
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut ops = BTreeMap::new();
+    let mut nodes = 0;
+    count_ops(graph, &mut ops, &mut nodes);
+    ModelSummary {
+        model: path.to_path_buf(),
+        ir_version: model.ir_version(),
+        opsets: model
+            .opset_import
+            .iter()
+            .map(|o| Opset {
+                domain: o.domain().to_string(),
+                version: o.version(),
+            })
+            .collect(),
+        producer: format!("{} {}", model.producer_name(), model.producer_version())
+            .trim()
+            .to_string(),
+        inputs: declared_inputs(model)
+            .into_iter()
+            .map(tensor_info)
+            .collect(),
+        outputs: declared_outputs(model)
+            .into_iter()
+            .map(tensor_info)
+            .collect(),
+        initializers: graph.initializer.len(),
+        parameters,
+        parameter_bytes,
+        initializer_bytes,
+        ops,
+        nodes,
+        flops_per_example: metadata_value(model, FLOPS_KEY).and_then(|v| v.trim().parse().ok()),
+        config: metadata_value(model, CONFIG_KEY).and_then(|v| serde_json::from_str(v).ok()),
+        metadata: model
+            .metadata_props
+            .iter()
+            .map(|p| (p.key().to_string(), p.value().to_string()))
+            .collect(),
+        external_data: external
+            .into_iter()
+            .map(|(location, tensors)| ExternalFile {
+                exists: dir.join(&location).is_file(),
+                location,
+                tensors,
+            })
+            .collect(),
+    }
+}
+
+fn shape_text(shape: &[serde_json::Value]) -> String {
+    let dims: Vec<String> = shape
+        .iter()
+        .map(|d| match d {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    format!("[{}]", dims.join(", "))
+}
+
+impl ModelSummary {
+    /// Human-readable summary.
+    pub fn render(&self) -> String {
+        let mut s = format!("model       {}\n", self.model.display());
+        let opsets: Vec<String> = self
+            .opsets
+            .iter()
+            .map(|o| {
+                let domain = if o.domain.is_empty() {
+                    "ai.onnx"
+                } else {
+                    &o.domain
+                };
+                format!("{domain} {}", o.version)
+            })
+            .collect();
+        s += &format!(
+            "ir_version  {}\nopsets      {}\n",
+            self.ir_version,
+            opsets.join(", ")
+        );
+        if !self.producer.is_empty() {
+            s += &format!("producer    {}\n", self.producer);
+        }
+        for i in &self.inputs {
+            s += &format!(
+                "input       {} {} {}\n",
+                i.name,
+                i.dtype,
+                shape_text(&i.shape)
+            );
+        }
+        for o in &self.outputs {
+            s += &format!(
+                "output      {} {} {}\n",
+                o.name,
+                o.dtype,
+                shape_text(&o.shape)
+            );
+        }
+        s += &format!(
+            "parameters  {} ({:.2}M) in {} initializers, {} bytes ({:.1} MB); all initializers {} bytes\n",
+            self.parameters,
+            self.parameters as f64 / 1e6,
+            self.initializers,
+            self.parameter_bytes,
+            self.parameter_bytes as f64 / 1e6,
+            self.initializer_bytes
+        );
+        if let Some(f) = self.flops_per_example {
+            s += &format!(
+                "flops       {f} per example ({:.3} GFLOPs)\n",
+                f as f64 / 1e9
+            );
+        }
+        let ops: Vec<String> = self.ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        s += &format!("nodes       {}: {}\n", self.nodes, ops.join(", "));
+        if let Some(c) = &self.config {
+            s += &format!("config      {c}\n");
+        }
+        for e in &self.external_data {
+            s += &format!(
+                "external    {} ({} tensors){}\n",
+                e.location,
+                e.tensors,
+                if e.exists { "" } else { " MISSING" }
+            );
+        }
+        s
+    }
+}

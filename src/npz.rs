@@ -1,0 +1,276 @@
+//! NumPy `.npy` / `.npz` reading and writing (format versions 1.0–3.0, little-endian,
+//! C order), for `validate --inputs/--expected/--save-outputs`.
+//!
+//! Arrays keep their element type: float32, float64, int32 and int64 are read (the
+//! types [`TensorValue`] holds); anything else is refused with the dtype named. Every
+//! size read from a file is checked against the bytes actually present before the
+//! array is allocated, so a hostile header cannot make the reader allocate more than
+//! the archive holds.
+
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::error::{one_line, Error, Result};
+use crate::runtime::{NamedTensor, TensorValue};
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+/// Largest `.npy` header accepted.
+const MAX_HEADER: usize = 1 << 16;
+/// Largest rank accepted (NumPy's own limit is 64).
+const MAX_RANK: usize = 64;
+/// Deflate cannot expand data by more than about 1032:1.
+const MAX_DEFLATE_RATIO: u64 = 1032;
+/// Bytes reserved up front for one entry; larger entries grow as they are read.
+const MAX_PREALLOCATION: u64 = 1 << 26;
+
+fn bad(what: &str, reason: impl std::fmt::Display) -> Error {
+    Error::BadTensor(format!("{what}: {reason}"))
+}
+
+/// Finds `'key': value` in a NumPy header dict and returns the raw value text.
+fn header_field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
+    let start = header
+        .find(&format!("'{key}'"))
+        .or_else(|| header.find(&format!("\"{key}\"")))?;
+    let rest = &header[start + key.len() + 2..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start();
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else if let Some(q) = rest.strip_prefix('\'') {
+        q.find('\'')? + 2
+    } else {
+        rest.find([',', '}']).unwrap_or(rest.len())
+    };
+    Some(rest[..end].trim())
+}
+
+fn le_array<T, const N: usize>(
+    data: &[u8],
+    shape: &[usize],
+    what: &str,
+    from: impl Fn([u8; N]) -> T,
+) -> Result<ArrayD<T>> {
+    let values = data
+        .chunks_exact(N)
+        .map(|c| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            from(b)
+        })
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(shape), values).map_err(|e| bad(what, e))
+}
+
+/// Parses one `.npy` file held in `bytes`; `what` names it in errors.
+pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err(bad(what, "not a .npy array (bad magic)"));
+    }
+    let (header_len, offset) = match bytes[6] {
+        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10),
+        2 | 3 => {
+            if bytes.len() < 12 {
+                return Err(bad(what, "truncated .npy header"));
+            }
+            let n = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            (usize::try_from(n).unwrap_or(usize::MAX), 12)
+        }
+        v => return Err(bad(what, format!("unsupported .npy format version {v}"))),
+    };
+    if header_len > MAX_HEADER || header_len > bytes.len() - offset {
+        return Err(bad(what, "the .npy header runs past the end of the data"));
+    }
+    let header = std::str::from_utf8(&bytes[offset..offset + header_len])
+        .map_err(|_| bad(what, "the .npy header is not text"))?;
+    let descr = header_field(header, "descr")
+        .ok_or_else(|| bad(what, "the .npy header has no 'descr'"))?
+        .trim_matches('\'');
+    let fortran = header_field(header, "fortran_order")
+        .ok_or_else(|| bad(what, "the .npy header has no 'fortran_order'"))?;
+    if fortran != "False" {
+        return Err(bad(
+            what,
+            "Fortran-order arrays are not supported (save np.ascontiguousarray(a))",
+        ));
+    }
+    let shape_text =
+        header_field(header, "shape").ok_or_else(|| bad(what, "the .npy header has no 'shape'"))?;
+    if !(shape_text.starts_with('(') && shape_text.ends_with(')')) {
+        return Err(bad(what, format!("bad shape {shape_text}")));
+    }
+    let shape: Vec<usize> = shape_text[1..shape_text.len() - 1]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<usize>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad(what, format!("bad shape {shape_text}")))?;
+    if shape.len() > MAX_RANK {
+        return Err(bad(what, format!("rank {} is too large", shape.len())));
+    }
+    let elem_size: usize = match descr {
+        "<f4" | "<i4" => 4,
+        "<f8" | "<i8" => 8,
+        other => {
+            return Err(bad(
+                what,
+                format!(
+                "dtype '{other}' is not supported (little-endian float32, float64, int32 or int64)"
+            ),
+            ))
+        }
+    };
+    let data = &bytes[offset + header_len..];
+    let need = shape
+        .iter()
+        .try_fold(elem_size, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad(what, format!("shape {shape:?} overflows")))?;
+    if data.len() != need {
+        return Err(bad(
+            what,
+            format!(
+                "shape {shape:?} of dtype {descr} needs {need} bytes of data, the array has {}",
+                data.len()
+            ),
+        ));
+    }
+    Ok(match descr {
+        "<f4" => TensorValue::F32(le_array(data, &shape, what, f32::from_le_bytes)?),
+        "<f8" => TensorValue::F64(le_array(data, &shape, what, f64::from_le_bytes)?),
+        "<i4" => TensorValue::I32(le_array(data, &shape, what, i32::from_le_bytes)?),
+        _ => TensorValue::I64(le_array(data, &shape, what, i64::from_le_bytes)?),
+    })
+}
+
+/// Reads every array of an `.npz` archive (stored or deflated, as `np.savez` and
+/// `np.savez_compressed` write), in archive order, named by entry without `.npy`.
+pub fn read_npz(path: &Path) -> Result<Vec<NamedTensor>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    read_npz_from(
+        std::io::BufReader::new(file),
+        len,
+        &path.display().to_string(),
+    )
+}
+
+/// Reads an `.npz` archive from any seekable reader of `len` bytes; `what` names it in
+/// errors.
+pub fn read_npz_from<R: Read + Seek>(reader: R, len: u64, what: &str) -> Result<Vec<NamedTensor>> {
+    let mut archive = zip::ZipArchive::new(reader).map_err(|e| {
+        bad(
+            what,
+            format!("not a readable .npz (zip) archive ({})", one_line(e)),
+        )
+    })?;
+    let mut out: Vec<NamedTensor> = Vec::new();
+    for i in 0..archive.len() {
+        let mut entry = archive
+            .by_index(i)
+            .map_err(|e| bad(what, format!("entry {i}: {}", one_line(e))))?;
+        let entry_name = entry
+            .name()
+            .map_err(|e| bad(what, format!("entry {i}: bad name ({})", one_line(e))))?
+            .to_string();
+        let Some(name) = entry_name.strip_suffix(".npy") else {
+            return Err(bad(
+                what,
+                format!("entry '{entry_name}' is not a .npy array"),
+            ));
+        };
+        if out.iter().any(|t| t.name == name) {
+            return Err(bad(what, format!("array '{name}' appears twice")));
+        }
+        let claimed = entry.size();
+        if claimed > len.saturating_mul(MAX_DEFLATE_RATIO) {
+            return Err(bad(
+                what,
+                format!(
+                    "entry '{entry_name}' claims {claimed} bytes, more than the archive can hold"
+                ),
+            ));
+        }
+        let mut bytes = Vec::with_capacity(claimed.min(MAX_PREALLOCATION) as usize);
+        (&mut entry)
+            .take(claimed.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(what, format!("entry '{entry_name}': {}", one_line(e))))?;
+        if bytes.len() as u64 != claimed {
+            return Err(bad(
+                what,
+                format!("entry '{entry_name}' does not hold the {claimed} bytes it claims"),
+            ));
+        }
+        let value = parse_npy(&bytes, &format!("{what}: array '{name}'"))?;
+        out.push(NamedTensor {
+            name: name.to_string(),
+            value,
+        });
+    }
+    if out.is_empty() {
+        return Err(bad(what, "the archive holds no array"));
+    }
+    Ok(out)
+}
+
+/// Encodes one array as `.npy` (format 1.0, little-endian, C order).
+pub fn encode_npy(value: &TensorValue) -> Vec<u8> {
+    fn bytes<T: Copy, const N: usize>(a: &ArrayD<T>, to: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        a.iter().flat_map(|&v| to(v)).collect()
+    }
+    let (descr, data) = match value {
+        TensorValue::F32(a) => ("<f4", bytes(a, f32::to_le_bytes)),
+        TensorValue::F64(a) => ("<f8", bytes(a, f64::to_le_bytes)),
+        TensorValue::I32(a) => ("<i4", bytes(a, i32::to_le_bytes)),
+        TensorValue::I64(a) => ("<i8", bytes(a, i64::to_le_bytes)),
+    };
+    let dims: Vec<String> = value.shape().iter().map(|d| d.to_string()).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}");
+    // Pad so that the data starts at a multiple of 64 bytes; the header ends with '\n'.
+    let unpadded = MAGIC.len() + 4 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    // The rank is at most a few dozen, so the header fits the 1.0 format's u16 length.
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+/// Writes tensors as an uncompressed `.npz` archive (what `np.savez` writes).
+pub fn write_npz(writer: impl Write + Seek, tensors: &[NamedTensor]) -> Result<()> {
+    let mut zip = zip::ZipWriter::new(writer);
+    let zip_err = |e: zip::result::ZipError| Error::BadTensor(format!("npz: {}", one_line(e)));
+    for t in tensors {
+        let npy = encode_npy(&t.value);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(npy.len() as u64 >= u64::from(u32::MAX));
+        zip.start_file(format!("{}.npy", t.name), options)
+            .map_err(zip_err)?;
+        zip.write_all(&npy)
+            .map_err(|e| Error::io(format!("{}.npy", t.name), e))?;
+    }
+    zip.finish().map_err(zip_err)?;
+    Ok(())
+}
+
+/// Writes tensors to `path` as an `.npz` archive, atomically.
+pub fn save_npz(path: &Path, tensors: &[NamedTensor]) -> Result<()> {
+    crate::model_io::write_atomically(path, |w| {
+        write_npz(&mut *w, tensors).map_err(|e| match e {
+            Error::Io { source, .. } => Error::io(path, source),
+            other => other,
+        })
+    })
+}
