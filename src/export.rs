@@ -62,11 +62,11 @@ pub const MAX_MODEL_BYTES: u128 = 64 << 30;
 pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
     cfg.validate()?;
     let n = cfg.seq_len() as u128;
-    let weights = cfg.stored_f32_estimate() * 4;
+    let weights = cfg.stored_f32_estimate() * cfg.dtype.elem().size() as u128;
     let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
     if weights > MAX_MODEL_BYTES {
         return Err(Error::TooLarge(format!(
-            "the model would hold {:.1} GiB of f32 weights ({:.0}M parameters), over the {:.0} GiB limit",
+            "the model would hold {:.1} GiB of weights ({:.0}M parameters), over the {:.0} GiB limit",
             gib(weights),
             cfg.stored_f32_estimate() as f64 / 1e6,
             gib(MAX_MODEL_BYTES)

@@ -58,6 +58,8 @@ impl From<usize> for Dim {
 pub enum ElemType {
     /// IEEE f32 (`TensorProto.FLOAT` = 1).
     F32,
+    /// IEEE f16 (`TensorProto.FLOAT16` = 10).
+    F16,
     /// i64 (`TensorProto.INT64` = 7).
     I64,
 }
@@ -67,15 +69,21 @@ impl ElemType {
     pub fn onnx_code(self) -> i32 {
         match self {
             ElemType::F32 => 1,
+            ElemType::F16 => 10,
             ElemType::I64 => 7,
         }
     }
     /// Bytes per element.
     pub fn size(self) -> usize {
-        8 / match self {
-            ElemType::F32 => 2,
-            ElemType::I64 => 1,
+        match self {
+            ElemType::F16 => 2,
+            ElemType::F32 => 4,
+            ElemType::I64 => 8,
         }
+    }
+    /// True for the floating-point types.
+    pub fn is_float(self) -> bool {
+        self != ElemType::I64
     }
 }
 
@@ -112,12 +120,15 @@ impl fmt::Debug for TensorData {
     }
 }
 
-/// A named f32 parameter tensor stored in the model file as an initializer. Constants
-/// that are not parameters (index tables, shapes, scalars, masks) are `Constant` nodes.
+/// A named parameter tensor stored in the model file as an initializer (values produced
+/// as f32, stored as `elem`). Constants that are not parameters (index tables, shapes,
+/// scalars, masks) are `Constant` nodes.
 #[derive(Clone, Debug)]
 pub struct Initializer {
     /// Name (also the value name nodes refer to).
     pub name: String,
+    /// Stored element type (F32 or F16).
+    pub elem: ElemType,
     /// Dimensions.
     pub dims: Vec<usize>,
     /// Contents.
@@ -135,7 +146,7 @@ impl Initializer {
     }
     /// Size of the raw data in bytes.
     pub fn byte_len(&self) -> usize {
-        self.len() * 4
+        self.len() * self.elem.size()
     }
 }
 
@@ -162,6 +173,8 @@ pub enum Attr {
 pub enum ConstData {
     /// f32 values.
     F32(Vec<f32>),
+    /// Values stored as f16.
+    F16(Vec<f32>),
     /// i64 values.
     I64(Vec<i64>),
 }
@@ -204,7 +217,7 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Number of values stored as initializers: the model's parameter count as stored in
+    /// Number of values stored as initializers (f32 or f16): the model's parameter count as stored in
     /// the file (constants such as index tables and scalars are nodes, not parameters).
     pub fn stored_f32_count(&self) -> u64 {
         self.initializers.iter().map(|i| i.len() as u64).sum()
@@ -364,6 +377,22 @@ impl GraphBuilder {
     /// Adds an f32 initializer named exactly `name` (parameter names are part of the
     /// weight layout, so they are never renamed).
     pub fn weight(&mut self, name: &str, dims: &[usize], data: TensorData) -> Result<Value> {
+        self.weight_as(name, dims, ElemType::F32, data)
+    }
+
+    /// Adds an initializer stored as `elem` (F32 or F16; values are given as f32).
+    pub fn weight_as(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        elem: ElemType,
+        data: TensorData,
+    ) -> Result<Value> {
+        if !elem.is_float() {
+            return Err(Error::InvalidConfig(format!(
+                "{name}: weights are f32 or f16"
+            )));
+        }
         if let TensorData::F32(v) = &data {
             let n: usize = dims.iter().product();
             if v.len() != n {
@@ -376,12 +405,13 @@ impl GraphBuilder {
         let name = self.claim_exact(name)?;
         self.initializers.push(Initializer {
             name: name.clone(),
+            elem,
             dims: dims.to_vec(),
             data,
         });
         Ok(Value {
             name,
-            elem: ElemType::F32,
+            elem,
             shape: dims.iter().map(|&d| Dim::Fixed(d)).collect(),
         })
     }
@@ -389,6 +419,7 @@ impl GraphBuilder {
     fn constant(&mut self, local: &str, dims: &[usize], data: ConstData) -> Result<Value> {
         let (len, elem) = match &data {
             ConstData::F32(v) => (v.len(), ElemType::F32),
+            ConstData::F16(v) => (v.len(), ElemType::F16),
             ConstData::I64(v) => (v.len(), ElemType::I64),
         };
         if len != dims.iter().product::<usize>() {
@@ -419,6 +450,32 @@ impl GraphBuilder {
     /// An f32 `Constant` node (scalars of the GELU formula, masks), named by the current scope.
     pub fn const_f32(&mut self, local: &str, dims: &[usize], values: Vec<f32>) -> Result<Value> {
         self.constant(local, dims, ConstData::F32(values))
+    }
+
+    /// A float `Constant` node of type `elem` (F32 or F16), values given as f32.
+    pub fn const_float(
+        &mut self,
+        local: &str,
+        dims: &[usize],
+        values: Vec<f32>,
+        elem: ElemType,
+    ) -> Result<Value> {
+        match elem {
+            ElemType::F16 => self.constant(local, dims, ConstData::F16(values)),
+            _ => self.constant(local, dims, ConstData::F32(values)),
+        }
+    }
+
+    /// `Cast` to `to`.
+    pub fn cast(&mut self, local: &str, x: &Value, to: ElemType) -> Result<Value> {
+        Ok(self.single(
+            local,
+            "Cast",
+            &[x],
+            vec![("to".to_string(), Attr::Int(i64::from(to.onnx_code())))],
+            (to, x.shape.clone()),
+            0,
+        ))
     }
 
     fn node(
@@ -503,7 +560,7 @@ impl GraphBuilder {
             "LayerNormalization",
             &[x, scale, bias],
             attrs,
-            (ElemType::F32, x.shape.clone()),
+            (x.elem, x.shape.clone()),
             0,
         ))
     }
@@ -517,7 +574,7 @@ impl GraphBuilder {
         let (ar, br) = (a.shape.len(), b.shape.len());
         let (m, k) = (&a.shape[ar - 2], &a.shape[ar - 1]);
         let (k2, n) = (&b.shape[br - 2], &b.shape[br - 1]);
-        if k != k2 {
+        if k != k2 || a.elem != b.elem {
             return Err(shape_error(
                 "MatMul",
                 format!("{} x {}", fmt_shape(&a.shape), fmt_shape(&b.shape)),
@@ -528,17 +585,16 @@ impl GraphBuilder {
         let flops = 2 * batch * (m.size_or_one() * k.size_or_one() * n.size_or_one()) as u64;
         shape.push(m.clone());
         shape.push(n.clone());
-        Ok(self.single(
-            local,
-            "MatMul",
-            &[a, b],
-            vec![],
-            (ElemType::F32, shape),
-            flops,
-        ))
+        Ok(self.single(local, "MatMul", &[a, b], vec![], (a.elem, shape), flops))
     }
 
     fn binary(&mut self, local: &str, op: &str, a: &Value, b: &Value) -> Result<Value> {
+        if a.elem != b.elem {
+            return Err(shape_error(
+                op,
+                format!("element types {:?} and {:?} differ", a.elem, b.elem),
+            ));
+        }
         let shape = broadcast(op, &a.shape, &b.shape)?;
         Ok(self.single(local, op, &[a, b], vec![], (a.elem, shape), 0))
     }
@@ -557,29 +613,23 @@ impl GraphBuilder {
     /// opset 20, the same formula spelled with `Mul`/`Erf`/`Add` below it.
     pub fn gelu(&mut self, local: &str, x: &Value) -> Result<Value> {
         if self.opset >= 20 {
-            return Ok(self.single(
-                local,
-                "Gelu",
-                &[x],
-                vec![],
-                (ElemType::F32, x.shape.clone()),
-                0,
-            ));
+            return Ok(self.single(local, "Gelu", &[x], vec![], (x.elem, x.shape.clone()), 0));
         }
-        let inv_sqrt2 = self.const_f32(
+        let inv_sqrt2 = self.const_float(
             &format!("{local}_inv_sqrt2"),
             &[],
             vec![std::f32::consts::FRAC_1_SQRT_2],
+            x.elem,
         )?;
-        let one = self.const_f32(&format!("{local}_one"), &[], vec![1.0])?;
-        let half = self.const_f32(&format!("{local}_half"), &[], vec![0.5])?;
+        let one = self.const_float(&format!("{local}_one"), &[], vec![1.0], x.elem)?;
+        let half = self.const_float(&format!("{local}_half"), &[], vec![0.5], x.elem)?;
         let scaled = self.mul(&format!("{local}_scale"), x, &inv_sqrt2)?;
         let erf = self.single(
             &format!("{local}_erf"),
             "Erf",
             &[&scaled],
             vec![],
-            (ElemType::F32, x.shape.clone()),
+            (x.elem, x.shape.clone()),
             0,
         );
         let one_plus = self.add(&format!("{local}_one_plus"), &erf, &one)?;
@@ -850,10 +900,7 @@ impl GraphBuilder {
                 ("kernel_shape".to_string(), Attr::Ints(vec![k, k])),
                 ("strides".to_string(), Attr::Ints(vec![s, s])),
             ],
-            (
-                ElemType::F32,
-                vec![x.shape[0].clone(), Dim::Fixed(c_out), h, w],
-            ),
+            (x.elem, vec![x.shape[0].clone(), Dim::Fixed(c_out), h, w]),
             flops,
         ))
     }

@@ -15,7 +15,7 @@ use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::compare::Tolerance;
 use gmlp_onnx::export::{counts, export, DEFAULT_OPSET};
 use gmlp_onnx::gmlp::{
-    preset, presets, GmlpConfig, InitScheme, SeededInit, SpatialForm, Task, WeightSource,
+    preset, presets, GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task, WeightSource,
 };
 use gmlp_onnx::model_io::{write_model_with, ExternalData};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
@@ -60,6 +60,14 @@ enum SpatialArg {
     Dense,
     ToeplitzExpand,
     ToeplitzGather,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    /// Everything in f32.
+    F32,
+    /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
+    F16,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,6 +122,9 @@ struct BuildArgs {
     /// ONNX opset (17..=21); `Gelu` is used from 20, the exact erf form below.
     #[arg(long, default_value_t = DEFAULT_OPSET)]
     opset: i64,
+    /// Storage and compute type.
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: DtypeArg,
     /// Seed of the weights (the same seed gives the same weights whatever the spatial form).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -408,6 +419,11 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
             (cfg, source, description, None)
         }
         (None, None) => anyhow::bail!(Error::InvalidArgument("give --preset or --weights".into())),
+    };
+    let mut cfg = cfg;
+    cfg.dtype = match a.dtype {
+        DtypeArg::F32 => Precision::F32,
+        DtypeArg::F16 => Precision::F16,
     };
     let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
     let c = counts(&model.graph);

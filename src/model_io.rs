@@ -98,6 +98,12 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
                     ElemType::F32,
                     v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 ),
+                ConstData::F16(v) => (
+                    ElemType::F16,
+                    v.iter()
+                        .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                        .collect(),
+                ),
                 ConstData::I64(v) => (
                     ElemType::I64,
                     v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -118,7 +124,7 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
 fn tensor_header(init: &Initializer) -> onnx::TensorProto {
     onnx::TensorProto {
         dims: init.dims.iter().map(|&d| d as i64).collect(),
-        data_type: Some(ElemType::F32.onnx_code()),
+        data_type: Some(init.elem.onnx_code()),
         name: Some(init.name.clone()),
         ..Default::default()
     }
@@ -289,12 +295,24 @@ fn tensor_values(init: &Initializer) -> Result<std::borrow::Cow<'_, [f32]>> {
     Ok(values)
 }
 
-/// Writes f32 values little-endian, in bounded chunks (no second full-size copy).
-fn write_f32(w: &mut (impl Write + ?Sized), values: &[f32]) -> std::io::Result<()> {
+/// Writes values little-endian as `elem` (f32, or f16 rounded to nearest), in bounded
+/// chunks (no second full-size copy).
+fn write_floats(
+    w: &mut (impl Write + ?Sized),
+    values: &[f32],
+    elem: ElemType,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1 << 16);
     for chunk in values.chunks(1 << 14) {
         buf.clear();
-        buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+        match elem {
+            ElemType::F16 => buf.extend(
+                chunk
+                    .iter()
+                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes()),
+            ),
+            _ => buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes())),
+        }
         w.write_all(&buf)?;
     }
     Ok(())
@@ -343,11 +361,11 @@ pub fn encode_model(
         if inline {
             w.write_all(&[TENSOR_RAW_DATA_KEY]).map_err(io)?;
             write_varint(w, byte_len).map_err(io)?;
-            write_f32(w, &values).map_err(io)?;
+            write_floats(w, &values, init.elem).map_err(io)?;
         } else if let Some(d) = data_file.as_deref_mut() {
             let pad = layout.offsets[k] - data_pos;
             d.write_all(&vec![0u8; pad as usize]).map_err(io)?;
-            write_f32(d, &values).map_err(io)?;
+            write_floats(d, &values, init.elem).map_err(io)?;
             data_pos = layout.offsets[k] + byte_len;
         }
         on_tensor(k + 1, count);
@@ -668,7 +686,7 @@ pub fn metadata_value<'m>(model: &'m onnx::ModelProto, key: &str) -> Option<&'m 
         .map(|p| p.value())
 }
 
-/// Number of f32 values stored in the initializers of a decoded model.
+/// Number of f32 and f16 values stored in the initializers of a decoded model.
 pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
     model
         .graph
@@ -676,7 +694,11 @@ pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
         .map(|g| {
             g.initializer
                 .iter()
-                .filter(|t| t.data_type() == ElemType::F32.onnx_code())
+                .filter(|t| {
+                    [ElemType::F32, ElemType::F16]
+                        .map(ElemType::onnx_code)
+                        .contains(&t.data_type())
+                })
                 .map(|t| t.dims.iter().product::<i64>().max(0) as u64)
                 .sum()
         })

@@ -117,6 +117,9 @@ pub struct BenchReport {
 pub struct RuntimeReport {
     /// Runtime name (`tract`, `ort-cpu`, `ort-cuda`).
     pub name: String,
+    /// Wall time of loading and preparing the model (tract: parse and optimize; ONNX
+    /// Runtime: session creation with its graph optimizations) in milliseconds.
+    pub load_ms: f64,
     /// Wall time of the first run in milliseconds (includes warm-up work and, for
     /// ONNX Runtime, profiling).
     pub first_run_ms: f64,
@@ -450,12 +453,14 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
                     kind.name()
                 )));
             }
-            runtime::open(kind, path, &rt_options).map(|rt| (kind, rt))
+            let start = Instant::now();
+            runtime::open(kind, path, &rt_options)
+                .map(|rt| (kind, rt, start.elapsed().as_secs_f64() * 1e3))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
-    for (kind, mut rt) in loaded {
+    for (kind, mut rt, load_ms) in loaded {
         let start = Instant::now();
         let outputs = rt.run(&inputs)?;
         let first_run_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -479,6 +484,7 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
         };
         runtimes.push(RuntimeReport {
             name: rt.name().to_string(),
+            load_ms,
             first_run_ms,
             providers,
             bench,
@@ -542,8 +548,8 @@ impl ValidationReport {
         }
         for r in &self.runtimes {
             s += &format!(
-                "ran    {:<9} {:>10.1} ms (first run, includes warm-up)\n",
-                r.name, r.first_run_ms
+                "ran    {:<9} load {:>9.1} ms, first run {:>9.1} ms (includes warm-up)\n",
+                r.name, r.load_ms, r.first_run_ms
             );
             if let Some(p) = &r.providers {
                 let list: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -436,3 +436,59 @@ fn a_failed_write_leaves_neither_file() {
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
+
+/// f16 export vs the f32 model (same weights): documented tolerance 1e-2 of max|logits|.
+const F16_RTOL: f64 = 1e-2;
+
+#[test]
+fn f16_export_tracks_the_f32_model() {
+    use gmlp_onnx::gmlp::Precision;
+    let dir = tempfile::tempdir().unwrap();
+    for (k, base) in [
+        tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true),
+        tiny_tokens(SpatialForm::Dense, None, false),
+        tiny_vision(SpatialForm::Dense),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut half = base.clone();
+        half.dtype = Precision::F16;
+        let p32 = write_config(&base, 3, 17, dir.path(), &format!("f32_{k}.onnx"));
+        let p16 = write_config(&half, 3, 17, dir.path(), &format!("f16_{k}.onnx"));
+        onnx_check(std::slice::from_ref(&p16));
+        // About half the bytes of weights (LayerNorm parameters stay f32).
+        let bytes = |c: &GmlpConfig| {
+            export(c, Arc::new(spread(3)), "t", None, 17)
+                .unwrap()
+                .graph
+                .initializer_bytes()
+        };
+        let (s32, s16) = (bytes(&base), bytes(&half));
+        assert!(s16 * 10 < s32 * 6, "f16 weights {s16} bytes vs f32 {s32}");
+        let feed = match base.task {
+            Task::Tokens { .. } => vec![NamedTensor {
+                name: "input_ids".into(),
+                value: TensorValue::I64(token_ids(&base, 2, 4).into_dyn()),
+            }],
+            Task::Vision { .. } => vec![NamedTensor {
+                name: "pixel_values".into(),
+                value: TensorValue::F32(pixels(&base, 2, 4).into_dyn()),
+            }],
+        };
+        let reference = f32_output(&run(RuntimeKind::OrtCpu, &p32, &feed));
+        for kind in CPU_RUNTIMES {
+            let out = f32_output(&run(kind, &p16, &feed));
+            let d = rel_diff(&out, &reference);
+            eprintln!(
+                "f16 model {k} in {}: max|f16 - f32| / max|f32| = {d:.2e}",
+                kind.name()
+            );
+            assert!(
+                d <= F16_RTOL && d > 0.0,
+                "f16 model {k} in {}: {d:e}",
+                kind.name()
+            );
+        }
+    }
+}

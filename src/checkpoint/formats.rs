@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::checkpoint::spatial::StoredSpatial;
 use crate::checkpoint::{Checkpoint, Rule, NATIVE_CONFIG_KEY, TOEPLITZ_TOLERANCE};
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, SpatialForm, Task};
+use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
 
 /// A checkpoint layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,6 +244,7 @@ fn timm(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, BTreeMap<St
         spatial: hints.spatial.unwrap_or(SpatialForm::Dense),
         norm_eps: 1e-6,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     };
     let mut plan = Plan::new(ck);
     plan.same("stem.weight", "stem.proj.weight", &[d, c, p, p]);
@@ -461,6 +462,7 @@ fn lucidrains(
         spatial: hints.spatial.unwrap_or(SpatialForm::Dense),
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     };
     Ok((config, plan.finish()?))
 }
@@ -567,6 +569,7 @@ fn infer_native(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, boo
         spatial: SpatialForm::Dense,
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     };
     Ok((config, toeplitz))
 }

@@ -65,6 +65,28 @@ impl SpatialForm {
     }
 }
 
+/// Storage and compute type of an emitted model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in f32.
+    #[default]
+    F32,
+    /// Weights, activations and MatMuls in f16; LayerNorm (with f32 scale and shift),
+    /// the attention softmax and the output logits in f32.
+    F16,
+}
+
+impl Precision {
+    /// The element type of weights and activations.
+    pub fn elem(self) -> crate::graph::ElemType {
+        match self {
+            Precision::F32 => crate::graph::ElemType::F32,
+            Precision::F16 => crate::graph::ElemType::F16,
+        }
+    }
+}
+
 /// A complete gMLP / aMLP architecture (everything needed to emit the graph).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GmlpConfig {
@@ -95,6 +117,9 @@ pub struct GmlpConfig {
     pub norm_eps: f32,
     /// Epsilon of the LayerNorm inside the spatial gating unit.
     pub sgu_norm_eps: f32,
+    /// Storage and compute type of the emitted graph.
+    #[serde(default)]
+    pub dtype: Precision,
 }
 
 fn default_true() -> bool {
@@ -323,6 +348,7 @@ fn mlm(layers: usize, d_model: usize, d_ffn: usize, attn_dim: Option<usize>) -> 
         spatial: SpatialForm::ToeplitzGather,
         norm_eps: MLM_NORM_EPS,
         sgu_norm_eps: MLM_NORM_EPS,
+        dtype: Precision::F32,
     }
 }
 
@@ -344,6 +370,7 @@ fn vision(layers: usize, d_model: usize, d_ffn: usize) -> GmlpConfig {
         spatial: SpatialForm::Dense,
         norm_eps: TIMM_NORM_EPS,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     }
 }
 

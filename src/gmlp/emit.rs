@@ -67,6 +67,16 @@ impl Emitter {
         dims: &[usize],
         post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
     ) -> Result<Value> {
+        self.lazy_param_as(name, dims, self.cfg.dtype.elem(), post)
+    }
+
+    fn lazy_param_as(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        elem: ElemType,
+        post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Result<Value> {
         let spec = self.spec(name)?;
         let source = self.source.clone();
         let produce = move || {
@@ -75,13 +85,22 @@ impl Emitter {
             Ok(post(v))
         };
         self.g
-            .weight(name, dims, TensorData::LazyF32(Arc::new(produce)))
+            .weight_as(name, dims, elem, TensorData::LazyF32(Arc::new(produce)))
     }
 
-    /// A parameter stored as is.
+    /// A parameter stored as is, in the model's storage type.
     fn param(&mut self, name: &str) -> Result<Value> {
         let dims = self.spec(name)?.shape;
         self.lazy_param(name, &dims, |v| v)
+    }
+
+    /// Casts `x` to `to` if it is of another type.
+    fn cast_to(&mut self, local: &str, x: &Value, to: ElemType) -> Result<Value> {
+        if x.elem == to {
+            Ok(x.clone())
+        } else {
+            self.g.cast(local, x, to)
+        }
     }
 
     /// Leading `[heads]` dimension when the gate has more than one head.
@@ -255,27 +274,37 @@ impl Emitter {
         }
     }
 
+    /// LayerNorm, always computed in f32 (an f16 model casts around it, keeping its
+    /// scale and shift in f32).
     fn layer_norm(&mut self, local: &str, x: &Value, prefix: &str, eps: f32) -> Result<Value> {
-        let scale = self.param(&format!("{prefix}.weight"))?;
-        let shift = self.param(&format!("{prefix}.bias"))?;
-        self.g.layer_norm(local, x, &scale, &shift, eps)
+        let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
+        let dims = self.spec(&w)?.shape;
+        let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+        let shift = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let x32 = self.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
+        let y = self.g.layer_norm(local, &x32, &scale, &shift, eps)?;
+        self.cast_to(&format!("{local}_to_f16"), &y, x.elem)
     }
 
     /// Tiny attention of aMLP (fig. 6): single head of size a on the block's normalized input.
     fn attention(&mut self, p: &str, h: &Value, a: usize) -> Result<Value> {
         let qkv = self.linear("qkv", h, &format!("{p}.attn.qkv.weight"), None)?;
         let parts = self.g.split("split_qkv", &qkv, -1, &[a, a, a])?;
+        let elem = qkv.elem;
         let scale = self
             .g
-            .const_f32("scale_value", &[], vec![(a as f32).powf(-0.5)])?;
+            .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
         let q = self.g.mul("q_scale", &parts[0], &scale)?;
         let kt = self.g.transpose("k_transpose", &parts[1], &[0, 2, 1])?;
-        let mut scores = self.g.matmul("scores", &q, &kt)?;
+        let scores = self.g.matmul("scores", &q, &kt)?;
+        // Mask and softmax in f32 (an f16 model casts around them).
+        let mut scores = self.cast_to("scores_to_f32", &scores, ElemType::F32)?;
         if self.cfg.causal {
             let mask = self.causal_mask()?;
             scores = self.g.add("causal_mask", &scores, &mask)?;
         }
         let probs = self.g.softmax("softmax", &scores, -1)?;
+        let probs = self.cast_to("probs_to_f16", &probs, elem)?;
         let context = self.g.matmul("context", &probs, &parts[2])?;
         self.linear(
             "out",
@@ -359,7 +388,9 @@ impl Emitter {
                 let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
                 let w = self.param("stem.weight")?;
                 let b = self.param("stem.bias")?;
+                let elem = self.cfg.dtype.elem();
                 let x = self.scoped("stem", |s| {
+                    let pixels = s.cast_to("input_to_f16", &pixels, elem)?;
                     let fmap =
                         s.g.conv2d("patch_conv", &pixels, &w, &b, patch_size, patch_size)?;
                     // [B, d, h, w] -> [B, d, n] -> [B, n, d]: tokens in row-major patch order.
@@ -425,6 +456,7 @@ pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) 
     }
     let h = em.layer_norm("final_norm", &x, "norm", cfg.norm_eps)?;
     let logits = em.head(&h, embedding)?;
+    let logits = em.cast_to("logits_to_f32", &logits, ElemType::F32)?;
     let logits = em.g.rename(&logits, LOGITS)?;
     Ok(em.g.finish("gmlp", vec![logits]))
 }

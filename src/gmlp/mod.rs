@@ -6,6 +6,6 @@ pub mod emit;
 pub mod reference;
 pub mod weights;
 
-pub use config::{preset, presets, GmlpConfig, Preset, SpatialForm, Task};
+pub use config::{preset, presets, GmlpConfig, Precision, Preset, SpatialForm, Task};
 pub use emit::build_graph;
 pub use weights::{param_specs, InitScheme, ParamSpec, SeededInit, WeightSource};

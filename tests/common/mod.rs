@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use gmlp_onnx::export::export;
+use gmlp_onnx::gmlp::config::Precision;
 use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, SeededInit, SpatialForm, Task};
 use gmlp_onnx::graph::Graph;
 use gmlp_onnx::model_io::{write_model, ModelInfo};
@@ -35,6 +36,7 @@ pub fn tiny_tokens(spatial: SpatialForm, attn: Option<usize>, causal: bool) -> G
         spatial,
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     }
 }
 
@@ -57,6 +59,7 @@ pub fn tiny_vision(spatial: SpatialForm) -> GmlpConfig {
         spatial,
         norm_eps: 1e-6,
         sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
     }
 }
 
