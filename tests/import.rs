@@ -572,3 +572,53 @@ fn cli_builds_from_weights_and_refuses_architecture_overrides() {
     assert!(!dir.path().join("x.onnx").exists());
     let _ = RuntimeKind::Tract;
 }
+
+#[test]
+fn numpy_npz_weights_are_read() {
+    // A native checkpoint converted to .npz by NumPy (np.savez_compressed, float64 for one
+    // tensor as JAX exports often are) imports to the same outputs.
+    let fx = load("lucid_heads2");
+    let dir = tempfile::tempdir().unwrap();
+    let import = Import::open(
+        &fixture("lucid_heads2").join("model.safetensors"),
+        &ImportHints::default(),
+    )
+    .unwrap();
+    let native = dir.path().join("native.safetensors");
+    save_native(&native, &import.config, &import.weights(&import.config)).unwrap();
+    let npz = dir.path().join("native.npz");
+    let script = r#"
+import json, struct, sys, numpy as np
+src, dst = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+arrays = {}
+for name, info in header.items():
+    if name == "__metadata__":
+        continue
+    a, b = info["data_offsets"]
+    arrays[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").reshape(info["shape"])
+arrays["norm.weight"] = arrays["norm.weight"].astype(np.float64)
+np.savez_compressed(dst, **arrays)
+"#;
+    let out = std::process::Command::new(python())
+        .args([
+            "-c",
+            script,
+            native.to_str().unwrap(),
+            npz.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_npz = Import::open(&npz, &ImportHints::default()).unwrap();
+    assert_eq!(from_npz.format, Format::Native);
+    assert_eq!(from_npz.config, import.config);
+    let (_, outs) = import_and_run(&npz, &ImportHints::default(), &fx.inputs, dir.path());
+    assert!(rel_diff(&outs[1], &fx.logits) <= PYTORCH_RTOL);
+}

@@ -53,13 +53,24 @@ struct Entry {
     end: usize,
 }
 
-/// A safetensors checkpoint, memory-mapped: tensors are converted one at a time when
-/// asked for, never copied whole.
+/// Where a checkpoint's tensors live.
+enum Storage {
+    /// A memory-mapped safetensors file.
+    Mapped {
+        map: Mmap,
+        data_start: usize,
+        entries: BTreeMap<String, Entry>,
+    },
+    /// Arrays read from a NumPy `.npz` archive (zip members cannot be mapped).
+    Loaded(BTreeMap<String, crate::runtime::TensorValue>),
+}
+
+/// A checkpoint: a safetensors file, memory-mapped (tensors are converted one at a time
+/// when asked for, never copied whole), or a NumPy `.npz` archive (float32/float64
+/// arrays, read into memory).
 pub struct Checkpoint {
     path: PathBuf,
-    map: Mmap,
-    data_start: usize,
-    entries: BTreeMap<String, Entry>,
+    storage: Storage,
     metadata: BTreeMap<String, String>,
 }
 
@@ -69,15 +80,36 @@ impl std::fmt::Debug for Checkpoint {
             f,
             "Checkpoint({}, {} tensors)",
             self.path.display(),
-            self.entries.len()
+            self.keys().count()
         )
     }
 }
 
 impl Checkpoint {
-    /// Opens and validates a safetensors file (header, offsets and sizes are checked
-    /// against the file length before any tensor is read).
+    /// Opens a checkpoint, recognized by its first bytes: a zip archive is read as `.npz`,
+    /// anything else as safetensors (header, offsets and sizes are checked against the
+    /// file length before any tensor is read).
     pub fn open(path: &Path) -> Result<Self> {
+        let mut magic = [0u8; 4];
+        let is_zip = File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok()
+            && magic == *b"PK\x03\x04";
+        if is_zip {
+            let arrays = crate::npz::read_npz(path)?
+                .into_iter()
+                .map(|t| (t.name, t.value))
+                .collect();
+            return Ok(Checkpoint {
+                path: path.to_path_buf(),
+                storage: Storage::Loaded(arrays),
+                metadata: BTreeMap::new(),
+            });
+        }
+        Self::open_safetensors(path)
+    }
+
+    fn open_safetensors(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
@@ -126,9 +158,11 @@ impl Checkpoint {
             .collect();
         Ok(Checkpoint {
             path: path.to_path_buf(),
-            map,
-            data_start: 8 + header_len,
-            entries,
+            storage: Storage::Mapped {
+                map,
+                data_start: 8 + header_len,
+                entries,
+            },
             metadata,
         })
     }
@@ -139,21 +173,27 @@ impl Checkpoint {
     }
 
     /// Tensor names, sorted.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.keys().map(String::as_str)
+    pub fn keys(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match &self.storage {
+            Storage::Mapped { entries, .. } => Box::new(entries.keys().map(String::as_str)),
+            Storage::Loaded(arrays) => Box::new(arrays.keys().map(String::as_str)),
+        }
     }
 
     /// True if a tensor of that name exists.
     pub fn contains(&self, key: &str) -> bool {
-        self.entries.contains_key(key)
+        self.shape(key).is_some()
     }
 
     /// The stored shape of a tensor.
     pub fn shape(&self, key: &str) -> Option<&[usize]> {
-        self.entries.get(key).map(|e| e.shape.as_slice())
+        match &self.storage {
+            Storage::Mapped { entries, .. } => entries.get(key).map(|e| e.shape.as_slice()),
+            Storage::Loaded(arrays) => arrays.get(key).map(|v| v.shape()),
+        }
     }
 
-    /// A string of the file's `__metadata__`.
+    /// A string of the file's `__metadata__` (safetensors only).
     pub fn metadata(&self, key: &str) -> Option<&str> {
         self.metadata.get(key).map(String::as_str)
     }
@@ -161,41 +201,58 @@ impl Checkpoint {
     /// The tensor's values as f32, row-major; refuses unsupported types and non-finite
     /// values, naming the tensor.
     pub fn f32(&self, key: &str) -> Result<Vec<f32>> {
-        let entry = self
-            .entries
-            .get(key)
-            .ok_or_else(|| Error::BadTensor(format!("{}: no tensor {key}", self.path.display())))?;
-        let dtype = entry.dtype.clone().map_err(|t| {
-            Error::BadTensor(format!(
-                "{key}: element type {t} is not supported (F32, F16, BF16, F64)"
-            ))
-        })?;
-        let bytes = &self.map[self.data_start + entry.start..self.data_start + entry.end];
-        let count: usize = entry.shape.iter().product();
-        if bytes.len() != count * dtype.size() {
-            return Err(Error::BadTensor(format!(
-                "{key}: {} bytes for shape {:?} of {dtype:?}",
-                bytes.len(),
-                entry.shape
-            )));
-        }
-        let values: Vec<f32> = match dtype {
-            StoredType::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            StoredType::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            StoredType::BF16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            StoredType::F64 => bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
-                .collect(),
+        let missing = || Error::BadTensor(format!("{}: no tensor {key}", self.path.display()));
+        let values: Vec<f32> = match &self.storage {
+            Storage::Loaded(arrays) => {
+                use crate::runtime::TensorValue;
+                match arrays.get(key).ok_or_else(missing)? {
+                    TensorValue::F32(a) => a.iter().copied().collect(),
+                    TensorValue::F64(a) => a.iter().map(|&v| v as f32).collect(),
+                    other => return Err(Error::BadTensor(format!(
+                        "{key}: element type {} is not supported for weights (float32, float64)",
+                        other.dtype()
+                    ))),
+                }
+            }
+            Storage::Mapped {
+                map,
+                data_start,
+                entries,
+            } => {
+                let entry = entries.get(key).ok_or_else(missing)?;
+                let dtype = entry.dtype.clone().map_err(|t| {
+                    Error::BadTensor(format!(
+                        "{key}: element type {t} is not supported (F32, F16, BF16, F64)"
+                    ))
+                })?;
+                let bytes = &map[data_start + entry.start..data_start + entry.end];
+                let count: usize = entry.shape.iter().product();
+                if bytes.len() != count * dtype.size() {
+                    return Err(Error::BadTensor(format!(
+                        "{key}: {} bytes for shape {:?} of {dtype:?}",
+                        bytes.len(),
+                        entry.shape
+                    )));
+                }
+                match dtype {
+                    StoredType::F32 => bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                    StoredType::F16 => bytes
+                        .chunks_exact(2)
+                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    StoredType::BF16 => bytes
+                        .chunks_exact(2)
+                        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    StoredType::F64 => bytes
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+                        .collect(),
+                }
+            }
         };
         if let Some(k) = values.iter().position(|v| !v.is_finite()) {
             return Err(Error::BadTensor(format!(
