@@ -122,118 +122,76 @@ fn unknown_preset_is_refused() {
     assert!(is_empty_dir(dir.path()));
 }
 
-#[test]
-fn absurd_sizes_are_refused_before_allocation() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("x.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-base",
-        "--seq-len",
-        "100000000",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "seq_len = 100000000 is out of range");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-base",
-        "--d-model",
-        "0",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "d_model = 0");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-base",
-        "--d-ffn",
-        "3071",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "must be even");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--image-size",
-        "225",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "not a multiple of patch_size");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-base",
-        "--seq-len",
-        "60000",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "GiB");
-    assert!(is_empty_dir(dir.path()));
+/// `build --preset PRESET FLAGS -o DIR/x.onnx` must fail with exit 2 and `needle`.
+fn assert_build_refused(dir: &Path, preset: &str, flags: &[&str], needle: &str) {
+    let out = dir.join("x.onnx");
+    let mut args = vec!["build", "--preset", preset];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    assert_fails(&gmlp(&args), 2, needle);
+    assert!(is_empty_dir(dir), "{preset} {flags:?} left a file");
 }
 
 #[test]
-fn absurdly_large_models_are_refused_with_the_estimate() {
+fn absurd_sizes_are_refused_before_allocation() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("xl.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-xlarge",
-        "--d-model",
-        "100000",
-        "--d-ffn",
-        "400000",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "over the 64 GiB limit");
-    assert!(stderr(&o).contains("GiB of weights"), "{}", stderr(&o));
-    assert!(is_empty_dir(dir.path()));
+    for (preset, flags, needle) in [
+        (
+            "gmlp-base",
+            &["--seq-len", "100000000"][..],
+            "seq_len = 100000000 is out of range",
+        ),
+        ("gmlp-base", &["--d-model", "0"], "d_model = 0"),
+        ("gmlp-base", &["--d-ffn", "3071"], "must be even"),
+        (
+            "gmlp-ti16",
+            &["--image-size", "225"],
+            "not a multiple of patch_size",
+        ),
+        // The Toeplitz index table must stay inline: 60000² int64 is refused with the size.
+        (
+            "gmlp-base",
+            &["--seq-len", "60000"],
+            "GiB of constants inside the graph",
+        ),
+        (
+            "gmlp-xlarge",
+            &["--d-model", "100000", "--d-ffn", "400000"],
+            "GiB of weights",
+        ),
+        (
+            "gmlp-xlarge",
+            &["--d-model", "100000", "--d-ffn", "400000"],
+            "over the 64 GiB limit",
+        ),
+    ] {
+        assert_build_refused(dir.path(), preset, flags, needle);
+    }
 }
 
 #[test]
 fn flags_of_the_wrong_model_kind_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("x.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-base",
-        "--num-classes",
-        "10",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "--num-classes applies to vision presets");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-s16",
-        "--seq-len",
-        "10",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "--seq-len applies to token presets");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-s16",
-        "--opset",
-        "16",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert_fails(&o, 2, "opset 16 is not supported");
-    assert!(is_empty_dir(dir.path()));
+    for (preset, flags, needle) in [
+        (
+            "gmlp-base",
+            &["--num-classes", "10"][..],
+            "--num-classes applies to vision presets",
+        ),
+        (
+            "gmlp-s16",
+            &["--seq-len", "10"],
+            "--seq-len applies to token presets",
+        ),
+        ("gmlp-s16", &["--opset", "16"], "opset 16 is not supported"),
+        (
+            "gmlp-s16",
+            &["--shift-tokens", "1"],
+            "--shift-tokens applies to --weights",
+        ),
+    ] {
+        assert_build_refused(dir.path(), preset, flags, needle);
+    }
 }
 
 #[test]

@@ -208,10 +208,12 @@ impl Checkpoint {
                 match arrays.get(key).ok_or_else(missing)? {
                     TensorValue::F32(a) => a.iter().copied().collect(),
                     TensorValue::F64(a) => a.iter().map(|&v| v as f32).collect(),
-                    other => return Err(Error::BadTensor(format!(
+                    other => {
+                        return Err(Error::BadTensor(format!(
                         "{key}: element type {} is not supported for weights (float32, float64)",
                         other.dtype()
-                    ))),
+                    )))
+                    }
                 }
             }
             Storage::Mapped {
