@@ -14,7 +14,7 @@ use gmlp_onnx::export::export;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{GmlpConfig, SpatialForm, Task};
 use gmlp_onnx::model_io::write_model;
-use gmlp_onnx::runtime::{NamedTensor, RuntimeKind, TensorValue};
+use gmlp_onnx::runtime::{NamedTensor, TensorValue};
 use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
@@ -570,7 +570,6 @@ fn cli_builds_from_weights_and_refuses_architecture_overrides() {
         String::from_utf8_lossy(&o.stderr).contains("--layers cannot be combined with --weights")
     );
     assert!(!dir.path().join("x.onnx").exists());
-    let _ = RuntimeKind::Tract;
 }
 
 #[test]

@@ -332,20 +332,17 @@ fn lucidrains(
         None => None,
     };
     let mut plan = Plan::new(ck);
-    let (task, head_out) = if ck.contains("to_embed.weight") {
+    let task = if ck.contains("to_embed.weight") {
         let vocab = need_shape(ck, "to_embed.weight", 2)?[0];
         plan.same("embed.weight", "to_embed.weight", &[vocab, d]);
         plan.norm("norm", "to_logits.0", d);
         plan.linear("head.weight", "to_logits.1.weight", vocab, d);
         plan.same("head.bias", "to_logits.1.bias", &[vocab]);
-        (
-            Task::Tokens {
-                vocab_size: vocab,
-                seq_len: n,
-                tied_embedding: false,
-            },
-            vocab,
-        )
+        Task::Tokens {
+            vocab_size: vocab,
+            seq_len: n,
+            tied_embedding: false,
+        }
     } else {
         let k = need_shape(ck, "to_patch_embed.1.weight", 2)?[1];
         let (c, p) = match (hints.patch_size, hints.in_chans) {
@@ -371,17 +368,13 @@ fn lucidrains(
         plan.norm("norm", "to_logits.0", d);
         plan.linear("head.weight", "to_logits.2.weight", classes, d);
         plan.same("head.bias", "to_logits.2.bias", &[classes]);
-        (
-            Task::Vision {
-                image_size: image_side(ck, hints, n, p)?,
-                patch_size: p,
-                in_chans: c,
-                num_classes: classes,
-            },
-            classes,
-        )
+        Task::Vision {
+            image_size: image_side(ck, hints, n, p)?,
+            patch_size: p,
+            in_chans: c,
+            num_classes: classes,
+        }
     };
-    let _ = head_out;
     for i in 0..layers {
         let (b, l) = (format!("blocks.{i}"), block(i));
         plan.norm(&format!("{b}.norm"), &format!("layers.{i}.fn.norm"), d);
