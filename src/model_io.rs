@@ -295,25 +295,39 @@ fn tensor_values(init: &Initializer) -> Result<std::borrow::Cow<'_, [f32]>> {
     Ok(values)
 }
 
-/// Writes values little-endian as `elem` (f32, or f16 rounded to nearest), in bounded
-/// chunks (no second full-size copy).
+/// Writes values little-endian as `elem` (f32, or f16 rounded to nearest) without a
+/// second full-size copy: f32 on a little-endian machine goes out as it is in memory.
 fn write_floats(
     w: &mut (impl Write + ?Sized),
     values: &[f32],
     elem: ElemType,
 ) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1 << 16);
-    for chunk in values.chunks(1 << 14) {
-        buf.clear();
-        match elem {
-            ElemType::F16 => buf.extend(
-                chunk
-                    .iter()
-                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes()),
-            ),
-            _ => buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes())),
-        }
-        w.write_all(&buf)?;
+    if elem != ElemType::F16 && cfg!(target_endian = "little") {
+        // SAFETY: f32 has no padding and every byte pattern is a valid u8; the slice
+        // covers exactly the values' memory and lives as long as `values`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        return w.write_all(bytes);
+    }
+    const CHUNK: usize = 1 << 14;
+    let mut buf = vec![0u8; CHUNK * 4];
+    for chunk in values.chunks(CHUNK) {
+        let n = match elem {
+            ElemType::F16 => {
+                for (dst, x) in buf.chunks_exact_mut(2).zip(chunk) {
+                    dst.copy_from_slice(&half::f16::from_f32(*x).to_le_bytes());
+                }
+                chunk.len() * 2
+            }
+            _ => {
+                for (dst, x) in buf.chunks_exact_mut(4).zip(chunk) {
+                    dst.copy_from_slice(&x.to_le_bytes());
+                }
+                chunk.len() * 4
+            }
+        };
+        w.write_all(&buf[..n])?;
     }
     Ok(())
 }

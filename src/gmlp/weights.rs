@@ -214,7 +214,7 @@ pub trait WeightSource: Send + Sync {
 pub enum InitScheme {
     /// The paper's init (§2.1): W uniform in ±1e-3/n and b = 1 so every gating unit starts
     /// as an identity gate; LayerNorms γ = 1, β = 0; projections uniform in ±1/√fan_in
-    /// (PyTorch's default); embedding normal with std 0.02.
+    /// (PyTorch's default); embedding uniform with standard deviation 0.02.
     Paper,
     /// Every parameter away from its trivial value (W uniform in ±1/√n, b, γ, β spread
     /// around their defaults), so that a wiring mistake anywhere changes the outputs:
@@ -266,11 +266,22 @@ impl SplitMix64 {
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.next_f64()
     }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.next_f64();
-        let u2 = self.next_f64();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    /// `len` values uniform in [lo, hi) in f32, two 24-bit draws per 64 random bits (the
+    /// fast path for large weight tensors).
+    pub fn uniform_f32(&mut self, len: usize, lo: f32, hi: f32) -> Vec<f32> {
+        const SCALE: f32 = 1.0 / (1u32 << 24) as f32;
+        let span = hi - lo;
+        let mut out = vec![0f32; len];
+        let mut pairs = out.chunks_exact_mut(2);
+        for pair in &mut pairs {
+            let x = self.next_u64();
+            pair[0] = lo + span * ((x >> 40) as f32 * SCALE);
+            pair[1] = lo + span * (((x >> 8) & 0xff_ffff) as f32 * SCALE);
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = lo + span * ((self.next_u64() >> 40) as f32 * SCALE);
+        }
+        out
     }
     /// Uniform integer in [0, bound).
     pub fn below(&mut self, bound: u64) -> u64 {
@@ -283,29 +294,30 @@ impl WeightSource for SeededInit {
         let mut rng = SplitMix64::keyed(self.seed, &spec.name);
         let len = spec.len();
         let spread = self.scheme == InitScheme::Spread;
-        let mut draw = |f: &mut dyn FnMut(&mut SplitMix64) -> f64| -> Vec<f32> {
-            (0..len).map(|_| f(&mut rng) as f32).collect()
-        };
+        let mut uniform = |lo: f64, hi: f64| rng.uniform_f32(len, lo as f32, hi as f32);
         let values = match spec.kind {
-            ParamKind::NormScale if spread => draw(&mut |r| r.uniform(0.5, 1.5)),
+            ParamKind::NormScale if spread => uniform(0.5, 1.5),
             ParamKind::NormScale => vec![1.0; len],
-            ParamKind::NormShift if spread => draw(&mut |r| r.uniform(-0.5, 0.5)),
+            ParamKind::NormShift if spread => uniform(-0.5, 0.5),
             ParamKind::NormShift => vec![0.0; len],
             ParamKind::Weight { fan_in } | ParamKind::Bias { fan_in } => {
                 let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-                draw(&mut |r| r.uniform(-bound, bound))
+                uniform(-bound, bound)
             }
-            ParamKind::Embedding if spread => draw(&mut |r| r.normal()),
-            ParamKind::Embedding => draw(&mut |r| 0.02 * r.normal()),
+            ParamKind::Embedding => {
+                // Uniform with standard deviation 0.02 (1 for spread): bound = std·√3.
+                let bound = if spread { 1.0 } else { 0.02 } * 3f64.sqrt();
+                uniform(-bound, bound)
+            }
             ParamKind::Spatial { n } => {
                 let bound = if spread {
                     1.0 / (n as f64).sqrt()
                 } else {
                     1e-3 / n as f64
                 };
-                draw(&mut |r| r.uniform(-bound, bound))
+                uniform(-bound, bound)
             }
-            ParamKind::SpatialBias if spread => draw(&mut |r| r.uniform(0.5, 1.5)),
+            ParamKind::SpatialBias if spread => uniform(0.5, 1.5),
             ParamKind::SpatialBias => vec![1.0; len],
         };
         Ok(values)
@@ -322,6 +334,13 @@ pub fn check_values(spec: &ParamSpec, values: &[f32]) -> Result<()> {
             spec.shape,
             values.len()
         )));
+    }
+    // Branch-free scan first (it vectorizes); locate the offender only on failure.
+    let all_finite = values
+        .chunks(4096)
+        .all(|c| c.iter().fold(true, |ok, v| ok & v.is_finite()));
+    if all_finite {
+        return Ok(());
     }
     if let Some(k) = values.iter().position(|v| !v.is_finite()) {
         return Err(Error::BadTensor(format!(
