@@ -92,10 +92,11 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--peer-python", default=None, help="Python with torch, g-mlp-pytorch, safetensors")
     ap.add_argument("--quick", action="store_true", help="fewer runs and presets (smoke test)")
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per measurement")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="gmlp-bench-")
     os.makedirs(work, exist_ok=True)
-    reps = 2 if a.quick else 5
+    reps = 2 if a.quick else a.reps
     lines = []
     say = lines.append
     say("# Benchmarks")
