@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build an ONNX model from a preset (with optional overrides).
+    /// Build an ONNX model from a preset (with optional overrides) or a trained checkpoint.
     Build(BuildArgs),
     /// List the presets with parameter counts and FLOPs of the graphs they emit, beside the paper's.
     Presets {
