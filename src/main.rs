@@ -19,7 +19,7 @@ use gmlp_onnx::gmlp::{
 };
 use gmlp_onnx::model_io::{write_model_with, ExternalData};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
-use gmlp_onnx::validate::{validate, ValidateOptions, ValidationReport};
+use gmlp_onnx::validate::{validate_with_progress, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
 #[derive(Parser)]
@@ -300,6 +300,30 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
     Ok(())
 }
 
+/// Runs [`validate_with_progress`] behind a spinner on stderr (hidden when stderr is not
+/// a terminal or with `quiet`).
+fn validate_with_spinner(
+    model: &Path,
+    options: &ValidateOptions,
+    quiet: bool,
+) -> gmlp_onnx::Result<ValidationReport> {
+    let target = if quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    };
+    let spinner = ProgressBar::with_draw_target(None, target);
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+    );
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let report = validate_with_progress(model, options, &mut |step| {
+        spinner.set_message(step.to_string())
+    });
+    spinner.finish_and_clear();
+    report
+}
+
 fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     let target = if quiet {
         ProgressDrawTarget::hidden()
@@ -308,7 +332,7 @@ fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     };
     let bar = ProgressBar::with_draw_target(Some(len), target);
     bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors {elapsed}")
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
             .expect("valid template")
             .progress_chars("=> "),
     );
@@ -427,14 +451,24 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
     };
     let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
     let c = counts(&model.graph);
-    let bar = progress_bar(model.graph.initializers.len() as u64, a.quiet, "writing");
+    // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
+    let done_bytes: Vec<u64> = model
+        .graph
+        .initializers
+        .iter()
+        .scan(0u64, |acc, i| {
+            *acc += i.byte_len() as u64;
+            Some(*acc)
+        })
+        .collect();
+    let bar = progress_bar(model.graph.initializer_bytes(), a.quiet, "writing weights");
     let layout = if a.external_data {
         ExternalData::Always
     } else {
         ExternalData::Auto
     };
     let written = write_model_with(&model.graph, &model.info, &a.output, layout, |k, _| {
-        bar.set_position(k as u64)
+        bar.set_position(done_bytes[k - 1])
     })?;
     let bytes = written.model_bytes;
     let data_note = match &written.data_file {
@@ -463,7 +497,8 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
         let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
         options.batch = 1;
         options.runtime.ort_library = a.ort_lib.clone();
-        finish_validation(validate(&a.output, &options)?, None)?;
+        let report = validate_with_spinner(&a.output, &options, a.quiet)?;
+        finish_validation(report, None)?;
     }
     Ok(())
 }
@@ -530,8 +565,8 @@ fn run_validate(a: ValidateArgs) -> anyhow::Result<()> {
             )));
         }
     }
-    let report =
-        validate(&a.model, &options).with_context(|| format!("validate {}", a.model.display()))?;
+    let report = validate_with_spinner(&a.model, &options, false)
+        .with_context(|| format!("validate {}", a.model.display()))?;
     finish_validation(report, a.report.as_deref())
 }
 

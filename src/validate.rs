@@ -411,6 +411,16 @@ fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
 /// Runs `model` on every requested runtime with the same inputs, compares every pair of
 /// runtimes, and compares each runtime with the expected outputs when given.
 pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationReport> {
+    validate_with_progress(path, options, &mut |_| {})
+}
+
+/// [`validate`], telling `progress` what it is doing (`loading tract`, `running ort-cpu`,
+/// `benchmarking tract 3/20`, ...) for a progress display.
+pub fn validate_with_progress(
+    path: &Path,
+    options: &ValidateOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<ValidationReport> {
     if options.batch == 0 {
         return Err(Error::InvalidArgument("--batch must be at least 1".into()));
     }
@@ -445,6 +455,7 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
         .runtimes
         .iter()
         .map(|&kind| {
+            progress(&format!("loading {}", kind.name()));
             let mut rt_options = options.runtime.clone();
             if kind != RuntimeKind::Tract {
                 rt_options.ort_profile_prefix = Some(profile_dir.join(format!(
@@ -461,6 +472,7 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
     for (kind, mut rt, load_ms) in loaded {
+        progress(&format!("running {}", kind.name()));
         let start = Instant::now();
         let outputs = rt.run(&inputs)?;
         let first_run_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -468,7 +480,13 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
         check_placement(kind, providers.as_ref())?;
         let bench = if options.bench > 0 {
             let mut times = Vec::with_capacity(options.bench);
-            for _ in 0..options.bench {
+            for k in 0..options.bench {
+                progress(&format!(
+                    "benchmarking {} {}/{}",
+                    kind.name(),
+                    k + 1,
+                    options.bench
+                ));
                 let start = Instant::now();
                 rt.run(&inputs)?;
                 times.push(start.elapsed().as_secs_f64() * 1e3);
