@@ -209,13 +209,13 @@ impl GmlpConfig {
                 self.layers
             ));
         }
-        if self.d_ffn % 2 != 0 {
+        if !self.d_ffn.is_multiple_of(2) {
             return bad(format!(
                 "d_ffn = {} must be even (the gate splits it in two halves)",
                 self.d_ffn
             ));
         }
-        if self.heads == 0 || self.gate_dim() % self.heads != 0 {
+        if self.heads == 0 || !self.gate_dim().is_multiple_of(self.heads) {
             return bad(format!(
                 "heads = {} must divide the gate width d_ffn/2 = {}",
                 self.heads,
