@@ -1,15 +1,12 @@
 //! The command line: the main job, validation, and clean one-line errors with the
 //! documented exit codes and no output file left behind.
 
+mod common;
+
+use common::gmlp;
+
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn gmlp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args(args)
-        .output()
-        .expect("run gmlp-onnx")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

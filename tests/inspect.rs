@@ -3,41 +3,11 @@
 
 mod common;
 
+use common::{gmlp, output_text as text, path_str as s, run_python as py};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use gmlp_onnx::model_io::{read_model, stored_f32_count};
-
-fn gmlp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args(args)
-        .output()
-        .expect("run gmlp-onnx")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Runs a Python snippet with `args` as sys.argv[1:] and returns its stdout.
-fn py(script: &str, args: &[&Path]) -> String {
-    let o = Command::new(common::python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python (set GMLP_ONNX_PYTHON)");
-    assert!(o.status.success(), "python failed: {}", text(&o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn amlp(dir: &Path) -> PathBuf {
     let path = dir.join("a.onnx");

@@ -2,26 +2,11 @@
 
 mod common;
 
-use std::process::Command;
+use common::run_python as py;
 
 use gmlp_onnx::npz::{read_npz, save_npz};
 use gmlp_onnx::runtime::{NamedTensor, TensorValue};
 use ndarray::{ArrayD, IxDyn};
-
-fn py(script: &str, args: &[&std::path::Path]) -> String {
-    let o = Command::new(common::python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python (set GMLP_ONNX_PYTHON)");
-    assert!(
-        o.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn tensors() -> Vec<NamedTensor> {
     let t = |name: &str, value| NamedTensor {

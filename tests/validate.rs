@@ -4,27 +4,14 @@
 
 mod common;
 
+use common::{gmlp, output_text as text, path_str as s, run_python as py};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gmlp_onnx::runtime::onnxruntime::parse_profile;
 use gmlp_onnx::runtime::{Placement, RuntimeKind};
 use gmlp_onnx::validate::check_placement;
-
-fn gmlp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args(args)
-        .output()
-        .expect("run gmlp-onnx")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Exit code `code`, a one-line error containing every needle, no panic.
 fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
@@ -39,21 +26,6 @@ fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
         1,
         "one line expected: {err}"
     );
-}
-
-/// Runs a Python snippet (NumPy, onnx, onnxruntime) with `args` as sys.argv[1:].
-fn py(script: &str, args: &[&Path]) {
-    let o = Command::new(common::python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python (set GMLP_ONNX_PYTHON)");
-    assert!(o.status.success(), "python failed: {}", text(&o));
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// gmlp-ti16 with one block on 32x32 images: input pixel_values [batch, 3, 32, 32].

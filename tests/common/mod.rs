@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 use gmlp_onnx::export::export;
@@ -139,3 +139,38 @@ pub fn onnx_check(paths: &[PathBuf]) {
 
 /// All three runtimes that need no GPU.
 pub const CPU_RUNTIMES: [RuntimeKind; 2] = [RuntimeKind::Tract, RuntimeKind::OrtCpu];
+
+/// Runs the `gmlp-onnx` binary with `args`.
+pub fn gmlp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
+        .args(args)
+        .output()
+        .expect("run gmlp-onnx")
+}
+
+/// stdout then stderr of a finished command, for assertion messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A path as `&str` for command lines.
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// Runs a Python snippet (NumPy, onnx, onnxruntime) with `args` as sys.argv[1:];
+/// panics with its output on failure, returns its stdout.
+pub fn run_python(script: &str, args: &[&Path]) -> String {
+    let o = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run python (set GMLP_ONNX_PYTHON or run scripts/test)");
+    assert!(o.status.success(), "python failed: {}", output_text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
