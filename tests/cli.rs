@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::gmlp;
+use common::{gmlp, small_vision_model};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -266,17 +266,7 @@ fn broken_model_files_are_refused() {
 #[test]
 fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("c.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success());
+    let out = small_vision_model(dir.path());
     let o = gmlp(&[
         "validate",
         out.to_str().unwrap(),
@@ -294,17 +284,7 @@ fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
 #[test]
 fn missing_onnxruntime_library_says_how_to_get_it() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("c.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success());
+    let out = small_vision_model(dir.path());
     let o = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
         .args([
             "validate",

@@ -3,31 +3,13 @@
 
 mod common;
 
-use common::{gmlp, output_text as text, path_str as s, run_python as py};
+use common::{
+    gmlp, output_text as text, path_str as s, run_python as py, small_token_model as amlp,
+};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gmlp_onnx::model_io::{read_model, stored_f32_count};
-
-fn amlp(dir: &Path) -> PathBuf {
-    let path = dir.join("a.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "1",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "-q",
-        "-o",
-        s(&path),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    path
-}
 
 fn inspect_json(path: &Path) -> serde_json::Value {
     let o = gmlp(&["inspect", s(path), "--json"]);

@@ -4,9 +4,12 @@
 
 mod common;
 
-use common::{gmlp, output_text as text, path_str as s, run_python as py};
+use common::{
+    gmlp, output_text as text, path_str as s, run_python as py, small_token_model as token_model,
+    small_vision_model as vision_model,
+};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use gmlp_onnx::runtime::onnxruntime::parse_profile;
@@ -26,50 +29,6 @@ fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
         1,
         "one line expected: {err}"
     );
-}
-
-/// gmlp-ti16 with one block on 32x32 images: input pixel_values [batch, 3, 32, 32].
-fn vision_model(dir: &Path) -> PathBuf {
-    let path = dir.join("v.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "--image-size",
-        "32",
-        "--init",
-        "spread",
-        "-q",
-        "-o",
-        s(&path),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    path
-}
-
-/// amlp-base with one block, n = 32, vocabulary 300: input input_ids int64 [batch, 32].
-fn token_model(dir: &Path) -> PathBuf {
-    let path = dir.join("t.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "1",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "--init",
-        "spread",
-        "-q",
-        "-o",
-        s(&path),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    path
 }
 
 fn read_json(path: &Path) -> serde_json::Value {

@@ -174,3 +174,44 @@ pub fn run_python(script: &str, args: &[&Path]) -> String {
     assert!(o.status.success(), "python failed: {}", output_text(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+fn build_small(path: PathBuf, args: &[&str]) -> PathBuf {
+    let mut all = vec!["build"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--init", "spread", "-q", "-o", path_str(&path)]);
+    let o = gmlp(&all);
+    assert!(o.status.success(), "{}", output_text(&o));
+    path
+}
+
+/// `dir/v.onnx`: gmlp-ti16 with one block on 32x32 images (pixel_values [batch, 3, 32, 32]).
+pub fn small_vision_model(dir: &Path) -> PathBuf {
+    build_small(
+        dir.join("v.onnx"),
+        &[
+            "--preset",
+            "gmlp-ti16",
+            "--layers",
+            "1",
+            "--image-size",
+            "32",
+        ],
+    )
+}
+
+/// `dir/t.onnx`: amlp-base with one block, n = 32, vocabulary 300 (input_ids [batch, 32]).
+pub fn small_token_model(dir: &Path) -> PathBuf {
+    build_small(
+        dir.join("t.onnx"),
+        &[
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "1",
+            "--seq-len",
+            "32",
+            "--vocab-size",
+            "300",
+        ],
+    )
+}
