@@ -81,7 +81,7 @@ pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
     }
     if inline > u128::from(PROTOBUF_LIMIT) / 2 {
         return Err(Error::TooLarge(format!(
-            "{n} tokens need {:.2} GiB of constants inside the graph (index table, mask), over the 1 GiB allowed              in the 2 GiB protobuf; use fewer tokens",
+            "{n} tokens need {:.2} GiB of constants inside the graph (index table, mask), over the 1 GiB allowed in the 2 GiB protobuf; use fewer tokens",
             gib(inline)
         )));
     }

@@ -401,9 +401,35 @@ pub fn encode_model_to_vec(graph: &Graph, info: &ModelInfo) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Temporary files this process is writing. [`abandon_pending_files`] removes them when
+/// the process is interrupted; creating, committing and removing a temporary file all
+/// happen under this lock, so an interrupt sees either the temporary file or the finished
+/// target, never a half-committed pair.
+static PENDING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn pending_files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    PENDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes every temporary file this process is still writing and returns how many, for
+/// an interrupt (SIGINT, SIGTERM) handler that exits right after. From then on this
+/// process commits no file: any thread that tries blocks until the exit.
+pub fn abandon_pending_files() -> usize {
+    let mut files = pending_files();
+    let removed = files
+        .drain(..)
+        .filter(|f| std::fs::remove_file(f).is_ok())
+        .count();
+    // Keep the registry locked for good: no rename may complete after the cleanup.
+    std::mem::forget(files);
+    removed
+}
+
 /// A file being written under a temporary name beside its target: renamed into place by
-/// [`PendingFile::persist`], removed if dropped before that (no partial output survives
-/// an error).
+/// [`PendingFile::persist`], removed if dropped before that or if the process is
+/// interrupted (no partial output survives an error or a Ctrl-C).
 pub struct PendingFile {
     target: PathBuf,
     tmp: PathBuf,
@@ -414,6 +440,7 @@ impl PendingFile {
     /// Creates the temporary file for `target` (which must not be a directory, in an
     /// existing directory).
     pub fn create(target: &Path) -> Result<Self> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         if target.is_dir() {
             return Err(Error::InvalidArgument(format!(
                 "output path {} is a directory",
@@ -434,11 +461,18 @@ impl PendingFile {
             )));
         }
         let tmp = dir.join(format!(
-            ".{}.tmp-{}",
+            ".{}.tmp-{}-{}",
             file_name.to_string_lossy(),
-            std::process::id()
+            std::process::id(),
+            SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let mut files = pending_files();
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, e))?;
+        files.push(tmp.clone());
         Ok(PendingFile {
             target: target.to_path_buf(),
             tmp,
@@ -464,12 +498,31 @@ impl PendingFile {
     }
 
     /// Syncs (if not done yet) and renames the temporary file to its target.
-    pub fn persist(mut self) -> Result<()> {
-        if self.writer.is_some() {
-            self.sync()?;
+    pub fn persist(self) -> Result<()> {
+        Self::persist_all(vec![self])
+    }
+
+    /// Syncs every file, then renames them into place in order as one step with respect
+    /// to interrupts; if a rename fails, the targets already renamed are removed again.
+    pub fn persist_all(mut files: Vec<PendingFile>) -> Result<()> {
+        for f in &mut files {
+            if f.writer.is_some() {
+                f.sync()?;
+            }
         }
-        std::fs::rename(&self.tmp, &self.target).map_err(|e| Error::io(&self.target, e))?;
-        self.tmp = PathBuf::new();
+        let mut registry = pending_files();
+        let mut done: Vec<PathBuf> = Vec::new();
+        for f in &mut files {
+            if let Err(e) = std::fs::rename(&f.tmp, &f.target) {
+                for target in &done {
+                    let _ = std::fs::remove_file(target);
+                }
+                return Err(Error::io(&f.target, e));
+            }
+            done.push(f.target.clone());
+            registry.retain(|p| p != &f.tmp);
+            f.tmp = PathBuf::new();
+        }
         Ok(())
     }
 }
@@ -477,7 +530,9 @@ impl PendingFile {
 impl Drop for PendingFile {
     fn drop(&mut self) {
         if !self.tmp.as_os_str().is_empty() {
+            let mut registry = pending_files();
             let _ = std::fs::remove_file(&self.tmp);
+            registry.retain(|p| p != &self.tmp);
         }
     }
 }
@@ -583,17 +638,12 @@ pub fn write_model_with(
                 on_tensor,
             )
             .map_err(rename_io)?;
-            model_file.sync()?;
-            data_file.persist()?;
+            // Data first, model last, as one step: an interrupt leaves both or neither.
+            PendingFile::persist_all(vec![data_file, model_file])?;
             let data_len = std::fs::metadata(&data_path)
                 .map_err(|e| Error::io(&data_path, e))?
                 .len();
-            data_file_written = Some((data_path.clone(), data_len));
-            // The model appears last; if that fails, its data file goes too.
-            if let Err(e) = model_file.persist() {
-                let _ = std::fs::remove_file(&data_path);
-                return Err(e);
-            }
+            data_file_written = Some((data_path, data_len));
         }
     }
     Ok(Written {
@@ -602,9 +652,16 @@ pub fn write_model_with(
     })
 }
 
-/// Reads and decodes an ONNX file (models with external data are not read yet).
+/// Reads and decodes an ONNX file (see [`decode_model`]); external data files are not read.
 pub fn read_model(path: &Path) -> Result<onnx::ModelProto> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    decode_model(&bytes, path)
+}
+
+/// Decodes ONNX bytes (`path` names the file in messages) and checks what every reader
+/// here relies on: a graph with at least one output, and external data locations that
+/// stay inside the model's directory (relative, no `..`), as the ONNX spec requires.
+pub fn decode_model(bytes: &[u8], path: &Path) -> Result<onnx::ModelProto> {
     let bad = |reason: String| Error::BadModel {
         path: path.to_path_buf(),
         reason,
@@ -612,7 +669,7 @@ pub fn read_model(path: &Path) -> Result<onnx::ModelProto> {
     if bytes.is_empty() {
         return Err(bad("the file is empty".into()));
     }
-    let model = onnx::ModelProto::decode(bytes.as_slice())
+    let model = onnx::ModelProto::decode(bytes)
         .map_err(|e| bad(format!("protobuf decoding failed ({})", one_line(e))))?;
     let graph = model
         .graph
@@ -621,7 +678,146 @@ pub fn read_model(path: &Path) -> Result<onnx::ModelProto> {
     if graph.output.is_empty() {
         return Err(bad("its graph has no output".into()));
     }
+    for t in external_tensors(graph) {
+        let reference = external_reference(t).map_err(|reason| bad(reason.clone()))?;
+        let location = Path::new(&reference.location);
+        let escapes = location.components().any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        if reference.location.is_empty() || escapes {
+            return Err(bad(format!(
+                "initializer {} has external data location {:?} outside the model's directory",
+                t.name(),
+                reference.location
+            )));
+        }
+    }
     Ok(model)
+}
+
+/// Where an initializer's bytes live when stored outside the ONNX file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalReference {
+    /// File name relative to the model's directory.
+    pub location: String,
+    /// Byte offset in that file.
+    pub offset: u64,
+    /// Byte count (`None`: to the end of the file).
+    pub length: Option<u64>,
+}
+
+fn external_tensors(graph: &onnx::GraphProto) -> impl Iterator<Item = &onnx::TensorProto> {
+    graph
+        .initializer
+        .iter()
+        .filter(|t| t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32))
+}
+
+/// The `external_data` entries of an initializer stored outside the file.
+pub fn external_reference(t: &onnx::TensorProto) -> Result<ExternalReference, String> {
+    let entry = |key: &str| {
+        t.external_data
+            .iter()
+            .find(|e| e.key() == key)
+            .map(|e| e.value())
+    };
+    let number = |key: &str| -> Result<Option<u64>, String> {
+        entry(key)
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    format!(
+                        "initializer {}: external data {key} {v:?} is not a byte count",
+                        t.name()
+                    )
+                })
+            })
+            .transpose()
+    };
+    Ok(ExternalReference {
+        location: entry("location")
+            .ok_or_else(|| format!("initializer {} has external data but no location", t.name()))?
+            .to_string(),
+        offset: number("offset")?.unwrap_or(0),
+        length: number("length")?,
+    })
+}
+
+/// Checks every external data reference of a decoded model against the files beside
+/// `path`: each file exists and each byte range lies inside it and holds exactly the
+/// tensor's declared size. Runs before a model is handed to a runtime.
+pub fn check_external_data(model: &onnx::ModelProto, path: &Path) -> Result<()> {
+    let Some(graph) = &model.graph else {
+        return Ok(());
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let bad = |reason: String| Error::BadModel {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut sizes = std::collections::HashMap::new();
+    for t in external_tensors(graph) {
+        let r = external_reference(t).map_err(bad)?;
+        let file = dir.join(&r.location);
+        let file_len = match sizes.get(&file) {
+            Some(&n) => n,
+            None => {
+                let n = std::fs::metadata(&file)
+                    .map_err(|e| {
+                        bad(format!(
+                            "external data file {} of initializer {}: {e}",
+                            file.display(),
+                            t.name()
+                        ))
+                    })?
+                    .len();
+                sizes.insert(file.clone(), n);
+                n
+            }
+        };
+        let elements = t.dims.iter().try_fold(1u64, |acc, &d| {
+            u64::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+        });
+        let expected = elements.and_then(|n| {
+            let bits = crate::inspect::elem_bits(t.data_type());
+            (bits > 0)
+                .then(|| n.checked_mul(bits).map(|b| b.div_ceil(8)))
+                .flatten()
+        });
+        let length = r.length.unwrap_or(file_len.saturating_sub(r.offset));
+        let end = r.offset.checked_add(length);
+        if end.is_none_or(|e| e > file_len) {
+            return Err(bad(format!(
+                "initializer {}: external bytes {}..{} lie past the end of {} ({file_len} bytes)",
+                t.name(),
+                r.offset,
+                r.offset.saturating_add(length),
+                r.location
+            )));
+        }
+        if let Some(expected) = expected {
+            if expected != length {
+                return Err(bad(format!(
+                    "initializer {}: {length} external bytes for dims {:?} ({expected} expected)",
+                    t.name(),
+                    t.dims
+                )));
+            }
+        } else {
+            return Err(bad(format!(
+                "initializer {}: dims {:?} of type {} have no valid byte size",
+                t.name(),
+                t.dims,
+                t.data_type()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A tensor's declared element type and shape, as read from an ONNX file.
@@ -713,8 +909,13 @@ pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
                         .map(ElemType::onnx_code)
                         .contains(&t.data_type())
                 })
-                .map(|t| t.dims.iter().product::<i64>().max(0) as u64)
-                .sum()
+                .map(|t| {
+                    t.dims
+                        .iter()
+                        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
+                        .unwrap_or(0)
+                })
+                .fold(0u64, u64::saturating_add)
         })
         .unwrap_or(0)
 }

@@ -15,7 +15,8 @@ use crate::gmlp::config::{GmlpConfig, Task};
 use crate::gmlp::weights::SplitMix64;
 use crate::graph::Dim;
 use crate::model_io::{
-    declared_inputs, declared_outputs, metadata_value, read_model, DeclaredTensor,
+    check_external_data, declared_inputs, declared_outputs, metadata_value, read_model,
+    DeclaredTensor,
 };
 use crate::npz;
 use crate::onnx::ModelProto;
@@ -25,7 +26,7 @@ use crate::runtime::{
 
 /// Metadata key holding the model's [`GmlpConfig`] as JSON.
 pub const CONFIG_KEY: &str = "gmlp_onnx.config";
-/// Largest number of elements of one generated input.
+/// Largest number of elements generated for a model's inputs, all inputs together (1 GiB of f32).
 pub const MAX_INPUT_ELEMENTS: usize = 1 << 28;
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
@@ -186,6 +187,32 @@ fn concrete_shape(
         .collect()
 }
 
+/// The concrete shape of every declared input of `model` (`batch` and `dims` bound), refused
+/// before any allocation when the inputs together exceed [`MAX_INPUT_ELEMENTS`] elements.
+pub fn input_shapes(
+    model: &ModelProto,
+    batch: usize,
+    dims: &[(String, usize)],
+) -> Result<Vec<(DeclaredTensor, Vec<usize>)>> {
+    let mut total = 0usize;
+    let mut out = Vec::new();
+    for input in declared_inputs(model) {
+        let shape = concrete_shape(&input, batch, dims)?;
+        let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        total = match count.and_then(|c| total.checked_add(c)) {
+            Some(t) if t <= MAX_INPUT_ELEMENTS => t,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "input {} of shape {shape:?} is too large to generate (limit {MAX_INPUT_ELEMENTS} elements for all inputs together)",
+                    input.name
+                )))
+            }
+        };
+        out.push((input, shape));
+    }
+    Ok(out)
+}
+
 /// Seeded inputs for every declared input of `model`: floats uniform in [−1, 1);
 /// integer inputs are token ids uniform in [0, vocab) when the metadata gives a
 /// vocabulary, else in [0, 2).
@@ -200,18 +227,8 @@ pub fn make_inputs(
         _ => 2,
     };
     let mut out = Vec::new();
-    for input in declared_inputs(model) {
-        let shape = concrete_shape(&input, batch, dims)?;
-        let count = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .filter(|&c| c <= MAX_INPUT_ELEMENTS)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "input {} of shape {shape:?} is too large to generate (limit {MAX_INPUT_ELEMENTS} elements)",
-                    input.name
-                ))
-            })?;
+    for (input, shape) in input_shapes(model, batch, dims)? {
+        let count = shape.iter().product();
         let mut rng = SplitMix64::keyed(seed, &input.name);
         let shaped = |e: ndarray::ShapeError| Error::BadTensor(e.to_string());
         let dims = IxDyn(&shape);
@@ -425,6 +442,7 @@ pub fn validate_with_progress(
         return Err(Error::InvalidArgument("--batch must be at least 1".into()));
     }
     let model = read_model(path)?;
+    check_external_data(&model, path)?;
     let inputs = match &options.inputs {
         Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
         None => make_inputs(&model, options.batch, &options.dims, options.seed)?,

@@ -53,11 +53,27 @@ struct Entry {
     end: usize,
 }
 
+/// The bytes of a safetensors file: memory-mapped, or owned (from [`Checkpoint::from_bytes`]).
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// Where a checkpoint's tensors live.
 enum Storage {
-    /// A memory-mapped safetensors file.
+    /// A safetensors file (memory-mapped when read from disk).
     Mapped {
-        map: Mmap,
+        map: Bytes,
         data_start: usize,
         entries: BTreeMap<String, Entry>,
     },
@@ -96,31 +112,51 @@ impl Checkpoint {
             .is_ok()
             && magic == *b"PK\x03\x04";
         if is_zip {
-            let arrays = crate::npz::read_npz(path)?
-                .into_iter()
-                .map(|t| (t.name, t.value))
-                .collect();
-            return Ok(Checkpoint {
-                path: path.to_path_buf(),
-                storage: Storage::Loaded(arrays),
-                metadata: BTreeMap::new(),
-            });
+            return Ok(Self::from_arrays(path, crate::npz::read_npz(path)?));
         }
-        Self::open_safetensors(path)
-    }
-
-    fn open_safetensors(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
-        if len < 8 {
-            return Err(bad(format!(
-                "{len} bytes is too short for a safetensors file"
+        let file_meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let len = file_meta.len();
+        if file_meta.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a directory, not a checkpoint file",
+                path.display()
             )));
+        }
+        if len < 8 {
+            return Err(too_short(path, len));
         }
         // SAFETY: the map is read-only; a file truncated by another process while mapped
         // would fault, as with any reader of a file that changes underneath it.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::from_safetensors(path, Bytes::Mapped(map))
+    }
+
+    /// Reads a checkpoint held in memory (same recognition and checks as [`Checkpoint::open`]);
+    /// `label` names it in messages.
+    pub fn from_bytes(label: &Path, bytes: Vec<u8>) -> Result<Self> {
+        if bytes.starts_with(b"PK\x03\x04") {
+            let len = bytes.len() as u64;
+            let what = label.display().to_string();
+            let arrays = crate::npz::read_npz_from(std::io::Cursor::new(bytes), len, &what)?;
+            return Ok(Self::from_arrays(label, arrays));
+        }
+        if bytes.len() < 8 {
+            return Err(too_short(label, bytes.len() as u64));
+        }
+        Self::from_safetensors(label, Bytes::Owned(bytes))
+    }
+
+    fn from_arrays(path: &Path, arrays: Vec<crate::runtime::NamedTensor>) -> Self {
+        Checkpoint {
+            path: path.to_path_buf(),
+            storage: Storage::Loaded(arrays.into_iter().map(|t| (t.name, t.value)).collect()),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn from_safetensors(path: &Path, map: Bytes) -> Result<Self> {
+        let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
         let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
             bad(format!(
                 "not a valid safetensors file ({})",
@@ -266,6 +302,13 @@ impl Checkpoint {
     }
 }
 
+fn too_short(path: &Path, len: u64) -> Error {
+    Error::BadTensor(format!(
+        "{}: {len} bytes is too short for a safetensors file",
+        path.display()
+    ))
+}
+
 /// How one native parameter is made from checkpoint tensors.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Rule {
@@ -301,7 +344,13 @@ impl Import {
     /// Reads `path`, recognizes its layout (or uses `format`), infers the architecture,
     /// and checks every tensor name and shape.
     pub fn open(path: &Path, hints: &ImportHints) -> Result<Import> {
-        let checkpoint = Arc::new(Checkpoint::open(path)?);
+        Self::from_checkpoint(Checkpoint::open(path)?, hints)
+    }
+
+    /// Recognizes and checks an already opened checkpoint, as [`Import::open`] does.
+    pub fn from_checkpoint(checkpoint: Checkpoint, hints: &ImportHints) -> Result<Import> {
+        let checkpoint = Arc::new(checkpoint);
+        let path = checkpoint.path().to_path_buf();
         let (format, config, rules) = plan(&checkpoint, hints)?;
         let mut used = std::collections::BTreeSet::new();
         for rule in rules.values() {
