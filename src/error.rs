@@ -70,3 +70,33 @@ pub(crate) fn one_line(message: impl std::fmt::Display) -> String {
     let text = message.to_string();
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+thread_local! {
+    static CONTAINING_PANIC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True while this thread runs inside [`contain_panic`]: a process-wide panic hook should
+/// stay quiet, because the panic will come back as an [`Error::RuntimeFailed`].
+pub fn panic_is_contained() -> bool {
+    CONTAINING_PANIC.with(|c| c.get())
+}
+
+/// Runs `f`, turning a panic inside it (a third-party runtime tripping over a hostile
+/// model) into [`Error::RuntimeFailed`] for `runtime`, so that one bad model ends in a
+/// one-line error rather than an abort.
+pub(crate) fn contain_panic<T>(runtime: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let was = CONTAINING_PANIC.with(|c| c.replace(true));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CONTAINING_PANIC.with(|c| c.set(was));
+    outcome.unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::RuntimeFailed {
+            runtime: runtime.into(),
+            reason: one_line(format!("it panicked on this model: {message}")),
+        })
+    })
+}

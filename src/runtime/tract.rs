@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tract_onnx::prelude::*;
 
-use crate::error::{one_line, Error, Result};
+use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::{NamedTensor, Runtime, TensorValue};
 
 /// A model loaded and optimized by tract.
@@ -25,6 +25,10 @@ fn failed(e: impl std::fmt::Display) -> Error {
 impl TractRuntime {
     /// Loads and optimizes `path` (external data files are resolved beside it).
     pub fn load(path: &Path) -> Result<Self> {
+        contain_panic("tract", || Self::load_unguarded(path))
+    }
+
+    fn load_unguarded(path: &Path) -> Result<Self> {
         let model = tract_onnx::onnx().model_for_path(path).map_err(failed)?;
         let input_names = model
             .input_outlets()
@@ -62,6 +66,12 @@ impl Runtime for TractRuntime {
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+        contain_panic("tract", || self.run_unguarded(inputs))
+    }
+}
+
+impl TractRuntime {
+    fn run_unguarded(&self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
         let mut values: TVec<TValue> = tvec!();
         for name in &self.input_names {
             let input = inputs.iter().find(|t| &t.name == name).ok_or_else(|| {
