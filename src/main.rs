@@ -104,9 +104,9 @@ struct BuildArgs {
     /// Accept checkpoint tensors the model does not use.
     #[arg(long)]
     allow_unused: bool,
-    /// Relative tolerance (of max|W|) for accepting a dense W as Toeplitz.
-    #[arg(long, default_value_t = gmlp_onnx::checkpoint::TOEPLITZ_TOLERANCE)]
-    toeplitz_tol: f32,
+    /// Relative tolerance (of max|W|) for accepting a dense W as Toeplitz [default: 1e-5].
+    #[arg(long)]
+    toeplitz_tol: Option<f32>,
     /// g-mlp-pytorch token shift the checkpoint was trained with (not visible in weights).
     #[arg(long, default_value_t = 0)]
     shift_tokens: usize,
@@ -367,7 +367,10 @@ fn from_checkpoint(
             "{flag} cannot be combined with --weights: the architecture is read from the checkpoint"
         )));
     }
-    if !(a.toeplitz_tol.is_finite() && a.toeplitz_tol >= 0.0) {
+    let toeplitz_tol = a
+        .toeplitz_tol
+        .unwrap_or(gmlp_onnx::checkpoint::TOEPLITZ_TOLERANCE);
+    if !(toeplitz_tol.is_finite() && toeplitz_tol >= 0.0) {
         anyhow::bail!(Error::InvalidArgument(
             "--toeplitz-tol must be a finite number >= 0".into()
         ));
@@ -386,7 +389,7 @@ fn from_checkpoint(
         patch_size: a.patch_size,
         spatial: a.spatial.map(spatial_form),
         allow_unused: a.allow_unused,
-        toeplitz_tolerance: a.toeplitz_tol,
+        toeplitz_tolerance: toeplitz_tol,
     };
     let import = Import::open(path, &hints)?;
     let description = format!(
@@ -407,7 +410,52 @@ fn from_checkpoint(
     Ok((config, weights, description))
 }
 
+/// Refuses output paths that collide with each other or with the input before anything
+/// is read or written (each file is still checked again when it is created).
+fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
+    let data_file =
+        gmlp_onnx::model_io::data_file_name(&a.output).map(|name| a.output.with_file_name(name))?;
+    let same = |x: &Path, y: &Path| {
+        x == y
+            || matches!((x.canonicalize(), y.canonicalize()), (Ok(p), Ok(q)) if p == q)
+            || (x.file_name() == y.file_name()
+                && matches!(
+                    (
+                        x.parent().map(|p| p.canonicalize()),
+                        y.parent().map(|p| p.canonicalize())
+                    ),
+                    (Some(Ok(p)), Some(Ok(q))) if p == q
+                ))
+    };
+    if let Some(saved) = &a.save_weights {
+        if same(saved, &a.output) || same(saved, &data_file) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "--save-weights {} and the model output name the same file",
+                saved.display()
+            )));
+        }
+        if let Some(weights) = &a.weights {
+            if same(saved, weights) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "--save-weights {} would overwrite the --weights input",
+                    saved.display()
+                )));
+            }
+        }
+    }
+    if let Some(weights) = &a.weights {
+        if same(weights, &a.output) || same(weights, &data_file) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "-o {} would overwrite the --weights input",
+                a.output.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn run_build(a: BuildArgs) -> anyhow::Result<()> {
+    check_output_paths(&a)?;
     let (cfg, source, description, preset_name): (
         GmlpConfig,
         Arc<dyn WeightSource>,
@@ -419,6 +467,19 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
                 anyhow::bail!(Error::InvalidArgument(
                     "--shift-tokens applies to --weights (g-mlp-pytorch checkpoints)".into()
                 ));
+            }
+            let import_only = [
+                ("--toeplitz-tol", a.toeplitz_tol.is_some()),
+                ("--allow-unused", a.allow_unused),
+                (
+                    "--weights-format",
+                    !matches!(a.weights_format, FormatArg::Auto),
+                ),
+            ];
+            if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to --weights (it describes the checkpoint)"
+                )));
             }
             let p = preset(name)?;
             let mut cfg = p.config.clone();
@@ -481,7 +542,14 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
     };
     bar.finish_and_clear();
     if let Some(path) = &a.save_weights {
-        save_native(path, &cfg, source.as_ref())?;
+        if let Err(e) = save_native(path, &cfg, source.as_ref()) {
+            // No partial result: the model written just before goes too.
+            let _ = std::fs::remove_file(&a.output);
+            if let Some((data, _)) = &written.data_file {
+                let _ = std::fs::remove_file(data);
+            }
+            return Err(e.into());
+        }
         println!("wrote {} (native layout)", path.display());
     }
     println!(
@@ -661,12 +729,42 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
+        if gmlp_onnx::error::panic_is_contained() {
+            return;
+        }
         eprintln!(
             "gmlp-onnx: internal error: {}; this is a bug, please report it with the command line that caused it",
             info.to_string().replace('\n', " ")
         );
     }));
-    let cli = Cli::parse();
+    // Ctrl-C / SIGTERM / SIGHUP: remove the files still being written, then exit 130.
+    let _ = ctrlc::set_handler(|| {
+        let removed = gmlp_onnx::model_io::abandon_pending_files();
+        eprintln!("gmlp-onnx: interrupted; removed {removed} unfinished output file(s)");
+        std::process::exit(130);
+    });
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: print as clap does, exit 0.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Usage errors on one line, like every other error, with exit code 2.
+            let text = e.to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("gmlp-onnx: error: {message} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Build(a) => run_build(a),
         Command::Presets { json } => run_presets(json),
