@@ -96,7 +96,31 @@ pub(crate) fn contain_panic<T>(runtime: &str, f: impl FnOnce() -> Result<T>) -> 
             .unwrap_or_else(|| "unknown panic".into());
         Err(Error::RuntimeFailed {
             runtime: runtime.into(),
-            reason: one_line(format!("it panicked on this model: {message}")),
+            reason: one_line(format!("it failed internally on this model: {message}")),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_contained_panic_becomes_a_runtime_error_and_the_flag_is_restored() {
+        assert!(!panic_is_contained());
+        let seen_inside = std::cell::Cell::new(false);
+        let result: Result<()> = contain_panic("tract", || {
+            seen_inside.set(panic_is_contained());
+            panic!("shape {} overflows\nsecond line", 7)
+        });
+        assert!(seen_inside.get());
+        assert!(!panic_is_contained());
+        let message = result.unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "runtime tract failed: it failed internally on this model: shape 7 overflows second line"
+        );
+        let fine: Result<u8> = contain_panic("tract", || Ok(3));
+        assert_eq!(fine.unwrap(), 3);
+    }
 }

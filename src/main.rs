@@ -743,6 +743,10 @@ fn main() -> ExitCode {
         eprintln!("gmlp-onnx: interrupted; removed {removed} unfinished output file(s)");
         std::process::exit(130);
     });
+    // Lets the tests check the panic backstop above from outside (exit 101, one line).
+    if std::env::var_os("GMLP_ONNX_DEBUG_PANIC").is_some() {
+        panic!("GMLP_ONNX_DEBUG_PANIC is set");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

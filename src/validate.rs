@@ -28,6 +28,8 @@ use crate::runtime::{
 pub const CONFIG_KEY: &str = "gmlp_onnx.config";
 /// Largest number of elements generated for a model's inputs, all inputs together (1 GiB of f32).
 pub const MAX_INPUT_ELEMENTS: usize = 1 << 28;
+/// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
+pub const MAX_BENCH_RUNS: usize = 10_000;
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
 /// Name of the reference in pairs that compare a runtime with `--expected` outputs.
@@ -440,6 +442,12 @@ pub fn validate_with_progress(
 ) -> Result<ValidationReport> {
     if options.batch == 0 {
         return Err(Error::InvalidArgument("--batch must be at least 1".into()));
+    }
+    if options.bench > MAX_BENCH_RUNS {
+        return Err(Error::InvalidArgument(format!(
+            "--bench {} is more than {MAX_BENCH_RUNS} runs",
+            options.bench
+        )));
     }
     let model = read_model(path)?;
     check_external_data(&model, path)?;
