@@ -1,0 +1,8 @@
+//! Fuzz target: see `checkpoint_format` in fuzz/bodies.rs (shared with the regression tests in
+//! tests/hostile/, which replay fuzz/corpus/checkpoint_format and fuzz/regressions/checkpoint_format).
+#![no_main]
+
+#[path = "../bodies.rs"]
+mod bodies;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::checkpoint_format(data));

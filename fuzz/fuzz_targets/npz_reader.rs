@@ -1,0 +1,8 @@
+//! Fuzz target: see `npz_reader` in fuzz/bodies.rs (shared with the regression tests in
+//! tests/hostile/, which replay fuzz/corpus/npz_reader and fuzz/regressions/npz_reader).
+#![no_main]
+
+#[path = "../bodies.rs"]
+mod bodies;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::npz_reader(data));
