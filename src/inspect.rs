@@ -106,10 +106,7 @@ pub fn is_float(data_type: i32) -> bool {
 }
 
 fn elements(t: &TensorProto) -> u64 {
-    t.dims
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?))
-        .unwrap_or(0)
+    crate::model_io::element_count(t).unwrap_or(0)
 }
 
 fn tensor_info(t: DeclaredTensor) -> TensorInfo {
@@ -164,11 +161,8 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
             parameter_bytes = parameter_bytes.saturating_add(bytes);
         }
         if t.data_location == Some(crate::onnx::tensor_proto::DataLocation::External as i32) {
-            let location = t
-                .external_data
-                .iter()
-                .find(|e| e.key() == "location")
-                .map_or_else(|| "(no location)".to_string(), |e| e.value().to_string());
+            let location = crate::model_io::external_reference(t)
+                .map_or_else(|_| "(no location)".to_string(), |r| r.location);
             *external.entry(location).or_insert(0) += 1;
         }
     }

@@ -415,17 +415,19 @@ fn from_checkpoint(
 fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
     let data_file =
         gmlp_onnx::model_io::data_file_name(&a.output).map(|name| a.output.with_file_name(name))?;
+    // Compared after resolving the folder (and the file itself when it exists), so that
+    // `./m.onnx`, `dir/../m.onnx` and a symlink to it are all the same file.
+    let resolved = |p: &Path| {
+        p.canonicalize().ok().or_else(|| {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(dir.canonicalize().ok()?.join(p.file_name()?))
+        })
+    };
     let same = |x: &Path, y: &Path| {
-        x == y
-            || matches!((x.canonicalize(), y.canonicalize()), (Ok(p), Ok(q)) if p == q)
-            || (x.file_name() == y.file_name()
-                && matches!(
-                    (
-                        x.parent().map(|p| p.canonicalize()),
-                        y.parent().map(|p| p.canonicalize())
-                    ),
-                    (Some(Ok(p)), Some(Ok(q))) if p == q
-                ))
+        x == y || matches!((resolved(x), resolved(y)), (Some(p), Some(q)) if p == q)
     };
     if let Some(saved) = &a.save_weights {
         if same(saved, &a.output) || same(saved, &data_file) {

@@ -679,7 +679,7 @@ pub fn decode_model(bytes: &[u8], path: &Path) -> Result<onnx::ModelProto> {
         return Err(bad("its graph has no output".into()));
     }
     for t in external_tensors(graph) {
-        let reference = external_reference(t).map_err(|reason| bad(reason.clone()))?;
+        let reference = external_reference(t).map_err(bad)?;
         let location = Path::new(&reference.location);
         let escapes = location.components().any(|c| {
             !matches!(
@@ -696,6 +696,14 @@ pub fn decode_model(bytes: &[u8], path: &Path) -> Result<onnx::ModelProto> {
         }
     }
     Ok(model)
+}
+
+/// Number of elements of a stored tensor, `None` when a dimension is negative or the
+/// product overflows (hostile files declare such dims).
+pub fn element_count(t: &onnx::TensorProto) -> Option<u64> {
+    t.dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
 }
 
 /// Where an initializer's bytes live when stored outside the ONNX file.
@@ -780,10 +788,7 @@ pub fn check_external_data(model: &onnx::ModelProto, path: &Path) -> Result<()> 
                 n
             }
         };
-        let elements = t.dims.iter().try_fold(1u64, |acc, &d| {
-            u64::try_from(d).ok().and_then(|d| acc.checked_mul(d))
-        });
-        let expected = elements.and_then(|n| {
+        let expected = element_count(t).and_then(|n| {
             let bits = crate::inspect::elem_bits(t.data_type());
             (bits > 0)
                 .then(|| n.checked_mul(bits).map(|b| b.div_ceil(8)))
@@ -909,12 +914,7 @@ pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
                         .map(ElemType::onnx_code)
                         .contains(&t.data_type())
                 })
-                .map(|t| {
-                    t.dims
-                        .iter()
-                        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
-                        .unwrap_or(0)
-                })
+                .map(|t| element_count(t).unwrap_or(0))
                 .fold(0u64, u64::saturating_add)
         })
         .unwrap_or(0)

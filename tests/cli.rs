@@ -67,20 +67,8 @@ fn build_then_validate_a_small_amlp() {
 #[test]
 fn validate_writes_a_json_report() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("v.onnx");
+    let out = small_vision_model(dir.path());
     let report = dir.path().join("r.json");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "--image-size",
-        "32",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let o = gmlp(&[
         "validate",
         out.to_str().unwrap(),
