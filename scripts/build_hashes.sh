@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds a fixed set of models and prints the SHA-256 of every file written, one line per
+# file ("<hash>  <name>"), so that two versions of gmlp-onnx can be compared byte for byte
+# (a refactoring must not change any output). Covers every preset at --layers 2 (both
+# Toeplitz forms for one), an import of each fixture (each flag the fixture needs, bf16/f16
+# checkpoints, --save-weights), f16, opset 21 and external data.
+#
+# Usage: scripts/build_hashes.sh [BINARY] > hashes.txt   (default: target/release/gmlp-onnx)
+# Compare: diff <(scripts/build_hashes.sh old/gmlp-onnx) <(scripts/build_hashes.sh new/gmlp-onnx)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${1:-target/release/gmlp-onnx}"
+[ -x "$bin" ] || { echo "build_hashes: $bin is not an executable (cargo build --release first)" >&2; exit 2; }
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+build() { # NAME ARGS...
+  local name="$1"; shift
+  "$bin" build -q "$@" -o "$out/$name.onnx" >/dev/null
+}
+
+for preset in gmlp-ti16 gmlp-s16 gmlp-b16 gmlp-base amlp-base gmlp-large amlp-large gmlp-xlarge; do
+  build "$preset" --preset "$preset" --layers 2
+done
+build amlp-base-expand --preset amlp-base --layers 2 --spatial toeplitz-expand --init spread
+build amlp-base-dense --preset amlp-base --layers 1 --seq-len 64 --spatial dense --causal
+build amlp-base-f16 --preset amlp-base --layers 2 --dtype f16 --seed 7
+build gmlp-ti16-f16-opset21 --preset gmlp-ti16 --layers 2 --dtype f16 --opset 21
+build amlp-base-opset18 --preset amlp-base --layers 2 --opset 18 --causal
+build amlp-base-external --preset amlp-base --layers 2 --external-data
+
+for dir in fixtures/*/; do
+  name="$(basename "$dir")"
+  # The flags the weights cannot show, as the fixture's meta.json records them.
+  read -r -a flags <<<"$(python3 - "${dir}meta.json" <<'PY'
+import json, sys
+flags = json.load(open(sys.argv[1]))["flags"]
+words = []
+for key, value in flags.items():
+    option = "--" + key.replace("_", "-")
+    words += [option] if value is True else [option, str(value)]
+print(" ".join(words))
+PY
+)"
+  for ck in "$dir"model*.safetensors; do
+    tag="$name-$(basename "$ck" .safetensors)"
+    build "$tag" --weights "$ck" "${flags[@]}"
+  done
+  build "$name-f16" --weights "${dir}model.safetensors" "${flags[@]}" --dtype f16 \
+    --save-weights "$out/$name-native.safetensors"
+done
+build lucid_tokens-gather --weights fixtures/lucid_tokens_causal/model.safetensors --causal \
+  --spatial toeplitz-gather --toeplitz-tol 1
+
+(cd "$out" && sha256sum -- * | sort -k2)
