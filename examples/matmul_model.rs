@@ -2,8 +2,9 @@
 //! measuring a runtime's f32 matmul throughput: `cargo run --release --example
 //! matmul_model -- OUT.onnx 2048`, then `gmlp-onnx validate OUT.onnx --bench 10`.
 
-use gmlp_onnx::graph::{Dim, ElemType, GraphBuilder, TensorData};
-use gmlp_onnx::model_io::{write_model, ModelInfo};
+use gmlp_onnx::onnx::builder::GraphBuilder;
+use gmlp_onnx::onnx::graph::{Dim, ElemType, TensorData};
+use gmlp_onnx::onnx::writer::{write_model, ModelInfo};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);

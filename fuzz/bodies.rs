@@ -105,8 +105,8 @@ pub fn checkpoint_format(data: &[u8]) {
     }
     if all_served {
         let source: Arc<dyn WeightSource> = Arc::new(weights);
-        if let Ok(export) = gmlp_onnx::export::export(&config, source, "fuzz", None, 17) {
-            let _ = gmlp_onnx::model_io::encode_model_to_vec(&export.graph, &export.info);
+        if let Ok(export) = gmlp_onnx::gmlp::export::export(&config, source, "fuzz", None, 17) {
+            let _ = gmlp_onnx::onnx::writer::encode_model_to_vec(&export.graph, &export.info);
         }
     }
 }
@@ -115,17 +115,17 @@ pub fn checkpoint_format(data: &[u8]) {
 /// input shapes (without allocating them) and check external data references.
 pub fn onnx_reader(data: &[u8]) {
     let path = nowhere("model.onnx");
-    let Ok(model) = gmlp_onnx::model_io::decode_model(data, &path) else {
+    let Ok(model) = gmlp_onnx::onnx::reader::decode_model(data, &path) else {
         return;
     };
     let summary = gmlp_onnx::inspect::summarize(&model, &path);
     let _ = summary.render();
     let _ = serde_json::to_string(&summary);
-    let _ = gmlp_onnx::model_io::declared_outputs(&model);
-    let _ = gmlp_onnx::model_io::stored_f32_count(&model);
+    let _ = gmlp_onnx::onnx::reader::declared_outputs(&model);
+    let _ = gmlp_onnx::onnx::reader::stored_f32_count(&model);
     let _ = gmlp_onnx::validate::stored_config(&model);
     let _ = gmlp_onnx::validate::input_shapes(&model, 2, &[("n".into(), 3)]);
-    let _ = gmlp_onnx::model_io::check_external_data(&model, &path);
+    let _ = gmlp_onnx::onnx::reader::check_external_data(&model, &path);
 }
 
 fn manifest_to_safetensors(text: &str) -> Option<(Vec<u8>, ImportHints)> {

@@ -42,6 +42,10 @@ pub enum Error {
         /// What is missing and how to get it.
         reason: String,
     },
+    /// A bug in this program (e.g. two graph-builder helpers disagreeing on a shape): not
+    /// the user's input. The command line reports it as an internal error (exit 101).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A runtime loaded the model but failed while preparing or running it.
     #[error("runtime {runtime} failed: {reason}")]
     RuntimeFailed {

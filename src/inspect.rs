@@ -1,6 +1,7 @@
 //! `inspect`: what an ONNX file declares and holds, without running it: IR version and
 //! opsets, inputs and outputs, parameter count and bytes, operator histogram, external
-//! data files, and our own metadata (configuration, FLOPs) when present.
+//! data files, and our own metadata (configuration, FLOPs) when present. It sits above
+//! [`crate::gmlp`] because it reads the keys [`crate::gmlp::metadata`] defines.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,16 +9,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::graph::Dim;
-use crate::model_io::{
-    declared_inputs, declared_outputs, metadata_value, read_model, DeclaredTensor,
+use crate::gmlp::metadata::{CONFIG_KEY, FLOPS_KEY};
+use crate::onnx::dtype::{self, type_name};
+use crate::onnx::graph::Dim;
+use crate::onnx::proto::{tensor_proto::DataLocation, GraphProto, ModelProto, TensorProto};
+use crate::onnx::reader::{
+    declared_inputs, declared_outputs, element_count, external_reference, metadata_value,
+    read_model, DeclaredTensor,
 };
-use crate::onnx::{GraphProto, ModelProto, TensorProto};
-use crate::runtime::onnx_type_name;
-use crate::validate::CONFIG_KEY;
-
-/// Metadata key of the FLOPs per example that `build` records.
-pub const FLOPS_KEY: &str = "gmlp_onnx.flops_per_example";
 
 /// A graph input or output.
 #[derive(Clone, Debug, Serialize)]
@@ -87,32 +86,14 @@ pub struct ModelSummary {
     pub external_data: Vec<ExternalFile>,
 }
 
-/// Bits per element of a `TensorProto.DataType` (0 when unknown or variable, e.g. strings).
-pub fn elem_bits(data_type: i32) -> u64 {
-    match data_type {
-        2 | 3 | 9 | 17..=20 => 8,
-        4 | 5 | 10 | 16 => 16,
-        1 | 6 | 12 => 32,
-        7 | 11 | 13 | 14 => 64,
-        15 => 128,
-        21..=23 | 25 => 4,
-        _ => 0,
-    }
-}
-
-/// True for the floating-point element types (float, float16, double, bfloat16, float8, float4).
-pub fn is_float(data_type: i32) -> bool {
-    matches!(data_type, 1 | 10 | 11 | 16 | 17..=20 | 23)
-}
-
 fn elements(t: &TensorProto) -> u64 {
-    crate::model_io::element_count(t).unwrap_or(0)
+    element_count(t).unwrap_or(0)
 }
 
 fn tensor_info(t: DeclaredTensor) -> TensorInfo {
     TensorInfo {
         name: t.name,
-        dtype: onnx_type_name(t.elem_type),
+        dtype: type_name(t.elem_type),
         shape: t
             .shape
             .into_iter()
@@ -154,15 +135,15 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     let mut external: BTreeMap<String, usize> = BTreeMap::new();
     for t in &graph.initializer {
         let n = elements(t);
-        let bytes = n.saturating_mul(elem_bits(t.data_type())).div_ceil(8);
+        let bytes = n.saturating_mul(dtype::bits(t.data_type())).div_ceil(8);
         initializer_bytes = initializer_bytes.saturating_add(bytes);
-        if is_float(t.data_type()) {
+        if dtype::is_float(t.data_type()) {
             parameters = parameters.saturating_add(n);
             parameter_bytes = parameter_bytes.saturating_add(bytes);
         }
-        if t.data_location == Some(crate::onnx::tensor_proto::DataLocation::External as i32) {
-            let location = crate::model_io::external_reference(t)
-                .map_or_else(|_| "(no location)".to_string(), |r| r.location);
+        if t.data_location == Some(DataLocation::External as i32) {
+            let location =
+                external_reference(t).map_or_else(|_| "(no location)".to_string(), |r| r.location);
             *external.entry(location).or_insert(0) += 1;
         }
     }

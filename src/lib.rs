@@ -1,21 +1,32 @@
 //! gmlp-onnx: compiles gMLP and aMLP networks ("Pay Attention to MLPs", Liu et al. 2021)
 //! into ONNX and checks the result in two independent runtimes.
 //!
-//! Data path: [`gmlp::GmlpConfig`] → [`gmlp::build_graph`] (through [`graph::GraphBuilder`])
-//! → [`model_io::write_model`] → [`runtime`] → [`compare`] / [`validate`].
+//! Data path, one way: [`gmlp::GmlpConfig`] (from a preset or a [`checkpoint`]) →
+//! [`gmlp::build_graph`] through [`onnx::builder::GraphBuilder`] → [`onnx::writer`] →
+//! [`runtime`] (tract, ONNX Runtime) → [`validate`].
+//!
+//! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
+//! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
+//! [`validate`]. `tests/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
-pub mod checkpoint;
-pub mod compare;
 pub mod error;
-pub mod export;
-pub mod gmlp;
-pub mod graph;
-pub mod inspect;
-pub mod model_io;
+pub mod fs;
+pub mod rng;
+pub mod tensor;
+
 pub mod npz;
+
 pub mod onnx;
+
+pub mod gmlp;
+
+pub mod checkpoint;
+
+pub mod inspect;
+
 pub mod runtime;
+
 pub mod validate;
 
 pub use error::{Error, Result};

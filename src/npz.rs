@@ -13,7 +13,7 @@ use std::path::Path;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::error::{one_line, Error, Result};
-use crate::runtime::{NamedTensor, TensorValue};
+use crate::tensor::{NamedTensor, TensorValue};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 /// Largest `.npy` header accepted.
@@ -267,10 +267,117 @@ pub fn write_npz(writer: impl Write + Seek, tensors: &[NamedTensor]) -> Result<(
 
 /// Writes tensors to `path` as an `.npz` archive, atomically.
 pub fn save_npz(path: &Path, tensors: &[NamedTensor]) -> Result<()> {
-    crate::model_io::write_atomically(path, |w| {
+    crate::fs::write_atomically(path, |w| {
         write_npz(&mut *w, tensors).map_err(|e| match e {
             Error::Io { source, .. } => Error::io(path, source),
             other => other,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-1.0 `.npy` with `header` padded as NumPy pads it, then `data`.
+    fn npy(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut text = header.to_string();
+        while !(10 + text.len() + 1).is_multiple_of(64) {
+            text.push(' ');
+        }
+        text.push('\n');
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn header_fields_are_found_in_either_quote_style() {
+        let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+        assert_eq!(header_field(h, "descr"), Some("'<f4'"));
+        assert_eq!(header_field(h, "fortran_order"), Some("False"));
+        assert_eq!(header_field(h, "shape"), Some("(2, 3)"));
+        assert_eq!(header_field(h, "missing"), None);
+        let h = r#"{"descr": "<i8", "shape": (4,), "fortran_order": False}"#;
+        assert_eq!(header_field(h, "shape"), Some("(4,)"));
+        assert_eq!(header_field(h, "fortran_order"), Some("False"));
+    }
+
+    #[test]
+    fn arrays_parse_with_their_shapes_and_round_trip() {
+        let data: Vec<u8> = [1.5f32, -2.0, 3.25]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let v = parse_npy(
+            &npy(
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+                &data,
+            ),
+            "a",
+        )
+        .unwrap();
+        assert_eq!(v.shape(), &[3]);
+        assert_eq!(parse_npy(&encode_npy(&v), "again").unwrap(), v);
+        let scalar = parse_npy(
+            &npy(
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (), }",
+                &7i64.to_le_bytes(),
+            ),
+            "s",
+        )
+        .unwrap();
+        assert_eq!(scalar.shape(), &[] as &[usize]);
+        let empty = parse_npy(
+            &npy(
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 5), }",
+                &[],
+            ),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(empty.shape(), &[0, 5]);
+    }
+
+    #[test]
+    fn malformed_headers_are_refused_with_the_reason() {
+        let err = |bytes: &[u8]| parse_npy(bytes, "x.npy").unwrap_err().to_string();
+        assert!(err(b"not numpy at all").contains("bad magic"));
+        let h = |header: &str, data: &[u8]| err(&npy(header, data));
+        assert!(h(
+            "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
+            &[0; 4]
+        )
+        .contains("dtype '>f4' is not supported"));
+        assert!(h(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
+            &[0; 4]
+        )
+        .contains("Fortran-order"));
+        assert!(h(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+            &[0; 4]
+        )
+        .contains("needs 8 bytes of data, the array has 4"));
+        assert!(h(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }",
+            &[]
+        )
+        .contains("bad shape"));
+        assert!(h(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
+            &[]
+        )
+        .contains("overflows"));
+        assert!(h("{'descr': '<f4', 'shape': (1,), }", &[0; 4]).contains("no 'fortran_order'"));
+        let mut truncated = npy(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+            &[],
+        );
+        truncated.truncate(20);
+        assert!(err(&truncated).contains("runs past the end"));
+    }
 }

@@ -87,8 +87,19 @@ fn validate_writes_a_json_report() {
     );
 }
 
+/// Precondition, checked: the ONNX Runtime the tests load (scripts/test: PyPI's CPU
+/// `onnxruntime` wheel) has no CUDA execution provider beside it, so registering CUDA must
+/// fail. With onnxruntime-gpu on a GPU machine this test does not apply.
 #[test]
 fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
+    let library = gmlp_onnx::runtime::onnxruntime::find_library(None)
+        .expect("the ONNX Runtime library (run scripts/test)");
+    let capi = library.parent().unwrap();
+    assert!(
+        !capi.join("libonnxruntime_providers_cuda.so").exists(),
+        "{} ships the CUDA execution provider: this test needs the CPU-only onnxruntime wheel",
+        library.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = small_vision_model(dir.path());
     let o = gmlp(&[

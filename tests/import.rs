@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use common::*;
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
-use gmlp_onnx::export::export;
+use gmlp_onnx::gmlp::export::export;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{GmlpConfig, SpatialForm, Task};
-use gmlp_onnx::model_io::write_model;
-use gmlp_onnx::runtime::{NamedTensor, TensorValue};
+use gmlp_onnx::onnx::writer::write_model;
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{ArrayD, IxDyn};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;

@@ -9,7 +9,7 @@ use common::{
 
 use std::path::Path;
 
-use gmlp_onnx::model_io::{read_model, stored_f32_count};
+use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
 
 fn inspect_json(path: &Path) -> serde_json::Value {
     let o = gmlp(&["inspect", s(path), "--json"]);

@@ -7,12 +7,14 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use gmlp_onnx::export::{counts, export};
+use gmlp_onnx::gmlp::export::{counts, export};
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
-use gmlp_onnx::gmlp::weights::SplitMix64;
 use gmlp_onnx::gmlp::{param_specs, GmlpConfig, SpatialForm, Task};
-use gmlp_onnx::model_io::{encode_model_to_vec, read_model, stored_f32_count};
-use gmlp_onnx::runtime::{NamedTensor, RuntimeKind, TensorValue};
+use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
+use gmlp_onnx::onnx::writer::encode_model_to_vec;
+use gmlp_onnx::rng::SplitMix64;
+use gmlp_onnx::runtime::RuntimeKind;
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{Array2, Array4, ArrayD};
 
 /// Reference vs runtimes: the f64 reference is exact up to f32 rounding of the runtimes.
@@ -348,7 +350,7 @@ fn gating_heads_untied_head_and_token_shift_agree_with_reference() {
 
 #[test]
 fn external_data_is_aligned_loads_in_both_runtimes_and_matches_inline() {
-    use gmlp_onnx::model_io::{write_model_with, ExternalData, EXTERNAL_ALIGNMENT};
+    use gmlp_onnx::onnx::writer::{write_model_with, ExternalData, EXTERNAL_ALIGNMENT};
     let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
     let dir = tempfile::tempdir().unwrap();
     let m = export(&cfg, Arc::new(spread(4)), "test", None, 17).unwrap();
@@ -372,7 +374,8 @@ fn external_data_is_aligned_loads_in_both_runtimes_and_matches_inline() {
     for t in &graph.initializer {
         assert!(
             t.raw_data.is_none()
-                && t.data_location() == gmlp_onnx::onnx::tensor_proto::DataLocation::External
+                && t.data_location()
+                    == gmlp_onnx::onnx::proto::tensor_proto::DataLocation::External
         );
         let get = |k: &str| {
             t.external_data
@@ -402,7 +405,7 @@ fn external_data_is_aligned_loads_in_both_runtimes_and_matches_inline() {
 #[test]
 fn a_failed_write_leaves_neither_file() {
     use gmlp_onnx::gmlp::weights::ParamSpec;
-    use gmlp_onnx::model_io::{write_model_with, ExternalData};
+    use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
     /// Weights that turn out not to be finite halfway through the write.
     struct Poisoned;
     impl gmlp_onnx::gmlp::WeightSource for Poisoned {

@@ -5,7 +5,7 @@ mod common;
 use common::run_python as py;
 
 use gmlp_onnx::npz::{read_npz, save_npz};
-use gmlp_onnx::runtime::{NamedTensor, TensorValue};
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{ArrayD, IxDyn};
 
 fn tensors() -> Vec<NamedTensor> {

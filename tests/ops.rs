@@ -4,9 +4,11 @@
 mod common;
 
 use common::*;
-use gmlp_onnx::gmlp::weights::{toeplitz_expand, toeplitz_index, SplitMix64};
-use gmlp_onnx::graph::{Dim, ElemType, GraphBuilder, TensorData, Value};
-use gmlp_onnx::runtime::{NamedTensor, TensorValue};
+use gmlp_onnx::gmlp::toeplitz::{toeplitz_expand, toeplitz_index};
+use gmlp_onnx::onnx::builder::GraphBuilder;
+use gmlp_onnx::onnx::graph::{Dim, ElemType, TensorData, Value};
+use gmlp_onnx::rng::SplitMix64;
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{ArrayD, IxDyn};
 
 const OP_RTOL: f64 = 2e-6;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gmlp_onnx::export::{counts, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::export::{counts, DEFAULT_OPSET};
 use gmlp_onnx::gmlp::{build_graph, presets, InitScheme, SeededInit};
 
 #[test]

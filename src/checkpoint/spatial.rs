@@ -3,7 +3,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
-use crate::gmlp::weights::toeplitz_expand;
+use crate::gmlp::toeplitz::{toeplitz_expand, toeplitz_fit};
 
 /// The stored form of one layer's spatial weight W (one matrix per gating head).
 #[derive(Clone, Debug, PartialEq)]
@@ -106,33 +106,4 @@ impl StoredSpatial {
         }
         Ok(out)
     }
-}
-
-/// Least-squares Toeplitz fit of a dense [n, n] matrix: the mean of each diagonal, the
-/// largest deviation from it, and max|W| (entries above the diagonal are left out, and
-/// set to 0, when `causal`).
-pub fn toeplitz_fit(w: &[f32], n: usize, causal: bool) -> (Vec<f32>, f32, f32) {
-    let mut vector = vec![0f32; 2 * n - 1];
-    let (mut deviation, mut scale) = (0f32, 0f32);
-    for (k, slot) in vector.iter_mut().enumerate() {
-        let offset = k as i64 - (n as i64 - 1);
-        if causal && offset > 0 {
-            continue;
-        }
-        let cells: Vec<f32> = (0..n as i64)
-            .filter_map(|i| {
-                let j = i + offset;
-                (0..n as i64)
-                    .contains(&j)
-                    .then(|| w[i as usize * n + j as usize])
-            })
-            .collect();
-        let mean = (cells.iter().map(|&v| f64::from(v)).sum::<f64>() / cells.len() as f64) as f32;
-        for v in &cells {
-            deviation = deviation.max((v - mean).abs());
-            scale = scale.max(v.abs());
-        }
-        *slot = mean;
-    }
-    (vector, deviation, scale)
 }

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm, Task};
-use crate::gmlp::weights::{
-    check_values, param_specs, toeplitz_expand, toeplitz_index, ParamSpec, WeightSource,
-};
-use crate::graph::{Dim, ElemType, Graph, GraphBuilder, TensorData, Value};
+use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
+use crate::gmlp::weights::{check_values, param_specs, ParamSpec, WeightSource};
+use crate::onnx::builder::GraphBuilder;
+use crate::onnx::graph::{Dim, ElemType, Graph, TensorData, Value};
 
 /// Name of the token-model input.
 pub const INPUT_IDS: &str = "input_ids";
@@ -34,13 +34,6 @@ pub const BATCH: &str = "batch";
 pub const HEAD_SCOPE: &str = "head";
 /// Value added to masked attention scores in causal models.
 pub const MASK_VALUE: f32 = -1e9;
-
-/// Zeroes the strictly upper triangle (j > i) of a row-major [n, n] matrix.
-fn mask_upper(w: &mut [f32], n: usize) {
-    for i in 0..n {
-        w[i * n + i + 1..(i + 1) * n].fill(0.0);
-    }
-}
 
 struct Emitter {
     g: GraphBuilder,

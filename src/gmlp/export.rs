@@ -8,10 +8,12 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
 use crate::gmlp::emit::{build_graph, HEAD_SCOPE};
+use crate::gmlp::metadata::{
+    config_json, CONFIG_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, VERSION_KEY, WEIGHTS_KEY,
+};
 use crate::gmlp::weights::WeightSource;
-use crate::graph::Graph;
-use crate::model_io::{ModelInfo, PROTOBUF_LIMIT};
-use crate::validate::CONFIG_KEY;
+use crate::onnx::graph::Graph;
+use crate::onnx::writer::{ModelInfo, PROTOBUF_LIMIT};
 
 /// Default opset (first with `LayerNormalization`).
 pub const DEFAULT_OPSET: i64 = 17;
@@ -100,26 +102,15 @@ pub fn export(
     check_size(cfg)?;
     let graph = build_graph(cfg, source, opset)?;
     let c = counts(&graph);
-    let config_json = serde_json::to_string(cfg)
-        .map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))?;
     let mut metadata = vec![
-        (CONFIG_KEY.to_string(), config_json),
-        ("gmlp_onnx.version".to_string(), format!("{TOOL} {VERSION}")),
-        (
-            "gmlp_onnx.weights".to_string(),
-            weights_description.to_string(),
-        ),
-        (
-            "gmlp_onnx.stored_params".to_string(),
-            c.stored_params.to_string(),
-        ),
-        (
-            "gmlp_onnx.flops_per_example".to_string(),
-            c.flops.to_string(),
-        ),
+        (CONFIG_KEY.to_string(), config_json(cfg)?),
+        (VERSION_KEY.to_string(), format!("{TOOL} {VERSION}")),
+        (WEIGHTS_KEY.to_string(), weights_description.to_string()),
+        (STORED_PARAMS_KEY.to_string(), c.stored_params.to_string()),
+        (FLOPS_KEY.to_string(), c.flops.to_string()),
     ];
     if let Some(p) = preset {
-        metadata.push(("gmlp_onnx.preset".to_string(), p.to_string()));
+        metadata.push((PRESET_KEY.to_string(), p.to_string()));
     }
     let kind = if cfg.attn_dim.is_some() {
         "aMLP"

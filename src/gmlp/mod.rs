@@ -1,11 +1,22 @@
-//! The gMLP / aMLP model: configuration and presets, parameters and their init, graph
-//! emission, and an independent reference forward pass. Nothing here knows protobuf.
+//! The gMLP / aMLP model ("Pay Attention to MLPs", Liu et al. 2021): configuration
+//! ([`config`]) and the paper's presets ([`presets`]), parameters by name ([`weights`]) and
+//! their seeded init ([`init`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
+//! through the graph builder ([`emit`]), the whole model with its metadata ([`export`],
+//! [`metadata`]), and an independent reference forward pass ([`reference`]). Nothing here
+//! knows protobuf.
 
 pub mod config;
 pub mod emit;
+pub mod export;
+pub mod init;
+pub mod metadata;
+pub mod presets;
 pub mod reference;
+pub mod toeplitz;
 pub mod weights;
 
-pub use config::{preset, presets, GmlpConfig, Precision, Preset, SpatialForm, Task};
+pub use config::{GmlpConfig, Precision, SpatialForm, Task};
 pub use emit::build_graph;
-pub use weights::{param_specs, InitScheme, ParamSpec, SeededInit, WeightSource};
+pub use init::{InitScheme, SeededInit};
+pub use presets::{preset, presets, Preset};
+pub use weights::{param_specs, ParamSpec, WeightSource};

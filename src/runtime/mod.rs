@@ -3,94 +3,11 @@
 
 use std::path::Path;
 
-use ndarray::ArrayD;
-
 use crate::error::{Error, Result};
+use crate::tensor::NamedTensor;
 
 pub mod onnxruntime;
 pub mod tract;
-
-/// Tensor contents exchanged with runtimes.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorValue {
-    /// f32 tensor (ONNX `FLOAT`).
-    F32(ArrayD<f32>),
-    /// f64 tensor (ONNX `DOUBLE`).
-    F64(ArrayD<f64>),
-    /// i32 tensor (ONNX `INT32`).
-    I32(ArrayD<i32>),
-    /// i64 tensor (ONNX `INT64`).
-    I64(ArrayD<i64>),
-}
-
-impl TensorValue {
-    /// The shape.
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            TensorValue::F32(a) => a.shape(),
-            TensorValue::F64(a) => a.shape(),
-            TensorValue::I32(a) => a.shape(),
-            TensorValue::I64(a) => a.shape(),
-        }
-    }
-    /// The NumPy name of the element type (`float32`, `float64`, `int32`, `int64`).
-    pub fn dtype(&self) -> &'static str {
-        match self {
-            TensorValue::F32(_) => "float32",
-            TensorValue::F64(_) => "float64",
-            TensorValue::I32(_) => "int32",
-            TensorValue::I64(_) => "int64",
-        }
-    }
-    /// The ONNX `TensorProto.DataType` code of the element type.
-    pub fn onnx_elem_type(&self) -> i32 {
-        match self {
-            TensorValue::F32(_) => 1,
-            TensorValue::F64(_) => 11,
-            TensorValue::I32(_) => 6,
-            TensorValue::I64(_) => 7,
-        }
-    }
-    /// The values as f64 (for comparisons), row-major.
-    pub fn to_f64(&self) -> Vec<f64> {
-        match self {
-            TensorValue::F32(a) => a.iter().map(|&v| f64::from(v)).collect(),
-            TensorValue::F64(a) => a.iter().copied().collect(),
-            TensorValue::I32(a) => a.iter().map(|&v| f64::from(v)).collect(),
-            TensorValue::I64(a) => a.iter().map(|&v| v as f64).collect(),
-        }
-    }
-}
-
-/// A named tensor: a model input or output.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NamedTensor {
-    /// Input or output name in the graph.
-    pub name: String,
-    /// Contents.
-    pub value: TensorValue,
-}
-
-/// The NumPy name of an ONNX `TensorProto.DataType` code, for messages.
-pub fn onnx_type_name(code: i32) -> String {
-    match code {
-        1 => "float32".into(),
-        2 => "uint8".into(),
-        3 => "int8".into(),
-        4 => "uint16".into(),
-        5 => "int16".into(),
-        6 => "int32".into(),
-        7 => "int64".into(),
-        8 => "string".into(),
-        9 => "bool".into(),
-        10 => "float16".into(),
-        11 => "float64".into(),
-        12 => "uint32".into(),
-        13 => "uint64".into(),
-        16 => "bfloat16".into(),
-        other => format!("ONNX type {other}"),
-    }
-}
 
 /// Which runtime to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

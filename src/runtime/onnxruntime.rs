@@ -15,8 +15,9 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::TensorRef;
 
-use crate::error::{one_line, Error, Result};
-use crate::runtime::{NamedTensor, Placement, Runtime, RuntimeOptions, TensorValue};
+use crate::error::{contain_panic, one_line, Error, Result};
+use crate::runtime::{Placement, Runtime, RuntimeOptions};
+use crate::tensor::{NamedTensor, TensorValue};
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -296,6 +297,13 @@ impl Runtime for OrtRuntime {
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
         let name = self.name;
+        contain_panic(name, || self.run_unguarded(inputs))
+    }
+}
+
+impl OrtRuntime {
+    fn run_unguarded(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+        let name = self.name;
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
         for outlet in self.session.inputs() {
             let input = inputs
@@ -330,7 +338,9 @@ impl Runtime for OrtRuntime {
         output_names
             .iter()
             .map(|out_name| {
-                let v = &outputs[out_name.as_str()];
+                let v = outputs.get(out_name.as_str()).ok_or_else(|| {
+                    failed(name, format!("the run returned no output named {out_name}"))
+                })?;
                 let value = if let Ok(a) = v.try_extract_array::<f32>() {
                     TensorValue::F32(a.to_owned())
                 } else if let Ok(a) = v.try_extract_array::<f64>() {

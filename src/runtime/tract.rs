@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Result};
-use crate::runtime::{NamedTensor, Runtime, TensorValue};
+use crate::runtime::Runtime;
+use crate::tensor::{NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
 pub struct TractRuntime {

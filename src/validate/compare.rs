@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::runtime::NamedTensor;
+use crate::tensor::NamedTensor;
 
 /// Tolerances of the agreement criterion.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -42,7 +42,8 @@ pub struct OutputDiff {
     pub max_rel: f64,
     /// Elements whose difference exceeds the bound.
     pub mismatched: usize,
-    /// Cosine similarity of the two outputs as flat vectors.
+    /// Cosine similarity of the two outputs as flat vectors (1 when both are all zero, 0
+    /// when only one is).
     pub cosine: f64,
     /// The bound `atol + rtol · max|reference|` that was applied.
     pub bound: f64,
@@ -84,10 +85,12 @@ pub fn compare(reference: &NamedTensor, other: &NamedTensor, tol: Tolerance) -> 
         na += x * x;
         nb += y * y;
     }
-    let cosine = if na == 0.0 && nb == 0.0 {
-        1.0
-    } else {
-        dot / (na.sqrt() * nb.sqrt())
+    // Defined everywhere: two all-zero outputs point the same way (1); an all-zero output
+    // and a non-zero one share no direction (0).
+    let cosine = match (na == 0.0, nb == 0.0) {
+        (true, true) => 1.0,
+        (true, false) | (false, true) => 0.0,
+        (false, false) => dot / (na.sqrt() * nb.sqrt()),
     };
     let max_rel = if max_ref > 0.0 {
         max_abs / max_ref
@@ -123,4 +126,63 @@ pub fn compare_all(
             compare(r, o, tol)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::TensorValue;
+
+    fn t(values: &[f32]) -> NamedTensor {
+        NamedTensor {
+            name: "y".into(),
+            value: TensorValue::F32(
+                ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[values.len()]), values.to_vec())
+                    .unwrap(),
+            ),
+        }
+    }
+
+    #[test]
+    fn the_bound_is_normwise_and_mismatches_are_counted() {
+        let tol = Tolerance {
+            rtol: 0.1,
+            atol: 0.0,
+        };
+        let d = compare(&t(&[10.0, -2.0, 0.0]), &t(&[10.5, -2.0, 0.9]), tol).unwrap();
+        assert_eq!(d.bound, 1.0);
+        assert!(d.pass && d.mismatched == 0, "{d:?}");
+        assert!((d.max_abs - 0.9).abs() < 1e-6 && (d.max_rel - 0.09).abs() < 1e-6);
+        let d = compare(&t(&[10.0, -2.0, 0.0]), &t(&[10.0, -0.5, 1.5]), tol).unwrap();
+        assert!(!d.pass && d.mismatched == 2, "{d:?}");
+    }
+
+    #[test]
+    fn cosine_is_defined_when_an_output_is_all_zero() {
+        let tol = Tolerance::default();
+        let zero = compare(&t(&[0.0, 0.0]), &t(&[0.0, 0.0]), tol).unwrap();
+        assert_eq!((zero.cosine, zero.max_rel, zero.pass), (1.0, 0.0, true));
+        let one_side = compare(&t(&[0.0, 0.0]), &t(&[1.0, 0.0]), tol).unwrap();
+        assert_eq!(one_side.cosine, 0.0);
+        assert!(!one_side.pass && one_side.max_rel.is_infinite());
+        let other_side = compare(&t(&[1.0, 0.0]), &t(&[0.0, 0.0]), tol).unwrap();
+        assert_eq!(other_side.cosine, 0.0);
+    }
+
+    #[test]
+    fn non_finite_values_count_as_infinite_differences_unless_equal() {
+        let tol = Tolerance::default();
+        let same = compare(&t(&[f32::INFINITY, 1.0]), &t(&[f32::INFINITY, 1.0]), tol).unwrap();
+        assert!(same.pass, "{same:?}");
+        let nan = compare(&t(&[1.0, 1.0]), &t(&[f32::NAN, 1.0]), tol).unwrap();
+        assert!(!nan.pass && nan.mismatched == 1 && nan.max_abs.is_infinite());
+    }
+
+    #[test]
+    fn shapes_and_names_must_match() {
+        let tol = Tolerance::default();
+        assert!(compare(&t(&[1.0]), &t(&[1.0, 2.0]), tol).is_err());
+        let err = compare_all(&[t(&[1.0])], &[], tol).unwrap_err().to_string();
+        assert!(err.contains("output y is missing"), "{err}");
+    }
 }

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use gmlp_onnx::export::export;
-use gmlp_onnx::gmlp::config::Precision;
+use gmlp_onnx::gmlp::export::export;
+use gmlp_onnx::gmlp::Precision;
 use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, SeededInit, SpatialForm, Task};
-use gmlp_onnx::graph::Graph;
-use gmlp_onnx::model_io::{write_model, ModelInfo};
-use gmlp_onnx::runtime::{self, NamedTensor, RuntimeKind, RuntimeOptions, TensorValue};
+use gmlp_onnx::onnx::graph::Graph;
+use gmlp_onnx::onnx::writer::{write_model, ModelInfo};
+use gmlp_onnx::runtime::{self, RuntimeKind, RuntimeOptions};
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 
 /// Runtime options for tests: the ONNX Runtime library comes from ORT_DYLIB_PATH or the
 /// Python package (scripts/test sets both up).
@@ -137,7 +138,7 @@ pub fn onnx_check(paths: &[PathBuf]) {
     );
 }
 
-/// All three runtimes that need no GPU.
+/// The two runtimes that need no GPU: tract and ONNX Runtime on its CPU execution provider.
 pub const CPU_RUNTIMES: [RuntimeKind; 2] = [RuntimeKind::Tract, RuntimeKind::OrtCpu];
 
 /// Runs the `gmlp-onnx` binary with `args`.

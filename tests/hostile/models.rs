@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use gmlp_onnx::onnx::{
-    self, tensor_proto::DataLocation, tensor_shape_proto::dimension::Value as DimValue, type_proto,
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+use gmlp_onnx::onnx::proto::{
+    self as onnx, tensor_proto::DataLocation, tensor_shape_proto::dimension::Value as DimValue,
+    type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use prost::Message;
 

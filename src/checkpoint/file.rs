@@ -1,0 +1,296 @@
+//! A checkpoint file's tensors: safetensors (memory-mapped; F32, F16, BF16, F64, every
+//! offset and size checked against the file before a tensor is read) or a NumPy `.npz`
+//! archive (float32/float64 arrays, read into memory), served as f32 one tensor at a time.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::{one_line, Error, Result};
+use crate::tensor::{NamedTensor, TensorValue};
+
+/// Element types read from checkpoints (all converted to f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredType {
+    /// IEEE f32.
+    F32,
+    /// IEEE f16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE f64 (narrowed to f32).
+    F64,
+}
+
+impl StoredType {
+    fn size(self) -> usize {
+        match self {
+            StoredType::F16 | StoredType::BF16 => 2,
+            StoredType::F32 => 4,
+            StoredType::F64 => 8,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    dtype: Result<StoredType, String>,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// The bytes of a safetensors file: memory-mapped, or owned (from [`Checkpoint::from_bytes`]).
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Where a checkpoint's tensors live.
+enum Storage {
+    /// A safetensors file (memory-mapped when read from disk).
+    Mapped {
+        map: Bytes,
+        data_start: usize,
+        entries: BTreeMap<String, Entry>,
+    },
+    /// Arrays read from a NumPy `.npz` archive (zip members cannot be mapped).
+    Loaded(BTreeMap<String, TensorValue>),
+}
+
+/// A checkpoint: a safetensors file, memory-mapped (tensors are converted one at a time
+/// when asked for, never copied whole), or a NumPy `.npz` archive (float32/float64
+/// arrays, read into memory).
+pub struct Checkpoint {
+    path: PathBuf,
+    storage: Storage,
+    metadata: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Checkpoint({}, {} tensors)",
+            self.path.display(),
+            self.keys().count()
+        )
+    }
+}
+
+impl Checkpoint {
+    /// Opens a checkpoint, recognized by its first bytes: a zip archive is read as `.npz`,
+    /// anything else as safetensors (header, offsets and sizes are checked against the
+    /// file length before any tensor is read).
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut magic = [0u8; 4];
+        let is_zip = File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok()
+            && magic == *b"PK\x03\x04";
+        if is_zip {
+            return Ok(Self::from_arrays(path, crate::npz::read_npz(path)?));
+        }
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let len = file_meta.len();
+        if file_meta.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a directory, not a checkpoint file",
+                path.display()
+            )));
+        }
+        if len < 8 {
+            return Err(too_short(path, len));
+        }
+        // SAFETY: the map is read-only; a file truncated by another process while mapped
+        // would fault, as with any reader of a file that changes underneath it.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::from_safetensors(path, Bytes::Mapped(map))
+    }
+
+    /// Reads a checkpoint held in memory (same recognition and checks as [`Checkpoint::open`]);
+    /// `label` names it in messages.
+    pub fn from_bytes(label: &Path, bytes: Vec<u8>) -> Result<Self> {
+        if bytes.starts_with(b"PK\x03\x04") {
+            let len = bytes.len() as u64;
+            let what = label.display().to_string();
+            let arrays = crate::npz::read_npz_from(std::io::Cursor::new(bytes), len, &what)?;
+            return Ok(Self::from_arrays(label, arrays));
+        }
+        if bytes.len() < 8 {
+            return Err(too_short(label, bytes.len() as u64));
+        }
+        Self::from_safetensors(label, Bytes::Owned(bytes))
+    }
+
+    fn from_arrays(path: &Path, arrays: Vec<NamedTensor>) -> Self {
+        Checkpoint {
+            path: path.to_path_buf(),
+            storage: Storage::Loaded(arrays.into_iter().map(|t| (t.name, t.value)).collect()),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn from_safetensors(path: &Path, map: Bytes) -> Result<Self> {
+        let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
+        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
+            bad(format!(
+                "not a valid safetensors file ({})",
+                one_line(format!("{e:?}"))
+            ))
+        })?;
+        let mut entries = BTreeMap::new();
+        for (name, info) in meta.tensors() {
+            use safetensors::Dtype;
+            let dtype = match info.dtype {
+                Dtype::F32 => Ok(StoredType::F32),
+                Dtype::F16 => Ok(StoredType::F16),
+                Dtype::BF16 => Ok(StoredType::BF16),
+                Dtype::F64 => Ok(StoredType::F64),
+                other => Err(format!("{other:?}")),
+            };
+            entries.insert(
+                name.clone(),
+                Entry {
+                    dtype,
+                    shape: info.shape.clone(),
+                    start: info.data_offsets.0,
+                    end: info.data_offsets.1,
+                },
+            );
+        }
+        if entries.is_empty() {
+            return Err(bad("the file holds no tensor".into()));
+        }
+        let metadata = meta
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        Ok(Checkpoint {
+            path: path.to_path_buf(),
+            storage: Storage::Mapped {
+                map,
+                data_start: 8 + header_len,
+                entries,
+            },
+            metadata,
+        })
+    }
+
+    /// The file this checkpoint was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tensor names, sorted.
+    pub fn keys(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match &self.storage {
+            Storage::Mapped { entries, .. } => Box::new(entries.keys().map(String::as_str)),
+            Storage::Loaded(arrays) => Box::new(arrays.keys().map(String::as_str)),
+        }
+    }
+
+    /// True if a tensor of that name exists.
+    pub fn contains(&self, key: &str) -> bool {
+        self.shape(key).is_some()
+    }
+
+    /// The stored shape of a tensor.
+    pub fn shape(&self, key: &str) -> Option<&[usize]> {
+        match &self.storage {
+            Storage::Mapped { entries, .. } => entries.get(key).map(|e| e.shape.as_slice()),
+            Storage::Loaded(arrays) => arrays.get(key).map(|v| v.shape()),
+        }
+    }
+
+    /// A string of the file's `__metadata__` (safetensors only).
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).map(String::as_str)
+    }
+
+    /// The tensor's values as f32, row-major; refuses unsupported types and non-finite
+    /// values, naming the tensor.
+    pub fn f32(&self, key: &str) -> Result<Vec<f32>> {
+        let missing = || Error::BadTensor(format!("{}: no tensor {key}", self.path.display()));
+        let values: Vec<f32> = match &self.storage {
+            Storage::Loaded(arrays) => match arrays.get(key).ok_or_else(missing)? {
+                TensorValue::F32(a) => a.iter().copied().collect(),
+                TensorValue::F64(a) => a.iter().map(|&v| v as f32).collect(),
+                other => {
+                    return Err(Error::BadTensor(format!(
+                        "{key}: element type {} is not supported for weights (float32, float64)",
+                        other.dtype()
+                    )))
+                }
+            },
+            Storage::Mapped {
+                map,
+                data_start,
+                entries,
+            } => {
+                let entry = entries.get(key).ok_or_else(missing)?;
+                let dtype = entry.dtype.clone().map_err(|t| {
+                    Error::BadTensor(format!(
+                        "{key}: element type {t} is not supported (F32, F16, BF16, F64)"
+                    ))
+                })?;
+                let bytes = &map[data_start + entry.start..data_start + entry.end];
+                let count: usize = entry.shape.iter().product();
+                if bytes.len() != count * dtype.size() {
+                    return Err(Error::BadTensor(format!(
+                        "{key}: {} bytes for shape {:?} of {dtype:?}",
+                        bytes.len(),
+                        entry.shape
+                    )));
+                }
+                match dtype {
+                    StoredType::F32 => bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                    StoredType::F16 => bytes
+                        .chunks_exact(2)
+                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    StoredType::BF16 => bytes
+                        .chunks_exact(2)
+                        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    StoredType::F64 => bytes
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+                        .collect(),
+                }
+            }
+        };
+        if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+            return Err(Error::BadTensor(format!(
+                "{key}: value {} at flat index {k} is not finite",
+                values[k]
+            )));
+        }
+        Ok(values)
+    }
+}
+
+fn too_short(path: &Path, len: u64) -> Error {
+    Error::BadTensor(format!(
+        "{}: {len} bytes is too short for a safetensors file",
+        path.display()
+    ))
+}

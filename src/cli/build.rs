@@ -1,0 +1,439 @@
+//! `gmlp-onnx build`: a model from a preset (with overrides) or a trained checkpoint,
+//! written atomically, optionally validated.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+
+use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
+use gmlp_onnx::gmlp::export::{counts, export, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::{
+    preset, GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task, WeightSource,
+};
+use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
+use gmlp_onnx::runtime::RuntimeKind;
+use gmlp_onnx::validate::ValidateOptions;
+use gmlp_onnx::Error;
+
+use crate::cli::progress::{progress_bar, validate_with_spinner};
+use crate::cli::validate::finish_validation;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SpatialArg {
+    /// A free n×n W.
+    Dense,
+    /// Toeplitz W stored expanded to n×n.
+    ToeplitzExpand,
+    /// Toeplitz W stored as its 2n−1 vector and gathered in the graph.
+    ToeplitzGather,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DtypeArg {
+    /// Everything in f32.
+    F32,
+    /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
+    F16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum InitArg {
+    /// The paper's init: W near zero, b = 1 (identity gating at start).
+    Paper,
+    /// Every parameter away from its trivial value (for testing exports).
+    Spread,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    /// Recognize the layout from tensor names.
+    Auto,
+    /// This project's own names (see README).
+    Native,
+    /// timm's gMLP (MlpMixer with SpatialGatingBlock).
+    Timm,
+    /// g-mlp-pytorch (gMLP, gMLPVision).
+    Lucidrains,
+}
+
+#[derive(Args)]
+pub struct BuildArgs {
+    /// Preset name (see `gmlp-onnx presets`).
+    #[arg(long, required_unless_present = "weights", conflicts_with = "weights")]
+    pub preset: Option<String>,
+    /// Trained checkpoint: safetensors (F32, F16, BF16, F64) or NumPy .npz (float32, float64); the architecture is read from it.
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Layout of --weights.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub weights_format: FormatArg,
+    /// Accept checkpoint tensors the model does not use.
+    #[arg(long)]
+    pub allow_unused: bool,
+    /// Relative tolerance (of max|W|) for accepting a dense W as Toeplitz [default: 1e-5].
+    #[arg(long)]
+    pub toeplitz_tol: Option<f32>,
+    /// g-mlp-pytorch token shift the checkpoint was trained with (not visible in weights).
+    #[arg(long, default_value_t = 0)]
+    pub shift_tokens: usize,
+    /// Also write the model's weights in the native layout (safetensors).
+    #[arg(long)]
+    pub save_weights: Option<PathBuf>,
+    /// Output ONNX file.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Spatial weight form (default: toeplitz-gather for token presets, dense for vision).
+    #[arg(long, value_enum)]
+    pub spatial: Option<SpatialArg>,
+    /// ONNX opset (17..=21); `Gelu` is used from 20, the exact erf form below.
+    #[arg(long, default_value_t = DEFAULT_OPSET)]
+    pub opset: i64,
+    /// Storage and compute type.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DtypeArg,
+    /// Seed of the weights (the same seed gives the same weights whatever the spatial form).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Initialization scheme.
+    #[arg(long, value_enum, default_value = "paper")]
+    pub init: InitArg,
+    /// Number of blocks.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Channel width d_model.
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Width d_ffn of the first projection (even; the gate halves it).
+    #[arg(long)]
+    pub d_ffn: Option<usize>,
+    /// Tiny-attention size (aMLP); 0 removes the attention.
+    #[arg(long)]
+    pub attn_dim: Option<usize>,
+    /// Tokens n (token models).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Vocabulary size (token models).
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
+    /// Classes (vision models).
+    #[arg(long)]
+    pub num_classes: Option<usize>,
+    /// Image side (vision models).
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    /// Patch side (vision models).
+    #[arg(long)]
+    pub patch_size: Option<usize>,
+    /// Input channels (vision models).
+    #[arg(long)]
+    pub in_chans: Option<usize>,
+    /// Causal model: W[i, j] = 0 and attention masked for j > i.
+    #[arg(long)]
+    pub causal: bool,
+    /// After writing, run the model in tract and ONNX Runtime and compare.
+    #[arg(long)]
+    pub validate: bool,
+    /// Runtimes for --validate.
+    #[arg(long, default_value = "tract,ort-cpu")]
+    pub runtimes: String,
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    #[arg(long)]
+    pub ort_lib: Option<PathBuf>,
+    /// Write the weights to OUT.onnx.data beside the model even under 2 GiB (always done above).
+    #[arg(long)]
+    pub external_data: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> anyhow::Result<()> {
+    let set = |dst: &mut usize, v: Option<usize>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut cfg.layers, a.layers);
+    set(&mut cfg.d_model, a.d_model);
+    set(&mut cfg.d_ffn, a.d_ffn);
+    if let Some(attn) = a.attn_dim {
+        cfg.attn_dim = (attn > 0).then_some(attn);
+    }
+    cfg.causal |= a.causal;
+    if let Some(s) = a.spatial {
+        cfg.spatial = spatial_form(s);
+    }
+    match &mut cfg.task {
+        Task::Tokens {
+            vocab_size,
+            seq_len,
+            ..
+        } => {
+            let vision_only = [
+                ("--num-classes", a.num_classes),
+                ("--image-size", a.image_size),
+                ("--patch-size", a.patch_size),
+                ("--in-chans", a.in_chans),
+            ];
+            if let Some((flag, _)) = vision_only.iter().find(|(_, v)| v.is_some()) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to vision presets, and {preset_name} is a token preset"
+                )));
+            }
+            set(vocab_size, a.vocab_size);
+            set(seq_len, a.seq_len);
+        }
+        Task::Vision {
+            image_size,
+            patch_size,
+            in_chans,
+            num_classes,
+        } => {
+            let token_only = [("--seq-len", a.seq_len), ("--vocab-size", a.vocab_size)];
+            if let Some((flag, _)) = token_only.iter().find(|(_, v)| v.is_some()) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to token presets, and {preset_name} is a vision preset (use --image-size / --patch-size)"
+                )));
+            }
+            set(image_size, a.image_size);
+            set(patch_size, a.patch_size);
+            set(in_chans, a.in_chans);
+            set(num_classes, a.num_classes);
+        }
+    }
+    Ok(())
+}
+
+fn spatial_form(s: SpatialArg) -> SpatialForm {
+    match s {
+        SpatialArg::Dense => SpatialForm::Dense,
+        SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
+        SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
+    }
+}
+
+/// The configuration, weights and their description for a build from a checkpoint.
+fn from_checkpoint(
+    path: &Path,
+    a: &BuildArgs,
+) -> anyhow::Result<(GmlpConfig, Arc<dyn WeightSource>, String)> {
+    let architecture_flags = [
+        ("--layers", a.layers),
+        ("--d-model", a.d_model),
+        ("--d-ffn", a.d_ffn),
+        ("--attn-dim", a.attn_dim),
+        ("--seq-len", a.seq_len),
+        ("--vocab-size", a.vocab_size),
+        ("--num-classes", a.num_classes),
+    ];
+    if let Some((flag, _)) = architecture_flags.iter().find(|(_, v)| v.is_some()) {
+        anyhow::bail!(Error::InvalidArgument(format!(
+            "{flag} cannot be combined with --weights: the architecture is read from the checkpoint"
+        )));
+    }
+    let toeplitz_tol = a
+        .toeplitz_tol
+        .unwrap_or(gmlp_onnx::checkpoint::TOEPLITZ_TOLERANCE);
+    if !(toeplitz_tol.is_finite() && toeplitz_tol >= 0.0) {
+        anyhow::bail!(Error::InvalidArgument(
+            "--toeplitz-tol must be a finite number >= 0".into()
+        ));
+    }
+    let hints = ImportHints {
+        format: match a.weights_format {
+            FormatArg::Auto => None,
+            FormatArg::Native => Some(Format::Native),
+            FormatArg::Timm => Some(Format::Timm),
+            FormatArg::Lucidrains => Some(Format::Lucidrains),
+        },
+        causal: a.causal,
+        shift_tokens: a.shift_tokens,
+        in_chans: a.in_chans,
+        image_size: a.image_size,
+        patch_size: a.patch_size,
+        spatial: a.spatial.map(spatial_form),
+        allow_unused: a.allow_unused,
+        toeplitz_tolerance: toeplitz_tol,
+    };
+    let import = Import::open(path, &hints)?;
+    let description = format!(
+        "imported from {} ({} layout{})",
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into_owned()
+        ),
+        import.format.name(),
+        if import.unused.is_empty() {
+            String::new()
+        } else {
+            format!(", {} tensors unused", import.unused.len())
+        }
+    );
+    let config = import.config.clone();
+    let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
+    Ok((config, weights, description))
+}
+
+/// Refuses output paths that collide with each other or with the input before anything
+/// is read or written (each file is still checked again when it is created).
+fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
+    let data_file = data_file_name(&a.output).map(|name| a.output.with_file_name(name))?;
+    // Compared after resolving the folder (and the file itself when it exists), so that
+    // `./m.onnx`, `dir/../m.onnx` and a symlink to it are all the same file.
+    let resolved = |p: &Path| {
+        p.canonicalize().ok().or_else(|| {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(dir.canonicalize().ok()?.join(p.file_name()?))
+        })
+    };
+    let same = |x: &Path, y: &Path| {
+        x == y || matches!((resolved(x), resolved(y)), (Some(p), Some(q)) if p == q)
+    };
+    if let Some(saved) = &a.save_weights {
+        if same(saved, &a.output) || same(saved, &data_file) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "--save-weights {} and the model output name the same file",
+                saved.display()
+            )));
+        }
+        if let Some(weights) = &a.weights {
+            if same(saved, weights) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "--save-weights {} would overwrite the --weights input",
+                    saved.display()
+                )));
+            }
+        }
+    }
+    if let Some(weights) = &a.weights {
+        if same(weights, &a.output) || same(weights, &data_file) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "-o {} would overwrite the --weights input",
+                a.output.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `build`.
+pub fn run(a: BuildArgs) -> anyhow::Result<()> {
+    check_output_paths(&a)?;
+    let (cfg, source, description, preset_name): (
+        GmlpConfig,
+        Arc<dyn WeightSource>,
+        String,
+        Option<&str>,
+    ) = match (&a.preset, &a.weights) {
+        (Some(name), _) => {
+            if a.shift_tokens > 0 {
+                anyhow::bail!(Error::InvalidArgument(
+                    "--shift-tokens applies to --weights (g-mlp-pytorch checkpoints)".into()
+                ));
+            }
+            let import_only = [
+                ("--toeplitz-tol", a.toeplitz_tol.is_some()),
+                ("--allow-unused", a.allow_unused),
+                (
+                    "--weights-format",
+                    !matches!(a.weights_format, FormatArg::Auto),
+                ),
+            ];
+            if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to --weights (it describes the checkpoint)"
+                )));
+            }
+            let p = preset(name)?;
+            let mut cfg = p.config.clone();
+            apply_overrides(&mut cfg, &a, name)?;
+            let scheme = match a.init {
+                InitArg::Paper => InitScheme::Paper,
+                InitArg::Spread => InitScheme::Spread,
+            };
+            let description = format!(
+                "seeded init (scheme {}, seed {})",
+                serde_json::to_string(&scheme)?.trim_matches('"'),
+                a.seed
+            );
+            let source: Arc<dyn WeightSource> = Arc::new(SeededInit {
+                seed: a.seed,
+                scheme,
+            });
+            (cfg, source, description, Some(p.name))
+        }
+        (None, Some(path)) => {
+            let (cfg, source, description) = from_checkpoint(path, &a)?;
+            (cfg, source, description, None)
+        }
+        (None, None) => anyhow::bail!(Error::InvalidArgument("give --preset or --weights".into())),
+    };
+    let mut cfg = cfg;
+    cfg.dtype = match a.dtype {
+        DtypeArg::F32 => Precision::F32,
+        DtypeArg::F16 => Precision::F16,
+    };
+    let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
+    let c = counts(&model.graph);
+    // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
+    let done_bytes: Vec<u64> = model
+        .graph
+        .initializers
+        .iter()
+        .scan(0u64, |acc, i| {
+            *acc += i.byte_len() as u64;
+            Some(*acc)
+        })
+        .collect();
+    let bar = progress_bar(model.graph.initializer_bytes(), a.quiet, "writing weights");
+    let layout = if a.external_data {
+        ExternalData::Always
+    } else {
+        ExternalData::Auto
+    };
+    let written = write_model_with(&model.graph, &model.info, &a.output, layout, |k, _| {
+        bar.set_position(done_bytes[k - 1])
+    })?;
+    let bytes = written.model_bytes;
+    let data_note = match &written.data_file {
+        Some((path, len)) => format!(
+            " + {} ({:.1} MB external data)",
+            path.display(),
+            *len as f64 / 1e6
+        ),
+        None => String::new(),
+    };
+    bar.finish_and_clear();
+    if let Some(path) = &a.save_weights {
+        if let Err(e) = save_native(path, &cfg, source.as_ref()) {
+            // No partial result: the model written just before goes too.
+            let _ = std::fs::remove_file(&a.output);
+            if let Some((data, _)) = &written.data_file {
+                let _ = std::fs::remove_file(data);
+            }
+            return Err(e.into());
+        }
+        println!("wrote {} (native layout)", path.display());
+    }
+    println!(
+        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
+        a.output.display(),
+        bytes as f64 / 1e6,
+        c.stored_params,
+        c.flops as f64 / 1e9,
+        a.opset,
+        cfg.spatial.as_str()
+    );
+    if a.validate {
+        let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
+        options.batch = 1;
+        options.runtime.ort_library = a.ort_lib.clone();
+        let report = validate_with_spinner(&a.output, &options, a.quiet)?;
+        finish_validation(report, None)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! The `gmlp-onnx` command line: the argument structure, one module per command, and how
+//! an outcome becomes output and an exit code.
+//!
+//! Exit codes: 0 success / runtimes agree, 1 runtimes disagree, 2 usage or input error,
+//! 3 a requested runtime is unavailable, 130 interrupted, 101 internal error (a bug: please
+//! report it).
+
+pub mod build;
+pub mod inspect;
+pub mod presets;
+pub mod progress;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use gmlp_onnx::Error;
+
+/// The command line.
+#[derive(Parser)]
+#[command(
+    name = "gmlp-onnx",
+    version,
+    about = "Compile gMLP / aMLP (Pay Attention to MLPs) to ONNX and check it in tract and ONNX Runtime"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Build an ONNX model from a preset (with optional overrides) or a trained checkpoint.
+    Build(build::BuildArgs),
+    /// List the presets with parameter counts and FLOPs of the graphs they emit, beside the paper's.
+    Presets {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a model on several runtimes with the same inputs and compare the outputs.
+    Validate(validate::ValidateArgs),
+    /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata.
+    Inspect {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Raised when runtimes disagree (exit code 1).
+#[derive(Debug, thiserror::Error)]
+#[error("runtimes disagree beyond the tolerance")]
+pub struct Disagreement;
+
+const BUG_REPORT: &str = "this is a bug, please report it with the command line that caused it";
+
+/// A panic prints one line asking for a report (exit 101), unless a runtime's panic is
+/// being contained; Ctrl-C, SIGTERM and SIGHUP remove the files still being written and
+/// exit 130.
+pub fn install_handlers() {
+    std::panic::set_hook(Box::new(|info| {
+        if gmlp_onnx::error::panic_is_contained() {
+            return;
+        }
+        eprintln!(
+            "gmlp-onnx: internal error: {}; {BUG_REPORT}",
+            info.to_string().replace('\n', " ")
+        );
+    }));
+    let _ = ctrlc::set_handler(|| {
+        let removed = gmlp_onnx::fs::abandon_pending_files();
+        eprintln!("gmlp-onnx: interrupted; removed {removed} unfinished output file(s)");
+        std::process::exit(130);
+    });
+}
+
+/// The parsed command line, or the exit code after printing `--help`/`--version` (0) or a
+/// usage error on one line (2).
+pub fn parse() -> Result<Cli, ExitCode> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: print as clap does, exit 0.
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            // Usage errors on one line, like every other error, with exit code 2.
+            let text = e.to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("gmlp-onnx: error: {message} (see --help)");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<Disagreement>().is_some() {
+        return 1;
+    }
+    match e.downcast_ref::<Error>() {
+        Some(Error::RuntimeUnavailable { .. }) => 3,
+        Some(Error::Internal(_)) => 101,
+        _ => 2,
+    }
+}
+
+/// Prints the outcome of a command (errors on one line) and returns its exit code.
+pub fn finish(result: anyhow::Result<()>) -> ExitCode {
+    let Err(e) = result else {
+        return ExitCode::SUCCESS;
+    };
+    let code = exit_code(&e);
+    if e.downcast_ref::<Disagreement>().is_some() {
+        eprintln!("gmlp-onnx: error: {e}");
+    } else if let Some(Error::Internal(detail)) = e.downcast_ref::<Error>() {
+        eprintln!(
+            "gmlp-onnx: internal error: {}; {BUG_REPORT}",
+            detail.replace('\n', " ")
+        );
+    } else {
+        let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+        eprintln!("gmlp-onnx: error: {}", chain.join(": ").replace('\n', " "));
+    }
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_kind_of_failure() {
+        let code = |e: anyhow::Error| exit_code(&e);
+        assert_eq!(code(Disagreement.into()), 1);
+        assert_eq!(code(Error::InvalidArgument("x".into()).into()), 2);
+        assert_eq!(code(Error::BadTensor("x".into()).into()), 2);
+        let unavailable = Error::RuntimeUnavailable {
+            runtime: "ort-cuda".into(),
+            reason: "no GPU".into(),
+        };
+        assert_eq!(code(unavailable.into()), 3);
+        assert_eq!(code(Error::Internal("shape mismatch".into()).into()), 101);
+        let wrapped = anyhow::Error::from(Error::Internal("x".into())).context("validate m.onnx");
+        assert_eq!(code(wrapped), 101);
+    }
+}

@@ -1,0 +1,158 @@
+//! `gmlp-onnx validate`: run a model on several runtimes with the same inputs and compare.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+
+use gmlp_onnx::fs::write_atomically;
+use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::validate::{Tolerance, ValidateOptions, ValidationReport};
+use gmlp_onnx::Error;
+
+use crate::cli::progress::validate_with_spinner;
+use crate::cli::Disagreement;
+
+#[derive(Args)]
+pub struct ValidateArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// Comma-separated runtimes: tract, ort-cpu, ort-cuda.
+    #[arg(long, default_value = "tract,ort-cpu")]
+    pub runtimes: String,
+    /// Value of the symbolic `batch` dimension of generated inputs [default: 2].
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Value of another symbolic dimension of generated inputs, as NAME=N (repeatable).
+    #[arg(long = "dim", value_parser = parse_dim)]
+    pub dims: Vec<(String, usize)>,
+    /// Seed of the generated inputs.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Read the inputs from this .npz (one array per model input, by name) instead of generating them.
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    /// Also compare every runtime with the reference outputs in this .npz (by output name).
+    #[arg(long)]
+    pub expected: Option<PathBuf>,
+    /// Write the first runtime's outputs to this .npz (usable as --expected later).
+    #[arg(long)]
+    pub save_outputs: Option<PathBuf>,
+    /// After one warm-up run, time N runs per runtime and report median and min latency.
+    #[arg(long, default_value_t = 0)]
+    pub bench: usize,
+    /// Relative tolerance (scaled by the largest reference magnitude).
+    #[arg(long)]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance.
+    #[arg(long)]
+    pub atol: Option<f64>,
+    /// Allow TF32 on the CUDA execution provider (loosens the default rtol to 1e-2).
+    #[arg(long)]
+    tf32: bool,
+    /// ort-cuda: refuse the model unless every node can be placed on the CUDA execution provider.
+    #[arg(long)]
+    pub cuda_no_cpu_fallback: bool,
+    /// Write the comparison as JSON to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    #[arg(long)]
+    pub ort_lib: Option<PathBuf>,
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (k, v) = s.split_once('=').ok_or("expected NAME=N")?;
+    let v: usize = v.parse().map_err(|_| format!("'{v}' is not a size"))?;
+    if k.is_empty() || v == 0 {
+        return Err("expected NAME=N with N >= 1".into());
+    }
+    Ok((k.to_string(), v))
+}
+
+/// Prints the report (and writes it as JSON to `json`), then PASS, or FAIL as [`Disagreement`].
+pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::Result<()> {
+    print!("{}", report.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report)?;
+        write_atomically(path, |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
+        })?;
+    }
+    if report.pairs.is_empty() {
+        println!("only one runtime ran and no --expected file: nothing was compared");
+    }
+    if report.pass {
+        println!("PASS");
+        Ok(())
+    } else {
+        println!("FAIL");
+        Err(Disagreement.into())
+    }
+}
+
+/// Runs `validate`.
+pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+    let default_rtol = if a.tf32 {
+        1e-2
+    } else {
+        Tolerance::default().rtol
+    };
+    if a.inputs.is_some() && (a.batch.is_some() || !a.dims.is_empty() || a.seed.is_some()) {
+        anyhow::bail!(Error::InvalidArgument(
+            "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
+        ));
+    }
+    let options = ValidateOptions {
+        runtimes: RuntimeKind::parse_list(&a.runtimes)?,
+        batch: a.batch.unwrap_or(2),
+        dims: a.dims,
+        seed: a.seed.unwrap_or(0),
+        inputs: a.inputs,
+        expected: a.expected,
+        save_outputs: a.save_outputs,
+        bench: a.bench,
+        tolerance: Tolerance {
+            rtol: a.rtol.unwrap_or(default_rtol),
+            atol: a.atol.unwrap_or(Tolerance::default().atol),
+        },
+        runtime: RuntimeOptions {
+            ort_library: a.ort_lib,
+            cuda_tf32: a.tf32,
+            cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
+            ..Default::default()
+        },
+    };
+    for (flag, v) in [
+        ("--rtol", options.tolerance.rtol),
+        ("--atol", options.tolerance.atol),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "{flag} must be a finite number >= 0"
+            )));
+        }
+    }
+    let report = validate_with_spinner(&a.model, &options, false)
+        .with_context(|| format!("validate {}", a.model.display()))?;
+    finish_validation(report, a.report.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_dim;
+
+    #[test]
+    fn dimensions_parse_as_name_equals_size() {
+        assert_eq!(parse_dim("sequence=7"), Ok(("sequence".to_string(), 7)));
+        assert_eq!(parse_dim("n=1"), Ok(("n".to_string(), 1)));
+        assert!(parse_dim("sequence").unwrap_err().contains("NAME=N"));
+        assert!(parse_dim("=3").is_err());
+        assert!(parse_dim("n=0").is_err());
+        assert!(parse_dim("n=-2")
+            .unwrap_err()
+            .contains("'-2' is not a size"));
+        assert!(parse_dim("n=99999999999999999999999").is_err());
+    }
+}

@@ -1,0 +1,157 @@
+//! Output files that appear whole or not at all: each is written under a temporary name
+//! beside its target and renamed into place when complete; a registry of the temporary
+//! files lets an interrupt handler remove them (no partial output survives an error or a
+//! Ctrl-C).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Temporary files this process is writing. [`abandon_pending_files`] removes them when
+/// the process is interrupted; creating, committing and removing a temporary file all
+/// happen under this lock, so an interrupt sees either the temporary file or the finished
+/// target, never a half-committed pair.
+static PENDING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn pending_files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    PENDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes every temporary file this process is still writing and returns how many, for
+/// an interrupt (SIGINT, SIGTERM) handler that exits right after. From then on this
+/// process commits no file: any thread that tries blocks until the exit.
+pub fn abandon_pending_files() -> usize {
+    let mut files = pending_files();
+    let removed = files
+        .drain(..)
+        .filter(|f| std::fs::remove_file(f).is_ok())
+        .count();
+    // Keep the registry locked for good: no rename may complete after the cleanup.
+    std::mem::forget(files);
+    removed
+}
+
+/// A file being written under a temporary name beside its target: renamed into place by
+/// [`PendingFile::persist`], removed if dropped before that or if the process is
+/// interrupted (no partial output survives an error or a Ctrl-C).
+pub struct PendingFile {
+    target: PathBuf,
+    tmp: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl PendingFile {
+    /// Creates the temporary file for `target` (which must not be a directory, in an
+    /// existing directory).
+    pub fn create(target: &Path) -> Result<Self> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        if target.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "output path {} is a directory",
+                target.display()
+            )));
+        }
+        let file_name = target.file_name().ok_or_else(|| {
+            Error::InvalidArgument(format!("output path {} has no file name", target.display()))
+        })?;
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "output directory {} does not exist",
+                dir.display()
+            )));
+        }
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}-{}",
+            file_name.to_string_lossy(),
+            std::process::id(),
+            SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut files = pending_files();
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, e))?;
+        files.push(tmp.clone());
+        Ok(PendingFile {
+            target: target.to_path_buf(),
+            tmp,
+            writer: Some(BufWriter::with_capacity(1 << 20, file)),
+        })
+    }
+
+    /// The buffered writer of the temporary file.
+    pub fn writer(&mut self) -> &mut BufWriter<File> {
+        self.writer
+            .as_mut()
+            .expect("writer present until persisted")
+    }
+
+    /// Flushes and syncs the temporary file.
+    pub fn sync(&mut self) -> Result<()> {
+        let w = self.writer.take().expect("writer present until persisted");
+        let file = w
+            .into_inner()
+            .map_err(|e| Error::io(&self.tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io(&self.tmp, e))?;
+        Ok(())
+    }
+
+    /// Syncs (if not done yet) and renames the temporary file to its target.
+    pub fn persist(self) -> Result<()> {
+        Self::persist_all(vec![self])
+    }
+
+    /// Syncs every file, then renames them into place in order as one step with respect
+    /// to interrupts; if a rename fails, the targets already renamed are removed again.
+    pub fn persist_all(mut files: Vec<PendingFile>) -> Result<()> {
+        for f in &mut files {
+            if f.writer.is_some() {
+                f.sync()?;
+            }
+        }
+        let mut registry = pending_files();
+        let mut done: Vec<PathBuf> = Vec::new();
+        for f in &mut files {
+            if let Err(e) = std::fs::rename(&f.tmp, &f.target) {
+                for target in &done {
+                    let _ = std::fs::remove_file(target);
+                }
+                return Err(Error::io(&f.target, e));
+            }
+            done.push(f.target.clone());
+            registry.retain(|p| p != &f.tmp);
+            f.tmp = PathBuf::new();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let mut registry = pending_files();
+            let _ = std::fs::remove_file(&self.tmp);
+            registry.retain(|p| p != &self.tmp);
+        }
+    }
+}
+
+/// Writes `path` atomically: the bytes go to a temporary file in the same directory,
+/// which is renamed over `path` only after everything was written and synced.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
+) -> Result<()> {
+    let mut pending = PendingFile::create(path)?;
+    write(pending.writer())?;
+    pending.persist()
+}

@@ -1,0 +1,232 @@
+//! The tool's in-memory ONNX graph: values with static shapes, nodes, initializers whose data
+//! may be produced lazily at write time, and constants. Built by
+//! [`GraphBuilder`](crate::onnx::builder::GraphBuilder), written by [`crate::onnx::writer`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::onnx::dtype::DataType;
+
+/// One dimension of a tensor shape: known, or a named symbol such as `batch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(usize),
+    /// A symbolic size (`dim_param`), bound at run time.
+    Symbol(String),
+}
+
+impl Dim {
+    /// The size, taking every symbol as 1 (used for per-example FLOP counts).
+    pub fn size_or_one(&self) -> usize {
+        match self {
+            Dim::Fixed(n) => *n,
+            Dim::Symbol(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Symbol(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<usize> for Dim {
+    fn from(n: usize) -> Self {
+        Dim::Fixed(n)
+    }
+}
+
+/// Element types the builder emits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElemType {
+    /// IEEE f32 (`TensorProto.FLOAT` = 1).
+    F32,
+    /// IEEE f16 (`TensorProto.FLOAT16` = 10).
+    F16,
+    /// i64 (`TensorProto.INT64` = 7).
+    I64,
+}
+
+impl ElemType {
+    /// The ONNX element type.
+    pub fn data_type(self) -> DataType {
+        match self {
+            ElemType::F32 => DataType::Float,
+            ElemType::F16 => DataType::Float16,
+            ElemType::I64 => DataType::Int64,
+        }
+    }
+    /// The `TensorProto.DataType` code.
+    pub fn onnx_code(self) -> i32 {
+        self.data_type() as i32
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::F16 => 2,
+            ElemType::F32 => 4,
+            ElemType::I64 => 8,
+        }
+    }
+    /// True for the floating-point types.
+    pub fn is_float(self) -> bool {
+        self != ElemType::I64
+    }
+}
+
+/// A value flowing in the graph, with its element type and static shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value {
+    /// Unique value name.
+    pub name: String,
+    /// Element type.
+    pub elem: ElemType,
+    /// Shape, with symbolic dimensions where the size is bound at run time.
+    pub shape: Vec<Dim>,
+}
+
+/// Produces the f32 contents of an initializer when the model is written.
+pub type F32Producer = Arc<dyn Fn() -> Result<Vec<f32>> + Send + Sync>;
+
+/// The contents of an initializer.
+#[derive(Clone)]
+pub enum TensorData {
+    /// f32 values already in memory.
+    F32(Vec<f32>),
+    /// f32 values produced at write time, one tensor at a time, so that a model never
+    /// needs all of its weights in memory at once.
+    LazyF32(F32Producer),
+}
+
+impl fmt::Debug for TensorData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TensorData::F32(v) => write!(f, "F32({} values)", v.len()),
+            TensorData::LazyF32(_) => f.write_str("LazyF32"),
+        }
+    }
+}
+
+/// A named parameter tensor stored in the model file as an initializer (values produced
+/// as f32, stored as `elem`). Constants that are not parameters (index tables, shapes,
+/// scalars, masks) are `Constant` nodes.
+#[derive(Clone, Debug)]
+pub struct Initializer {
+    /// Name (also the value name nodes refer to).
+    pub name: String,
+    /// Stored element type (F32 or F16).
+    pub elem: ElemType,
+    /// Dimensions.
+    pub dims: Vec<usize>,
+    /// Contents.
+    pub data: TensorData,
+}
+
+impl Initializer {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+    /// True if the tensor has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Size of the raw data in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.elem.size()
+    }
+}
+
+/// One attribute value of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attr {
+    /// `INT`.
+    Int(i64),
+    /// `FLOAT`.
+    Float(f32),
+    /// `INTS`.
+    Ints(Vec<i64>),
+    /// `TENSOR` (the `value` of a `Constant` node).
+    Tensor {
+        /// Dimensions.
+        dims: Vec<usize>,
+        /// Contents.
+        data: ConstData,
+    },
+}
+
+/// Contents of a constant tensor embedded in a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstData {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// Values stored as f16.
+    F16(Vec<f32>),
+    /// i64 values.
+    I64(Vec<i64>),
+}
+
+/// One operator application.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// Unique node name, by place: `blocks.3/sgu/spatial_matmul`.
+    pub name: String,
+    /// ONNX operator type (default domain).
+    pub op_type: String,
+    /// Input value names.
+    pub inputs: Vec<String>,
+    /// Output value names.
+    pub outputs: Vec<String>,
+    /// Attributes, in emission order.
+    pub attributes: Vec<(String, Attr)>,
+    /// Multiply-add FLOPs (2 per multiply-add) of this node for one example, where the
+    /// operator is a MatMul or a Conv; 0 otherwise.
+    pub flops: u64,
+}
+
+/// A finished graph: what [`crate::onnx::writer`] writes as an ONNX model.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    /// Graph name.
+    pub name: String,
+    /// Target opset of the default domain.
+    pub opset: i64,
+    /// Graph inputs (initializers are not listed here).
+    pub inputs: Vec<Value>,
+    /// Graph outputs.
+    pub outputs: Vec<Value>,
+    /// Shapes of every intermediate value (for viewers and shape checks).
+    pub value_info: Vec<Value>,
+    /// Nodes in topological order.
+    pub nodes: Vec<Node>,
+    /// Initializers in creation order.
+    pub initializers: Vec<Initializer>,
+}
+
+impl Graph {
+    /// Number of values stored as initializers (f32 or f16): the model's parameter count as stored in
+    /// the file (constants such as index tables and scalars are nodes, not parameters).
+    pub fn stored_f32_count(&self) -> u64 {
+        self.initializers.iter().map(|i| i.len() as u64).sum()
+    }
+
+    /// FLOPs for one example of the nodes whose name satisfies `keep`.
+    pub fn flops_where(&self, keep: impl Fn(&str) -> bool) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| keep(&n.name))
+            .map(|n| n.flops)
+            .sum()
+    }
+
+    /// Total bytes of initializer data.
+    pub fn initializer_bytes(&self) -> u64 {
+        self.initializers.iter().map(|i| i.byte_len() as u64).sum()
+    }
+}

@@ -1,0 +1,151 @@
+//! The result of a validation: per-runtime timings and placement, per-pair output
+//! differences; serialized as the JSON report (schema [`REPORT_SCHEMA`]) and rendered as text.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::runtime::Placement;
+use crate::validate::compare::{OutputDiff, Tolerance};
+
+/// The `schema` field of the JSON report; bumped when a field changes meaning.
+pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
+/// Name of the reference in pairs that compare a runtime with `--expected` outputs.
+pub const EXPECTED: &str = "expected";
+
+/// Comparison of one pair: two runtimes, or [`EXPECTED`] and a runtime.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairReport {
+    /// Runtime (or [`EXPECTED`]) taken as reference.
+    pub reference: String,
+    /// Runtime compared with it.
+    pub other: String,
+    /// Per-output differences.
+    pub outputs: Vec<OutputDiff>,
+    /// True when every output agrees.
+    pub pass: bool,
+}
+
+/// One model input as used.
+#[derive(Clone, Debug, Serialize)]
+pub struct InputReport {
+    /// Input name.
+    pub name: String,
+    /// Concrete shape used.
+    pub shape: Vec<usize>,
+    /// Element type (NumPy name).
+    pub dtype: &'static str,
+}
+
+/// Latency of repeated runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Number of timed runs (after one warm-up run).
+    pub runs: usize,
+    /// Median latency in milliseconds.
+    pub median_ms: f64,
+    /// Fastest run in milliseconds.
+    pub min_ms: f64,
+}
+
+/// What one runtime did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RuntimeReport {
+    /// Runtime name (`tract`, `ort-cpu`, `ort-cuda`).
+    pub name: String,
+    /// Wall time of loading and preparing the model (tract: parse and optimize; ONNX
+    /// Runtime: session creation with its graph optimizations) in milliseconds.
+    pub load_ms: f64,
+    /// Wall time of the first run in milliseconds (includes warm-up work and, for
+    /// ONNX Runtime, profiling).
+    pub first_run_ms: f64,
+    /// ONNX Runtime only: distinct graph nodes per execution provider in the first
+    /// run, from ONNX Runtime's profiler.
+    pub providers: Option<Placement>,
+    /// Latency of the `--bench` runs.
+    pub bench: Option<BenchReport>,
+}
+
+/// Result of [`validate`]; serialized as the JSON report (schema [`REPORT_SCHEMA`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidationReport {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// The model file.
+    pub model: PathBuf,
+    /// Where the inputs came from: `generated` or the `.npz` path.
+    pub inputs_source: String,
+    /// Seed of generated inputs (`null` with an inputs file).
+    pub seed: Option<u64>,
+    /// Inputs used.
+    pub inputs: Vec<InputReport>,
+    /// Reference outputs file, if any.
+    pub expected: Option<PathBuf>,
+    /// Runtimes run, in order.
+    pub runtimes: Vec<RuntimeReport>,
+    /// Every pair of runtimes, then every runtime against the expected outputs.
+    pub pairs: Vec<PairReport>,
+    /// Tolerances applied.
+    pub tolerance: Tolerance,
+    /// True when every pair agrees.
+    pub pass: bool,
+}
+
+/// The comparison of `reference` and `other`, passing when every output agrees.
+pub fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
+    PairReport {
+        reference: reference.into(),
+        other: other.into(),
+        pass: outputs.iter().all(|o| o.pass),
+        outputs,
+    }
+}
+
+impl ValidationReport {
+    /// Human-readable summary: inputs, runtimes (placement, latency), then one line per
+    /// pair and output.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for i in &self.inputs {
+            s += &format!("input  {} {} {:?}\n", i.name, i.dtype, i.shape);
+        }
+        for r in &self.runtimes {
+            s += &format!(
+                "ran    {:<9} load {:>9.1} ms, first run {:>9.1} ms (includes warm-up)\n",
+                r.name, r.load_ms, r.first_run_ms
+            );
+            if let Some(p) = &r.providers {
+                let list: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                s += &format!(
+                    "placed {:<9} nodes per provider: {}\n",
+                    r.name,
+                    list.join(", ")
+                );
+            }
+            if let Some(b) = &r.bench {
+                s += &format!(
+                    "bench  {:<9} median {:.3} ms, min {:.3} ms over {} runs\n",
+                    r.name, b.median_ms, b.min_ms, b.runs
+                );
+            }
+        }
+        for p in &self.pairs {
+            for o in &p.outputs {
+                s += &format!(
+                    "{}  {} vs {}: {} max_abs {:.3e} max_rel {:.3e} cosine {:.9} mismatched {}/{} (bound {:.3e})\n",
+                    if o.pass { "agree " } else { "DIFFER" },
+                    p.reference,
+                    p.other,
+                    o.output,
+                    o.max_abs,
+                    o.max_rel,
+                    o.cosine,
+                    o.mismatched,
+                    o.elements,
+                    o.bound
+                );
+            }
+        }
+        s
+    }
+}
