@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::gmlp::metadata::{CONFIG_KEY, FLOPS_KEY};
+use crate::gmlp::metadata::{CONFIG_KEY, FLOPS_KEY, TARGET_KEY};
 use crate::onnx::dtype::{self, type_name};
 use crate::onnx::graph::Dim;
 use crate::onnx::proto::{tensor_proto::DataLocation, GraphProto, ModelProto, TensorProto};
@@ -80,6 +80,8 @@ pub struct ModelSummary {
     pub flops_per_example: Option<u64>,
     /// The configuration recorded by `build` (metadata `gmlp_onnx.config`).
     pub config: Option<serde_json::Value>,
+    /// The `--target` profile recorded by `build` (metadata `gmlp_onnx.target`).
+    pub target: Option<String>,
     /// All metadata properties.
     pub metadata: BTreeMap<String, String>,
     /// External data files referenced by initializers (empty when all data is inline).
@@ -181,6 +183,7 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
         nodes,
         flops_per_example: metadata_value(model, FLOPS_KEY).and_then(|v| v.trim().parse().ok()),
         config: metadata_value(model, CONFIG_KEY).and_then(|v| serde_json::from_str(v).ok()),
+        target: metadata_value(model, TARGET_KEY).map(str::to_string),
         metadata: model
             .metadata_props
             .iter()
@@ -231,6 +234,9 @@ impl ModelSummary {
         );
         if !self.producer.is_empty() {
             s += &format!("producer    {}\n", self.producer);
+        }
+        if let Some(t) = &self.target {
+            s += &format!("target      {t}\n");
         }
         for i in &self.inputs {
             s += &format!(

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
-use gmlp_onnx::gmlp::export::{counts, export, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::export::{counts, export_for};
+use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{
     preset, GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task, WeightSource,
 };
@@ -27,6 +28,34 @@ pub enum SpatialArg {
     ToeplitzExpand,
     /// Toeplitz W stored as its 2n−1 vector and gathered in the graph.
     ToeplitzGather,
+}
+
+/// `--target`: a deployment profile (see [`Target`]).
+#[derive(Clone, Copy, Default, ValueEnum)]
+pub enum TargetArg {
+    /// ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5: opset 17, LayerNormalization.
+    #[default]
+    Ort,
+    /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
+    OrtLegacy,
+    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded, f32.
+    Portable,
+    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul), f32.
+    Opencv4,
+    /// candle-onnx: LayerNorm as primitive ops, means as ReduceSum then Div.
+    Candle,
+}
+
+impl TargetArg {
+    fn target(self) -> Target {
+        match self {
+            TargetArg::Ort => Target::Ort,
+            TargetArg::OrtLegacy => Target::OrtLegacy,
+            TargetArg::Portable => Target::Portable,
+            TargetArg::Opencv4 => Target::Opencv4,
+            TargetArg::Candle => Target::Candle,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -86,9 +115,12 @@ pub struct BuildArgs {
     /// Spatial weight form (default: toeplitz-gather for token presets, dense for vision).
     #[arg(long, value_enum)]
     pub spatial: Option<SpatialArg>,
-    /// ONNX opset (17..=21); `Gelu` is used from 20, the exact erf form below.
-    #[arg(long, default_value_t = DEFAULT_OPSET)]
-    pub opset: i64,
+    /// Deployment profile: picks the opset, spatial form and op forms its consumers accept (explicit --opset / --spatial win).
+    #[arg(long, value_enum, default_value = "ort")]
+    pub target: TargetArg,
+    /// ONNX opset (13..=21) [default: 13 for --target portable, else 17]; LayerNormalization from 17 (primitive ops below), `Gelu` from 20 (the exact erf form below).
+    #[arg(long)]
+    pub opset: Option<i64>,
     /// Storage and compute type.
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DtypeArg,
@@ -270,7 +302,10 @@ fn from_checkpoint(
             format!(", {} tensors unused", import.unused.len())
         }
     );
-    let config = import.config.clone();
+    let mut config = import.config.clone();
+    if a.spatial.is_none() {
+        config.spatial = a.target.target().spatial_for(config.spatial);
+    }
     let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
     Ok((config, weights, description))
 }
@@ -323,6 +358,7 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
 /// Runs `build`.
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
+    let target = BuildTarget::resolve(a.target.target(), a.opset)?;
     let (cfg, source, description, preset_name): (
         GmlpConfig,
         Arc<dyn WeightSource>,
@@ -350,6 +386,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
             }
             let p = preset(name)?;
             let mut cfg = p.config.clone();
+            cfg.spatial = target.target.spatial_for(cfg.spatial);
             apply_overrides(&mut cfg, &a, name)?;
             let scheme = match a.init {
                 InitArg::Paper => InitScheme::Paper,
@@ -377,7 +414,8 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::F32 => Precision::F32,
         DtypeArg::F16 => Precision::F16,
     };
-    let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
+    target.check(cfg.spatial, cfg.dtype)?;
+    let model = export_for(&cfg, source.clone(), &description, preset_name, &target)?;
     let c = counts(&model.graph);
     // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
     let done_bytes: Vec<u64> = model
@@ -420,12 +458,13 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         println!("wrote {} (native layout)", path.display());
     }
     println!(
-        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
+        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), target {}, opset {}, spatial {}",
         a.output.display(),
         bytes as f64 / 1e6,
         c.stored_params,
         c.flops as f64 / 1e9,
-        a.opset,
+        target.target.name(),
+        target.opset,
         cfg.spatial.as_str()
     );
     if a.validate {

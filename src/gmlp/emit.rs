@@ -20,6 +20,7 @@ use crate::gmlp::config::{GmlpConfig, SpatialForm, Task};
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::gmlp::weights::{check_values, param_specs, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
+use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{Dim, ElemType, Graph, TensorData, Value};
 
 /// Name of the token-model input.
@@ -420,7 +421,7 @@ impl Emitter {
                 s.linear("vocab_projection", h, "head.weight", Some("head.bias"))
             }
             (Task::Vision { .. }, _) => {
-                let pooled = s.g.reduce_mean("token_mean", h, &[1])?;
+                let pooled = s.g.mean("token_mean", h, &[1], false)?;
                 s.linear("classifier", &pooled, "head.weight", Some("head.bias"))
             }
         })
@@ -430,13 +431,23 @@ impl Emitter {
 /// Emits the whole network for `cfg` at `opset`, with parameter values taken from
 /// `source` when the graph is written.
 pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
+    build_graph_with_forms(cfg, source, opset, OpForms::default())
+}
+
+/// [`build_graph`] with the operations spelled in `forms` (a `--target` profile's).
+pub fn build_graph_with_forms(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    opset: i64,
+    forms: OpForms,
+) -> Result<Graph> {
     cfg.validate()?;
     let specs = param_specs(cfg)
         .into_iter()
         .map(|s| (s.name.clone(), s))
         .collect();
     let mut em = Emitter {
-        g: GraphBuilder::new(opset)?,
+        g: GraphBuilder::with_forms(opset, forms)?,
         cfg: cfg.clone(),
         specs,
         source,

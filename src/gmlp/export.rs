@@ -7,10 +7,12 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::emit::{build_graph, HEAD_SCOPE};
+use crate::gmlp::emit::{build_graph_with_forms, HEAD_SCOPE};
 use crate::gmlp::metadata::{
-    config_json, CONFIG_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, VERSION_KEY, WEIGHTS_KEY,
+    config_json, CONFIG_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY,
+    WEIGHTS_KEY,
 };
+use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::weights::WeightSource;
 use crate::onnx::graph::Graph;
 use crate::onnx::writer::{ModelInfo, PROTOBUF_LIMIT};
@@ -99,8 +101,27 @@ pub fn export(
     preset: Option<&str>,
     opset: i64,
 ) -> Result<Export> {
+    export_for(
+        cfg,
+        source,
+        weights_description,
+        preset,
+        &BuildTarget::at_opset(opset),
+    )
+}
+
+/// [`export`] for a `--target` profile: its opset and op forms, and its name in the
+/// metadata (`gmlp_onnx.target`). The spatial form is the configuration's (the caller
+/// applies the profile's with [`crate::gmlp::targets::Target::spatial_for`]).
+pub fn export_for(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    weights_description: &str,
+    preset: Option<&str>,
+    target: &BuildTarget,
+) -> Result<Export> {
     check_size(cfg)?;
-    let graph = build_graph(cfg, source, opset)?;
+    let graph = build_graph_with_forms(cfg, source, target.opset, target.forms)?;
     let c = counts(&graph);
     let mut metadata = vec![
         (CONFIG_KEY.to_string(), config_json(cfg)?),
@@ -112,6 +133,7 @@ pub fn export(
     if let Some(p) = preset {
         metadata.push((PRESET_KEY.to_string(), p.to_string()));
     }
+    metadata.push((TARGET_KEY.to_string(), target.target.name().to_string()));
     let kind = if cfg.attn_dim.is_some() {
         "aMLP"
     } else {

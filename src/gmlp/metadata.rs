@@ -17,6 +17,9 @@ pub const STORED_PARAMS_KEY: &str = "gmlp_onnx.stored_params";
 pub const FLOPS_KEY: &str = "gmlp_onnx.flops_per_example";
 /// The preset the model was built from, if any.
 pub const PRESET_KEY: &str = "gmlp_onnx.preset";
+/// The `--target` profile the model was built for (`ort`, `portable`, ...; see
+/// [`crate::gmlp::targets`]).
+pub const TARGET_KEY: &str = "gmlp_onnx.target";
 
 /// The configuration as the JSON stored under [`CONFIG_KEY`].
 pub fn config_json(config: &GmlpConfig) -> Result<String> {

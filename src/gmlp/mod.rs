@@ -2,7 +2,7 @@
 //! ([`config`]) and the paper's presets ([`presets`]), parameters by name ([`weights`]) and
 //! their seeded init ([`init`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
 //! through the graph builder ([`emit`]), the whole model with its metadata ([`export`],
-//! [`metadata`]), and an independent reference forward pass ([`reference`]). Nothing here
+//! [`metadata`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`]). Nothing here
 //! knows protobuf.
 
 pub mod config;
@@ -12,6 +12,7 @@ pub mod init;
 pub mod metadata;
 pub mod presets;
 pub mod reference;
+pub mod targets;
 pub mod toeplitz;
 pub mod weights;
 

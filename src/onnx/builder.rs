@@ -13,12 +13,13 @@ use crate::onnx::graph::{
     Attr, ConstData, Dim, ElemType, Graph, Initializer, Node, TensorData, Value,
 };
 
-/// Lowest and highest opset the builder can target.
-pub const OPSET_RANGE: std::ops::RangeInclusive<i64> = 17..=21;
+use crate::onnx::forms::OpForms;
+pub use crate::onnx::versions::OPSET_RANGE;
 
 /// Builds a [`Graph`] node by node, tracking static shapes.
 pub struct GraphBuilder {
     opset: i64,
+    forms: OpForms,
     scope: Vec<String>,
     names: HashSet<String>,
     inputs: Vec<Value>,
@@ -28,8 +29,14 @@ pub struct GraphBuilder {
 }
 
 impl GraphBuilder {
-    /// A new, empty graph targeting `opset` (within [`OPSET_RANGE`]).
+    /// A new, empty graph targeting `opset` (within [`OPSET_RANGE`]), with the default op
+    /// forms (each operator as itself where the opset has it).
     pub fn new(opset: i64) -> Result<Self> {
+        Self::with_forms(opset, OpForms::default())
+    }
+
+    /// A new, empty graph targeting `opset` that spells operations in `forms`.
+    pub fn with_forms(opset: i64, forms: OpForms) -> Result<Self> {
         if !OPSET_RANGE.contains(&opset) {
             return Err(Error::InvalidArgument(format!(
                 "opset {opset} is not supported (supported: {}..={})",
@@ -39,6 +46,7 @@ impl GraphBuilder {
         }
         Ok(GraphBuilder {
             opset,
+            forms,
             scope: Vec::new(),
             names: HashSet::new(),
             inputs: Vec::new(),
@@ -51,6 +59,11 @@ impl GraphBuilder {
     /// The target opset.
     pub fn opset(&self) -> i64 {
         self.opset
+    }
+
+    /// The op forms this graph is built with.
+    pub fn forms(&self) -> OpForms {
+        self.forms
     }
 
     /// Appends `name` to the node-name scope; undo with [`GraphBuilder::pop_scope`].
@@ -330,7 +343,7 @@ mod tests {
         assert_eq!(graph.nodes[1].outputs, vec!["logits".to_string()]);
         assert!(graph.value_info.iter().all(|v| v.name != "logits"));
         assert!(matches!(
-            GraphBuilder::new(16),
+            GraphBuilder::new(12),
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(

@@ -6,6 +6,7 @@
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
+use crate::onnx::forms::LayerNormForm;
 use crate::onnx::graph::{Attr, Dim, ElemType, Value};
 use crate::onnx::shape::{broadcast, fmt_shape, normalize_axis, shape_error};
 
@@ -24,7 +25,9 @@ impl GraphBuilder {
         ))
     }
 
-    /// `LayerNormalization` (opset 17) over the last axis: `(x − mean) / √(var + eps) · scale + bias`.
+    /// LayerNorm over the last axis: `(x − mean) / √(var + eps) · scale + bias`, as the
+    /// `LayerNormalization` operator from opset 17, and as primitive ops (see
+    /// [`GraphBuilder::layer_norm_decomposed`]) below 17 or when the op forms ask for it.
     ///
     /// [LayerNormalization](https://onnx.ai/onnx/operators/onnx__LayerNormalization.html): new in opset 17 (its only version); below 17 it does not exist.
     pub fn layer_norm(
@@ -46,6 +49,9 @@ impl GraphBuilder {
                     fmt_shape(&bias.shape)
                 ),
             ));
+        }
+        if self.opset() < 17 || self.forms().layer_norm == LayerNormForm::Decomposed {
+            return self.layer_norm_decomposed(local, x, scale, bias, epsilon);
         }
         let attrs = vec![
             ("axis".to_string(), Attr::Int(-1)),
@@ -86,7 +92,7 @@ impl GraphBuilder {
         Ok(self.single(local, "MatMul", &[a, b], vec![], (a.elem, shape), flops))
     }
 
-    fn binary(&mut self, local: &str, op: &str, a: &Value, b: &Value) -> Result<Value> {
+    pub(crate) fn binary(&mut self, local: &str, op: &str, a: &Value, b: &Value) -> Result<Value> {
         if a.elem != b.elem {
             return Err(shape_error(
                 op,
@@ -432,19 +438,25 @@ impl GraphBuilder {
     ///
     /// [ReduceMean](https://onnx.ai/onnx/operators/onnx__ReduceMean.html): versions 1, 11, 13, 18 (`axes` moves from an attribute to an optional input).
     pub fn reduce_mean(&mut self, local: &str, x: &Value, axes: &[i64]) -> Result<Value> {
+        self.reduce_mean_keeping(local, x, axes, false)
+    }
+
+    /// `ReduceMean` over `axes`, keeping them as size-1 dimensions when `keep` is set; the
+    /// opset forms of [`GraphBuilder::reduce_mean`].
+    pub fn reduce_mean_keeping(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axes: &[i64],
+        keep: bool,
+    ) -> Result<Value> {
         let rank = x.shape.len();
         let norm: Vec<usize> = axes
             .iter()
             .map(|&a| normalize_axis("ReduceMean", a, rank))
             .collect::<Result<_>>()?;
-        let shape = x
-            .shape
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !norm.contains(i))
-            .map(|(_, d)| d.clone())
-            .collect();
-        let keepdims = ("keepdims".to_string(), Attr::Int(0));
+        let shape = reduced_shape(&x.shape, &norm, keep);
+        let keepdims = ("keepdims".to_string(), Attr::Int(i64::from(keep)));
         if self.opset() >= 18 {
             let axes_value =
                 self.const_i64(&format!("{local}_axes"), &[axes.len()], axes.to_vec())?;
@@ -467,4 +479,17 @@ impl GraphBuilder {
             ))
         }
     }
+}
+
+/// The shape left by reducing `axes` (normalized) of `shape`: removed, or kept as 1.
+pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keep: bool) -> Vec<Dim> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keep) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Dim::Fixed(1)),
+            (true, false) => None,
+        })
+        .collect()
 }

@@ -20,14 +20,7 @@ use crate::onnx::proto as onnx;
 /// Protobuf messages cannot exceed 2 GiB; larger models need external data.
 pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
 
-/// IR version written: at least 9 (project convention), 10 for opset 21.
-pub fn ir_version_for(opset: i64) -> i64 {
-    if opset >= 21 {
-        10
-    } else {
-        9
-    }
-}
+pub use crate::onnx::versions::ir_version_for;
 
 /// Model-level fields of the file.
 #[derive(Clone, Debug, Default)]

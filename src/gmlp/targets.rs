@@ -1,0 +1,271 @@
+//! `--target` profiles: for each deployment stack, the opset, spatial form and op forms it
+//! accepts. A profile only picks defaults; explicit `--opset` and `--spatial` win, and a
+//! combination that undoes the one thing a profile exists for is refused.
+//!
+//! What each profile answers (from trying files in each consumer, see README
+//! "Compatibility"):
+//! - ONNX Runtime ≤ 1.14 reads IR ≤ 8 and opsets ≤ 18 (`ort-legacy`);
+//! - candle-onnx 0.11 has no `LayerNormalization`, reads `ReduceMean`'s `axes` only as the
+//!   opset-13 attribute (and silently reduces every axis when given the opset-18 input),
+//!   but reads `ReduceSum`'s `axes` input (`candle`);
+//! - OpenCV 4.x dnn cannot import a `Gather` feeding a `MatMul` (the Toeplitz gather
+//!   form), and its classic engine refuses f16 tensors into `MatMul` (`opencv4`);
+//! - onnx2torch has no converter for Split-18, Constant-19, Gelu-20, Constant-21 or
+//!   ReduceMean-18 (any profile at opset ≤ 17);
+//! - `portable` combines all of these: opset 13, LayerNorm as primitive ops with
+//!   sum-then-divide means, Toeplitz expanded, f32.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gmlp::config::{Precision, SpatialForm};
+use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
+use crate::onnx::versions::ir_version_for;
+
+/// A named deployment profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// ONNX Runtime ≥ 1.15 and the stacks that read today's graph (tract, OpenVINO,
+    /// onnxruntime-node, onnx.reference, OpenCV 5): opset 17, `LayerNormalization`.
+    Ort,
+    /// ONNX Runtime ≤ 1.14 (IR ≤ 8, opset ≤ 18): today's graph, opsets above 18 refused.
+    OrtLegacy,
+    /// The widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
+    /// LayerNorm as primitive ops with sum-then-divide means, Toeplitz W expanded, f32.
+    Portable,
+    /// OpenCV 4.x dnn: opset 17, Toeplitz W expanded (no `Gather` feeding a `MatMul`), f32.
+    Opencv4,
+    /// candle-onnx: opset 17, LayerNorm as primitive ops, means as `ReduceSum` then `Div`.
+    Candle,
+}
+
+/// Every profile, in the order the CLI lists them.
+pub const TARGETS: [Target; 5] = [
+    Target::Ort,
+    Target::OrtLegacy,
+    Target::Portable,
+    Target::Opencv4,
+    Target::Candle,
+];
+
+/// The profile used when none is named.
+pub const DEFAULT_TARGET: Target = Target::Ort;
+
+impl Target {
+    /// The command-line and metadata spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Ort => "ort",
+            Target::OrtLegacy => "ort-legacy",
+            Target::Portable => "portable",
+            Target::Opencv4 => "opencv4",
+            Target::Candle => "candle",
+        }
+    }
+
+    /// The profile named `name`.
+    pub fn parse(name: &str) -> Result<Target> {
+        TARGETS
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = TARGETS.iter().map(|t| t.name()).collect();
+                Error::InvalidArgument(format!(
+                    "unknown target {name:?} (known: {})",
+                    names.join(", ")
+                ))
+            })
+    }
+
+    /// The opset the profile builds at unless `--opset` says otherwise.
+    pub fn default_opset(self) -> i64 {
+        match self {
+            Target::Portable => 13,
+            _ => 17,
+        }
+    }
+
+    /// The op forms the profile asks for.
+    pub fn forms(self) -> OpForms {
+        match self {
+            Target::Portable | Target::Candle => OpForms {
+                layer_norm: LayerNormForm::Decomposed,
+                mean: MeanForm::SumThenDivide,
+            },
+            Target::Ort | Target::OrtLegacy | Target::Opencv4 => OpForms::default(),
+        }
+    }
+
+    /// Whether the profile keeps the Toeplitz gather form (else it is stored expanded).
+    pub fn allows_gather(self) -> bool {
+        !matches!(self, Target::Portable | Target::Opencv4)
+    }
+
+    /// Whether the profile's consumers run f16 models.
+    pub fn allows_f16(self) -> bool {
+        !matches!(self, Target::Portable | Target::Opencv4)
+    }
+
+    /// The highest opset the profile's consumers read, if it has one.
+    pub fn max_opset(self) -> Option<i64> {
+        match self {
+            Target::OrtLegacy => Some(18),
+            _ => None,
+        }
+    }
+
+    /// One line on what the profile is for.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Target::Ort => {
+                "ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5"
+            }
+            Target::OrtLegacy => "ONNX Runtime <= 1.14 (IR <= 8, opset <= 18)",
+            Target::Portable => {
+                "widest reach: ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch (f32)"
+            }
+            Target::Opencv4 => "OpenCV 4.x dnn (f32)",
+            Target::Candle => "candle-onnx",
+        }
+    }
+
+    /// The spatial form to emit for a model whose own (preset or checkpoint) form is `own`:
+    /// profiles without the gather form store Toeplitz W expanded; dense stays dense.
+    pub fn spatial_for(self, own: SpatialForm) -> SpatialForm {
+        if own == SpatialForm::ToeplitzGather && !self.allows_gather() {
+            SpatialForm::ToeplitzExpand
+        } else {
+            own
+        }
+    }
+}
+
+/// A profile with the command line's explicit choices applied: what the graph is built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildTarget {
+    /// The profile (recorded in the file's metadata).
+    pub target: Target,
+    /// The opset to build at.
+    pub opset: i64,
+    /// The op forms.
+    pub forms: OpForms,
+}
+
+impl BuildTarget {
+    /// The default profile at `opset` (what builds without `--target` get).
+    pub fn at_opset(opset: i64) -> BuildTarget {
+        BuildTarget {
+            target: DEFAULT_TARGET,
+            opset,
+            forms: DEFAULT_TARGET.forms(),
+        }
+    }
+
+    /// `target` with an explicit `--opset` (if any); refuses an opset the profile's
+    /// consumers cannot read.
+    pub fn resolve(target: Target, opset: Option<i64>) -> Result<BuildTarget> {
+        let opset = opset.unwrap_or(target.default_opset());
+        if let Some(max) = target.max_opset() {
+            if opset > max {
+                return Err(Error::InvalidArgument(format!(
+                    "--target {} is for runtimes that read IR <= {} (opset <= {max}); opset {opset} needs IR {}: use --target ort",
+                    target.name(),
+                    ir_version_for(max),
+                    ir_version_for(opset)
+                )));
+            }
+        }
+        Ok(BuildTarget {
+            target,
+            opset,
+            forms: target.forms(),
+        })
+    }
+
+    /// Refuses what the profile's consumers cannot run: the gather form where the profile
+    /// stores W expanded (an explicit `--spatial toeplitz-gather`), and f16 where they
+    /// refuse f16 MatMuls.
+    pub fn check(&self, spatial: SpatialForm, dtype: Precision) -> Result<()> {
+        let t = self.target;
+        if spatial == SpatialForm::ToeplitzGather && !t.allows_gather() {
+            return Err(Error::InvalidArgument(format!(
+                "--target {} stores Toeplitz W expanded (its consumers cannot import a Gather feeding a MatMul); drop --spatial toeplitz-gather or use another target",
+                t.name()
+            )));
+        }
+        if dtype == Precision::F16 && !t.allows_f16() {
+            return Err(Error::InvalidArgument(format!(
+                "--target {} is f32 only (OpenCV dnn refuses f16 tensors into MatMul); use --dtype f32 or --target ort",
+                t.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_known_ones() {
+        for t in TARGETS {
+            assert_eq!(Target::parse(t.name()).unwrap(), t);
+        }
+        let err = Target::parse("tflite").unwrap_err().to_string();
+        assert!(
+            err.contains("ort, ort-legacy, portable, opencv4, candle"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_default_profile_is_todays_graph() {
+        let b = BuildTarget::resolve(DEFAULT_TARGET, None).unwrap();
+        assert_eq!(b, BuildTarget::at_opset(17));
+        assert_eq!(b.forms, OpForms::default());
+        assert_eq!(
+            Target::Ort.spatial_for(SpatialForm::ToeplitzGather),
+            SpatialForm::ToeplitzGather
+        );
+    }
+
+    #[test]
+    fn portable_is_opset_13_decomposed_expanded_and_f32() {
+        let b = BuildTarget::resolve(Target::Portable, None).unwrap();
+        assert_eq!((b.opset, ir_version_for(b.opset)), (13, 7));
+        assert_eq!(b.forms.layer_norm, LayerNormForm::Decomposed);
+        assert_eq!(b.forms.mean, MeanForm::SumThenDivide);
+        assert_eq!(
+            Target::Portable.spatial_for(SpatialForm::ToeplitzGather),
+            SpatialForm::ToeplitzExpand
+        );
+        assert_eq!(
+            Target::Portable.spatial_for(SpatialForm::Dense),
+            SpatialForm::Dense
+        );
+        assert!(b
+            .check(SpatialForm::ToeplitzGather, Precision::F32)
+            .is_err());
+        assert!(b
+            .check(SpatialForm::ToeplitzExpand, Precision::F16)
+            .is_err());
+        assert!(b.check(SpatialForm::ToeplitzExpand, Precision::F32).is_ok());
+        // An explicit opset wins; the op forms stay.
+        let b21 = BuildTarget::resolve(Target::Portable, Some(21)).unwrap();
+        assert_eq!((b21.opset, b21.forms), (21, b.forms));
+    }
+
+    #[test]
+    fn ort_legacy_refuses_opsets_that_need_ir_9() {
+        for opset in 13..=18 {
+            let b = BuildTarget::resolve(Target::OrtLegacy, Some(opset)).unwrap();
+            assert!(ir_version_for(b.opset) <= 8);
+        }
+        let err = BuildTarget::resolve(Target::OrtLegacy, Some(19))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("opset 19 needs IR 9"), "{err}");
+    }
+}

@@ -1,0 +1,39 @@
+//! Op forms: how the builder spells an operation when a consumer lacks an operator or reads
+//! one of its forms wrongly. The defaults are the operators themselves; a target profile
+//! (chosen by the model layer) can ask for primitive spellings. Whatever the forms, the
+//! opset decides what is valid: below opset 17 there is no `LayerNormalization`, so it is
+//! always decomposed there.
+
+/// How `LayerNormalization` is emitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LayerNormForm {
+    /// The `LayerNormalization` operator (opset ≥ 17); decomposed below 17 regardless.
+    #[default]
+    Operator,
+    /// Primitive ops at every opset: mean, `Sub`, `Mul`, mean, `Add` ε, `Sqrt`, `Div`, `Mul`
+    /// scale, `Add` shift (for consumers without the operator, e.g. candle-onnx 0.11).
+    Decomposed,
+}
+
+/// How a mean over some axes is emitted (the decomposed LayerNorm's two means and any
+/// other mean the model asks for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MeanForm {
+    /// `ReduceMean` in its opset's own form: `axes` attribute up to 17, input from 18.
+    #[default]
+    ReduceMean,
+    /// `ReduceSum` (whose `axes` has been an input since opset 13, so it has one form over
+    /// the whole range) followed by `Div` by the element count. For consumers that read
+    /// only `ReduceMean`'s attribute form and silently reduce over every axis when given
+    /// the opset-18 input (candle-onnx 0.11): this spelling reads the same at every opset.
+    SumThenDivide,
+}
+
+/// The op forms a graph is built with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpForms {
+    /// LayerNormalization.
+    pub layer_norm: LayerNormForm,
+    /// Means.
+    pub mean: MeanForm,
+}
