@@ -27,7 +27,10 @@ fn inspect_reports_parameters_ops_and_metadata() {
     assert!(stored > 0);
     assert_eq!(json["parameters"], stored);
     assert_eq!(json["parameter_bytes"], 4 * stored);
-    assert_eq!(json["ir_version"], 9);
+    // ONNX's release table pairs opset 17 with IR 8.
+    assert_eq!(json["ir_version"], 8);
+    assert_eq!(json["target"], "ort");
+    assert_eq!(json["metadata"]["gmlp_onnx.target"], "ort");
     assert_eq!(
         json["opsets"],
         serde_json::json!([{"domain": "", "version": 17}])
@@ -71,6 +74,8 @@ fn inspect_reports_parameters_ops_and_metadata() {
         "{out}"
     );
     assert!(out.contains("opsets      ai.onnx 17"), "{out}");
+    assert!(out.contains("ir_version  8\n"), "{out}");
+    assert!(out.contains("target      ort\n"), "{out}");
     assert!(out.contains("Softmax 1"), "{out}");
 }
 

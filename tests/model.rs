@@ -11,6 +11,7 @@ use gmlp_onnx::gmlp::export::{counts, export};
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{param_specs, GmlpConfig, SpatialForm, Task};
 use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
+use gmlp_onnx::onnx::versions::ir_version_for;
 use gmlp_onnx::onnx::writer::encode_model_to_vec;
 use gmlp_onnx::rng::SplitMix64;
 use gmlp_onnx::runtime::RuntimeKind;
@@ -112,7 +113,7 @@ fn token_model_each_spatial_form_agrees_with_reference() {
 
 #[test]
 fn token_model_at_each_opset_agrees_with_reference() {
-    for opset in 18..=21 {
+    for opset in (13..=16).chain(18..=21) {
         three_way(
             &tiny_tokens(SpatialForm::ToeplitzGather, None, false),
             opset,
@@ -146,6 +147,7 @@ fn causal_models_agree_with_reference() {
 #[test]
 fn vision_model_agrees_with_reference() {
     three_way(&tiny_vision(SpatialForm::Dense), 17, 3);
+    three_way(&tiny_vision(SpatialForm::Dense), 13, 2);
     three_way(&tiny_vision(SpatialForm::ToeplitzGather), 18, 2);
 }
 
@@ -275,7 +277,7 @@ fn parameter_counts_read_from_files_match_the_graph_and_the_specs() {
 fn emitted_models_pass_the_onnx_checker() {
     let dir = tempfile::tempdir().unwrap();
     let mut paths = Vec::new();
-    for opset in 17..=21 {
+    for opset in 13..=21 {
         for (k, cfg) in [
             tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true),
             tiny_tokens(SpatialForm::ToeplitzExpand, None, false),
@@ -292,6 +294,17 @@ fn emitted_models_pass_the_onnx_checker() {
                 &format!("m{opset}_{k}.onnx"),
             ));
         }
+    }
+    // Every file carries the IR version ONNX's release table pairs with its opset.
+    for path in &paths {
+        let model = read_model(path).unwrap();
+        let opset = model.opset_import[0].version();
+        assert_eq!(
+            model.ir_version(),
+            ir_version_for(opset),
+            "{}",
+            path.display()
+        );
     }
     onnx_check(&paths);
 }
@@ -315,7 +328,7 @@ fn node_names_are_by_place_and_metadata_holds_the_config() {
     }
     let stored = gmlp_onnx::validate::stored_config(&model).expect("config in metadata");
     assert_eq!(stored, cfg);
-    assert!(model.ir_version() >= 9);
+    assert_eq!(model.ir_version(), 8);
     let opset = &model.opset_import[0];
     assert_eq!((opset.domain(), opset.version()), ("", 17));
 }

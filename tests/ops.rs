@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use gmlp_onnx::gmlp::toeplitz::{toeplitz_expand, toeplitz_index};
 use gmlp_onnx::onnx::builder::GraphBuilder;
+use gmlp_onnx::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use gmlp_onnx::onnx::graph::{Dim, ElemType, TensorData, Value};
 use gmlp_onnx::rng::SplitMix64;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
@@ -23,8 +24,14 @@ fn fixed(shape: &[usize]) -> Vec<Dim> {
 }
 
 /// Writes the graph, checks it with onnx.checker, runs it in both runtimes with `x` as
-/// input `x`, and compares with `expected`.
-fn check(g: GraphBuilder, out: Value, x: ArrayD<f32>, expected: ArrayD<f32>, name: &str) {
+/// input `x`, and compares with `expected`; returns the graph's operator types.
+fn check(
+    g: GraphBuilder,
+    out: Value,
+    x: ArrayD<f32>,
+    expected: ArrayD<f32>,
+    name: &str,
+) -> Vec<String> {
     let out = {
         let mut g = g;
         let out = g.rename(&out, "y").unwrap();
@@ -47,11 +54,54 @@ fn check(g: GraphBuilder, out: Value, x: ArrayD<f32>, expected: ArrayD<f32>, nam
             kind.name()
         );
     }
+    graph.nodes.iter().map(|n| n.op_type.clone()).collect()
 }
+
+/// The LayerNorm forms: the operator (opset 17), the decomposition with `ReduceMean` in
+/// its attribute (13) and input (18) forms, and with `ReduceSum` then `Div` (13, 21).
+const LAYER_NORM_FORMS: [(i64, LayerNormForm, MeanForm, &str); 5] = [
+    (
+        17,
+        LayerNormForm::Operator,
+        MeanForm::ReduceMean,
+        "LayerNormalization",
+    ),
+    (
+        13,
+        LayerNormForm::Operator,
+        MeanForm::ReduceMean,
+        "ReduceMean",
+    ),
+    (
+        18,
+        LayerNormForm::Decomposed,
+        MeanForm::ReduceMean,
+        "ReduceMean",
+    ),
+    (
+        13,
+        LayerNormForm::Decomposed,
+        MeanForm::SumThenDivide,
+        "ReduceSum",
+    ),
+    (
+        21,
+        LayerNormForm::Decomposed,
+        MeanForm::SumThenDivide,
+        "ReduceSum",
+    ),
+];
 
 #[test]
 fn layer_normalization() {
-    let mut g = GraphBuilder::new(17).unwrap();
+    for (opset, layer_norm, mean, op) in LAYER_NORM_FORMS {
+        let forms = OpForms { layer_norm, mean };
+        layer_normalization_in(GraphBuilder::with_forms(opset, forms).unwrap(), op);
+    }
+}
+
+fn layer_normalization_in(mut g: GraphBuilder, op: &str) {
+    let name = format!("layer_norm_opset{}_{op}", g.opset());
     let x = g.input("x", ElemType::F32, fixed(&[3, 5, 8])).unwrap();
     let gamma = random(&[8], 1);
     let beta = random(&[8], 2);
@@ -84,12 +134,22 @@ fn layer_normalization() {
                 + f64::from(beta[k])) as f32;
         }
     }
-    check(g, y, xv, expected, "layer_norm");
+    let graph_ops = check(g, y, xv, expected, &name);
+    assert!(
+        graph_ops.iter().any(|o| o == op),
+        "{name}: no {op} in {graph_ops:?}"
+    );
+    if op != "LayerNormalization" {
+        assert!(
+            !graph_ops.iter().any(|o| o == "LayerNormalization"),
+            "{name}: {graph_ops:?}"
+        );
+    }
 }
 
 #[test]
 fn gelu_exact_at_opset_17_and_20() {
-    for opset in [17, 20, 21] {
+    for opset in [13, 17, 20, 21] {
         let mut g = GraphBuilder::new(opset).unwrap();
         let x = g.input("x", ElemType::F32, fixed(&[4, 6])).unwrap();
         let y = g.gelu("gelu", &x).unwrap();
@@ -245,7 +305,7 @@ fn patch_embedding_conv_reshape_transpose() {
 
 #[test]
 fn reduce_mean_attribute_and_input_forms() {
-    for opset in [17, 18] {
+    for opset in [13, 17, 18, 21] {
         let mut g = GraphBuilder::new(opset).unwrap();
         let x = g.input("x", ElemType::F32, fixed(&[2, 5, 3])).unwrap();
         let y = g.reduce_mean("mean", &x, &[1]).unwrap();
@@ -256,8 +316,28 @@ fn reduce_mean_attribute_and_input_forms() {
 }
 
 #[test]
+fn mean_as_sum_then_divide_keeps_or_drops_the_axes() {
+    for (opset, keep) in [(13, true), (21, false)] {
+        let forms = OpForms {
+            mean: MeanForm::SumThenDivide,
+            ..OpForms::default()
+        };
+        let mut g = GraphBuilder::with_forms(opset, forms).unwrap();
+        let x = g.input("x", ElemType::F32, fixed(&[2, 5, 3])).unwrap();
+        let y = g.mean("mean", &x, &[1], keep).unwrap();
+        let xv = random(&[2, 5, 3], 14);
+        let mut expected = xv.mean_axis(ndarray::Axis(1)).unwrap();
+        if keep {
+            expected = expected.insert_axis(ndarray::Axis(1));
+        }
+        let ops = check(g, y, xv, expected, &format!("mean_sum_opset{opset}"));
+        assert_eq!(ops, ["Constant", "ReduceSum", "Constant", "Div"]);
+    }
+}
+
+#[test]
 fn builder_rejects_bad_shapes_and_opsets() {
-    assert!(GraphBuilder::new(16).is_err());
+    assert!(GraphBuilder::new(12).is_err());
     assert!(GraphBuilder::new(22).is_err());
     let mut g = GraphBuilder::new(17).unwrap();
     let a = g.input("a", ElemType::F32, fixed(&[2, 3])).unwrap();

@@ -100,7 +100,7 @@ fn flags_of_the_wrong_model_kind_are_refused() {
             &["--seq-len", "10"],
             "--seq-len applies to token presets",
         ),
-        ("gmlp-s16", &["--opset", "16"], "opset 16 is not supported"),
+        ("gmlp-s16", &["--opset", "12"], "opset 12 is not supported"),
         (
             "gmlp-s16",
             &["--shift-tokens", "1"],
