@@ -3,7 +3,7 @@
 # file ("<hash>  <name>"), so that two versions of gmlp-onnx can be compared byte for byte
 # (a refactoring must not change any output). Covers every preset at --layers 2 (both
 # Toeplitz forms for one), an import of each fixture (each flag the fixture needs, bf16/f16
-# checkpoints, --save-weights), f16, opset 21 and external data.
+# checkpoints, --save-weights), f16, opsets 13, 18 and 21, --target profiles and external data.
 #
 # Usage: scripts/build_hashes.sh [BINARY] > hashes.txt   (default: target/release/gmlp-onnx)
 # Compare: diff <(scripts/build_hashes.sh old/gmlp-onnx) <(scripts/build_hashes.sh new/gmlp-onnx)
@@ -28,6 +28,14 @@ build amlp-base-f16 --preset amlp-base --layers 2 --dtype f16 --seed 7
 build gmlp-ti16-f16-opset21 --preset gmlp-ti16 --layers 2 --dtype f16 --opset 21
 build amlp-base-opset18 --preset amlp-base --layers 2 --opset 18 --causal
 build amlp-base-external --preset amlp-base --layers 2 --external-data
+# Opsets below 17 and the --target profiles (skipped by versions without them).
+if "$bin" build --help | grep -q -- '--target'; then
+  build gmlp-ti16-opset13 --preset gmlp-ti16 --layers 2 --opset 13
+  for target in ort-legacy portable opencv4 candle; do
+    build "amlp-base-$target" --preset amlp-base --layers 2 --causal --target "$target"
+    build "gmlp-ti16-$target" --preset gmlp-ti16 --layers 2 --target "$target"
+  done
+fi
 
 for dir in fixtures/*/; do
   name="$(basename "$dir")"
