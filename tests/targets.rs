@@ -1,5 +1,5 @@
 //! `--target` profiles: each profile's files for the representative models (vision, token
-//! gather, causal aMLP, f16 where the profile allows it) pass the ONNX checker and strict
+//! gather, causal aMLP, f16) pass the ONNX checker and strict
 //! shape inference, carry the release table's IR version and the profile in their
 //! metadata, avoid what the profile's consumers cannot read, and give today's outputs:
 //! the independent f64 reference, tract and ONNX Runtime agree on each, and each agrees
@@ -104,7 +104,7 @@ fn reference(cfg: &GmlpConfig, feed: &[NamedTensor]) -> ArrayD<f32> {
 fn build(cfg: &GmlpConfig, target: &BuildTarget, dir: &Path, name: &str) -> (GmlpConfig, PathBuf) {
     let mut cfg = cfg.clone();
     cfg.spatial = target.target.spatial_for(cfg.spatial);
-    target.check(cfg.spatial, cfg.dtype).unwrap();
+    target.check(cfg.spatial).unwrap();
     let model = export_for(&cfg, Arc::new(spread(7)), "test", None, target).unwrap();
     let path = dir.join(name);
     write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
@@ -156,9 +156,6 @@ fn every_target_runs_each_model_with_todays_outputs() {
         );
         let today = f32_output(&run(RuntimeKind::OrtCpu, &default_path, &feed));
         for target in TARGETS {
-            if cfg.dtype == Precision::F16 && !target.allows_f16() {
-                continue;
-            }
             let b = BuildTarget::resolve(target, None).unwrap();
             let (built, path) = build(
                 &cfg,
@@ -322,10 +319,6 @@ fn cli_target_flags_and_refusals() {
         (
             &["--target", "opencv4", "--spatial", "toeplitz-gather"],
             "cannot import a Gather feeding a MatMul",
-        ),
-        (
-            &["--target", "portable", "--dtype", "f16"],
-            "--target portable is f32 only",
         ),
         (
             &["--target", "tflite"],

@@ -38,9 +38,9 @@ pub enum TargetArg {
     Ort,
     /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
     OrtLegacy,
-    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded, f32.
+    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded.
     Portable,
-    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul), f32.
+    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul).
     Opencv4,
     /// candle-onnx: LayerNorm as primitive ops, means as ReduceSum then Div.
     Candle,
@@ -414,7 +414,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::F32 => Precision::F32,
         DtypeArg::F16 => Precision::F16,
     };
-    target.check(cfg.spatial, cfg.dtype)?;
+    target.check(cfg.spatial)?;
     let model = export_for(&cfg, source.clone(), &description, preset_name, &target)?;
     let c = counts(&model.graph);
     // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).

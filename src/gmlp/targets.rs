@@ -9,16 +9,20 @@
 //!   opset-13 attribute (and silently reduces every axis when given the opset-18 input),
 //!   but reads `ReduceSum`'s `axes` input (`candle`);
 //! - OpenCV 4.x dnn cannot import a `Gather` feeding a `MatMul` (the Toeplitz gather
-//!   form), and its classic engine refuses f16 tensors into `MatMul` (`opencv4`);
+//!   form; `opencv4`);
 //! - onnx2torch has no converter for Split-18, Constant-19, Gelu-20, Constant-21 or
 //!   ReduceMean-18 (any profile at opset ≤ 17);
 //! - `portable` combines all of these: opset 13, LayerNorm as primitive ops with
-//!   sum-then-divide means, Toeplitz expanded, f32.
+//!   sum-then-divide means, Toeplitz expanded.
+//!
+//! No profile restricts the storage type: OpenCV 4.14 runs our f16 files (it converts f16
+//! weights to f32 on import); OpenCV 5's classic engine refuses f16 tensors into `MatMul`,
+//! which README notes for users of that engine.
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{Precision, SpatialForm};
+use crate::gmlp::config::SpatialForm;
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::versions::ir_version_for;
 
@@ -32,9 +36,9 @@ pub enum Target {
     /// ONNX Runtime ≤ 1.14 (IR ≤ 8, opset ≤ 18): today's graph, opsets above 18 refused.
     OrtLegacy,
     /// The widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
-    /// LayerNorm as primitive ops with sum-then-divide means, Toeplitz W expanded, f32.
+    /// LayerNorm as primitive ops with sum-then-divide means, Toeplitz W expanded.
     Portable,
-    /// OpenCV 4.x dnn: opset 17, Toeplitz W expanded (no `Gather` feeding a `MatMul`), f32.
+    /// OpenCV 4.x dnn: opset 17, Toeplitz W expanded (no `Gather` feeding a `MatMul`).
     Opencv4,
     /// candle-onnx: opset 17, LayerNorm as primitive ops, means as `ReduceSum` then `Div`.
     Candle,
@@ -102,11 +106,6 @@ impl Target {
         !matches!(self, Target::Portable | Target::Opencv4)
     }
 
-    /// Whether the profile's consumers run f16 models.
-    pub fn allows_f16(self) -> bool {
-        !matches!(self, Target::Portable | Target::Opencv4)
-    }
-
     /// The highest opset the profile's consumers read, if it has one.
     pub fn max_opset(self) -> Option<i64> {
         match self {
@@ -123,9 +122,9 @@ impl Target {
             }
             Target::OrtLegacy => "ONNX Runtime <= 1.14 (IR <= 8, opset <= 18)",
             Target::Portable => {
-                "widest reach: ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch (f32)"
+                "widest reach: ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch"
             }
-            Target::Opencv4 => "OpenCV 4.x dnn (f32)",
+            Target::Opencv4 => "OpenCV 4.x dnn",
             Target::Candle => "candle-onnx",
         }
     }
@@ -184,19 +183,12 @@ impl BuildTarget {
     }
 
     /// Refuses what the profile's consumers cannot run: the gather form where the profile
-    /// stores W expanded (an explicit `--spatial toeplitz-gather`), and f16 where they
-    /// refuse f16 MatMuls.
-    pub fn check(&self, spatial: SpatialForm, dtype: Precision) -> Result<()> {
+    /// stores W expanded (an explicit `--spatial toeplitz-gather`).
+    pub fn check(&self, spatial: SpatialForm) -> Result<()> {
         let t = self.target;
         if spatial == SpatialForm::ToeplitzGather && !t.allows_gather() {
             return Err(Error::InvalidArgument(format!(
                 "--target {} stores Toeplitz W expanded (its consumers cannot import a Gather feeding a MatMul); drop --spatial toeplitz-gather or use another target",
-                t.name()
-            )));
-        }
-        if dtype == Precision::F16 && !t.allows_f16() {
-            return Err(Error::InvalidArgument(format!(
-                "--target {} is f32 only (OpenCV dnn refuses f16 tensors into MatMul); use --dtype f32 or --target ort",
                 t.name()
             )));
         }
@@ -232,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn portable_is_opset_13_decomposed_expanded_and_f32() {
+    fn portable_is_opset_13_decomposed_and_expanded() {
         let b = BuildTarget::resolve(Target::Portable, None).unwrap();
         assert_eq!((b.opset, ir_version_for(b.opset)), (13, 7));
         assert_eq!(b.forms.layer_norm, LayerNormForm::Decomposed);
@@ -245,13 +237,9 @@ mod tests {
             Target::Portable.spatial_for(SpatialForm::Dense),
             SpatialForm::Dense
         );
-        assert!(b
-            .check(SpatialForm::ToeplitzGather, Precision::F32)
-            .is_err());
-        assert!(b
-            .check(SpatialForm::ToeplitzExpand, Precision::F16)
-            .is_err());
-        assert!(b.check(SpatialForm::ToeplitzExpand, Precision::F32).is_ok());
+        assert!(b.check(SpatialForm::ToeplitzGather).is_err());
+        assert!(b.check(SpatialForm::ToeplitzExpand).is_ok());
+        assert!(b.check(SpatialForm::Dense).is_ok());
         // An explicit opset wins; the op forms stay.
         let b21 = BuildTarget::resolve(Target::Portable, Some(21)).unwrap();
         assert_eq!((b21.opset, b21.forms), (21, b.forms));
