@@ -341,3 +341,90 @@ fn cli_target_flags_and_refusals() {
         assert!(!out.exists(), "{extra:?} left a file");
     }
 }
+
+/// max|ours − PyTorch| / max|PyTorch| allowed for trained fixtures (as tests/import.rs).
+const PYTORCH_RTOL: f64 = 1e-4;
+
+/// The fixture's input and PyTorch logits (fixtures/NAME/io.safetensors).
+fn fixture_io(dir: &Path, input_name: &str) -> (Vec<NamedTensor>, ArrayD<f32>) {
+    let bytes = std::fs::read(dir.join("io.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let read = |name: &str| st.tensor(name).unwrap();
+    let x = read(input_name);
+    let shape = ndarray::IxDyn(x.shape());
+    let input = match x.dtype() {
+        safetensors::Dtype::I64 => TensorValue::I64(
+            ArrayD::from_shape_vec(
+                shape,
+                x.data()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+        _ => TensorValue::F32(
+            ArrayD::from_shape_vec(
+                shape,
+                x.data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+    };
+    let y = read("logits");
+    let logits = ArrayD::from_shape_vec(
+        ndarray::IxDyn(y.shape()),
+        y.data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+    )
+    .unwrap();
+    (
+        vec![NamedTensor {
+            name: input_name.into(),
+            value: input,
+        }],
+        logits,
+    )
+}
+
+#[test]
+fn trained_fixtures_reproduce_pytorch_for_every_target() {
+    use gmlp_onnx::checkpoint::{Import, ImportHints};
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["timm_gmlp_vision", "lucid_tokens_causal", "lucid_amlp"] {
+        let fx = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(name);
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fx.join("meta.json")).unwrap()).unwrap();
+        let hints = ImportHints {
+            causal: meta["flags"]["causal"].as_bool().unwrap_or(false),
+            ..ImportHints::default()
+        };
+        let (feed, pytorch) = fixture_io(&fx, meta["input_name"].as_str().unwrap());
+        let import = Import::open(&fx.join("model.safetensors"), &hints).unwrap();
+        for target in TARGETS {
+            let mut cfg = import.config.clone();
+            cfg.spatial = target.spatial_for(cfg.spatial);
+            let b = BuildTarget::resolve(target, None).unwrap();
+            let model = export_for(&cfg, Arc::new(import.weights(&cfg)), "t", None, &b).unwrap();
+            let path = dir.path().join(format!("{name}_{}.onnx", target.name()));
+            write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
+            for kind in CPU_RUNTIMES {
+                let out = f32_output(&run(kind, &path, &feed));
+                let d = rel_diff(&out, &pytorch);
+                assert!(
+                    d <= PYTORCH_RTOL,
+                    "{name} --target {} in {}: {d:e}",
+                    target.name(),
+                    kind.name()
+                );
+            }
+        }
+    }
+}
