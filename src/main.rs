@@ -21,5 +21,6 @@ fn main() -> ExitCode {
         Command::Presets { json } => cli::presets::run(json),
         Command::Validate(args) => cli::validate::run(args),
         Command::Inspect { model, json } => cli::inspect::run(&model, json),
+        Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
     })
 }

@@ -13,7 +13,7 @@ use gmlp_onnx::gmlp::{
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
-use gmlp_onnx::validate::ValidateOptions;
+use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::{progress_bar, validate_with_spinner};
@@ -137,9 +137,15 @@ pub struct BuildArgs {
     /// Runtimes for --validate.
     #[arg(long, default_value = "tract,ort-cpu")]
     pub runtimes: String,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// --validate: relative tolerance [default: by precision: f32 1e-4, f16 1e-2].
+    #[arg(long, requires = "validate")]
+    pub rtol: Option<f64>,
+    /// --validate: absolute tolerance [default: by precision: f32 1e-6, f16 1e-4].
+    #[arg(long, requires = "validate")]
+    pub atol: Option<f64>,
     /// Write the weights to OUT.onnx.data beside the model even under 2 GiB (always done above).
     #[arg(long)]
     pub external_data: bool,
@@ -323,6 +329,11 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
 /// Runs `build`.
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
+    let tolerance = ToleranceRequest {
+        rtol: a.rtol,
+        atol: a.atol,
+    }
+    .check()?;
     let (cfg, source, description, preset_name): (
         GmlpConfig,
         Arc<dyn WeightSource>,
@@ -432,6 +443,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
         options.batch = 1;
         options.runtime.ort_library = a.ort_lib.clone();
+        options.tolerance = tolerance;
         let report = validate_with_spinner(&a.output, &options, a.quiet)?;
         finish_validation(report, None)?;
     }

@@ -6,6 +6,7 @@
 //! report it).
 
 pub mod build;
+pub mod doctor;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
@@ -51,6 +52,12 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Say which ONNX Runtime library each runtime would load and why, whether CUDA registers, and run a check model.
+    Doctor {
+        /// Path of libonnxruntime.so to check instead of searching.
+        #[arg(long)]
+        ort_lib: Option<PathBuf>,
     },
 }
 
