@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use cli::Command;
 
 fn main() -> ExitCode {
+    cli::restore_default_sigpipe();
     cli::install_handlers();
     // Lets the tests check the panic backstop from outside (exit 101, one line).
     if std::env::var_os("GMLP_ONNX_DEBUG_PANIC").is_some() {

@@ -58,9 +58,10 @@ pub enum FormatArg {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["preset", "weights"])))]
 pub struct BuildArgs {
     /// Preset name (see `gmlp-onnx presets`).
-    #[arg(long, required_unless_present = "weights", conflicts_with = "weights")]
+    #[arg(long)]
     pub preset: Option<String>,
     /// Trained checkpoint: safetensors (F32, F16, BF16, F64) or NumPy .npz (float32, float64); the architecture is read from it.
     #[arg(long)]
@@ -412,7 +413,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let bytes = written.model_bytes;
     let data_note = match &written.data_file {
         Some((path, len)) => format!(
-            " + {} ({:.1} MB external data)",
+            " + {} ({:.1} MB of external data)",
             path.display(),
             *len as f64 / 1e6
         ),
@@ -431,11 +432,11 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         println!("wrote {} (native layout)", path.display());
     }
     println!(
-        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
+        "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), opset {}, spatial {}",
         a.output.display(),
         bytes as f64 / 1e6,
         c.stored_params,
-        c.flops as f64 / 1e9,
+        gmlp_onnx::inspect::human_flops(c.flops),
         a.opset,
         cfg.spatial.as_str()
     );

@@ -123,7 +123,16 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort_lib: Option<&Path>) -> Resul
 
 /// Runs `doctor`.
 pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
-    println!(
+    // Everything is printed at the end, after the check model's folder is gone: printing
+    // can end the process (SIGPIPE when the reader has gone away).
+    let mut out = String::new();
+    macro_rules! say {
+        ($($arg:tt)*) => {{
+            out += &format!($($arg)*);
+            out.push('\n');
+        }};
+    }
+    say!(
         "gmlp-onnx {} at {}",
         env!("CARGO_PKG_VERSION"),
         std::env::current_exe()
@@ -131,12 +140,12 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
             .unwrap_or_else(|_| "?".into())
     );
     let found = discover(&SearchContext::from_process(ort_lib.as_deref()));
-    println!("ONNX Runtime library, looked at in order:");
+    say!("ONNX Runtime library, looked at in order:");
     for look in &found.looked {
-        println!("  {}", look.render());
+        say!("  {}", look.render());
     }
     let library = found.found().map(|(source, path)| {
-        println!(
+        say!(
             "  -> ort-cpu and ort-cuda load {} (from {})",
             path.display(),
             source.describe()
@@ -144,7 +153,7 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
         path.to_path_buf()
     });
     if library.is_none() {
-        println!("  -> not found; {HOW_TO_GET}");
+        say!("  -> not found; {HOW_TO_GET}");
     }
     if let Some(library) = &library {
         let version = library
@@ -153,13 +162,13 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
             .and_then(|n| n.strip_prefix("libonnxruntime.so."))
             .map_or_else(String::new, |v| format!("version {v} (file name), "));
         match build_info(library) {
-            Ok(info) => println!("ONNX Runtime: loads, {version}{info}"),
-            Err(e) => println!("ONNX Runtime: cannot load it: {e}"),
+            Ok(info) => say!("ONNX Runtime: loads, {version}{info}"),
+            Err(e) => say!("ONNX Runtime: cannot load it: {e}"),
         }
     }
-    println!("tract: tract-onnx {TRACT_VERSION} (built in)");
-    let check = CheckModel::write()?;
+    say!("tract: tract-onnx {TRACT_VERSION} (built in)");
     let mut cpu_ok = true;
+    let check = CheckModel::write()?;
     for kind in [
         RuntimeKind::Tract,
         RuntimeKind::OrtCpu,
@@ -171,15 +180,19 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
             try_runtime(&check.path, kind, library.as_deref())
         };
         match &outcome {
-            Ok(how) => println!("{:<9} ok: {how}", kind.name()),
-            Err(why) => println!("{:<9} unavailable: {why}", kind.name()),
+            Ok(how) => say!("{:<9} ok: {how}", kind.name()),
+            Err(why) => say!("{:<9} unavailable: {why}", kind.name()),
         }
         if kind != RuntimeKind::OrtCuda {
             cpu_ok &= outcome.is_ok();
         }
     }
+    drop(check);
     if cpu_ok {
-        println!("the CPU runtimes work (ort-cuda is optional)");
+        say!("the CPU runtimes work (ort-cuda is optional)");
+    }
+    print!("{out}");
+    if cpu_ok {
         Ok(())
     } else {
         Err(Error::RuntimeUnavailable {

@@ -72,7 +72,7 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
 
 /// Prints the report (and writes it as JSON to `json`), then PASS, or FAIL as [`Disagreement`].
 pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::Result<()> {
-    print!("{}", report.render());
+    // The file first: printing can end the process (SIGPIPE when the reader is gone).
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         write_atomically(path, |w| {
@@ -80,6 +80,7 @@ pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyho
             w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
         })?;
     }
+    print!("{}", report.render());
     if report.pairs.is_empty() {
         println!("only one runtime ran and no --expected file: nothing was compared");
     }
