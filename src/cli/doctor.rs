@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gmlp_onnx::gmlp::export::export;
+use gmlp_onnx::gmlp::export::{export, DEFAULT_OPSET};
 use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task};
 use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
 use gmlp_onnx::runtime::discovery::{discover, SearchContext};
@@ -60,7 +60,13 @@ impl CheckModel {
             seed: 0,
             scheme: InitScheme::Spread,
         });
-        let model = export(&check_config(), weights, "doctor check model", None, 17)?;
+        let model = export(
+            &check_config(),
+            weights,
+            "doctor check model",
+            None,
+            DEFAULT_OPSET,
+        )?;
         write_model_with(
             &model.graph,
             &model.info,
