@@ -211,6 +211,18 @@ fn shape_text(shape: &[serde_json::Value]) -> String {
     format!("[{}]", dims.join(", "))
 }
 
+/// A FLOP count with a unit that shows its digits: `15.03 GFLOPs`, `1.98 MFLOPs`,
+/// `1.08 TFLOPs`, `950 FLOPs`.
+pub fn human_flops(flops: u64) -> String {
+    let f = flops as f64;
+    match flops {
+        0..=999_999 => format!("{flops} FLOPs"),
+        1_000_000..=999_999_999 => format!("{:.2} MFLOPs", f / 1e6),
+        1_000_000_000..=999_999_999_999 => format!("{:.2} GFLOPs", f / 1e9),
+        _ => format!("{:.2} TFLOPs", f / 1e12),
+    }
+}
+
 impl ModelSummary {
     /// Human-readable summary.
     pub fn render(&self) -> String {
@@ -264,15 +276,18 @@ impl ModelSummary {
             self.initializer_bytes
         );
         if let Some(f) = self.flops_per_example {
-            s += &format!(
-                "flops       {f} per example ({:.3} GFLOPs)\n",
-                f as f64 / 1e9
-            );
+            s += &format!("flops       {f} per example ({})\n", human_flops(f));
         }
         let ops: Vec<String> = self.ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!("nodes       {}: {}\n", self.nodes, ops.join(", "));
         if let Some(c) = &self.config {
             s += &format!("config      {c}\n");
+        }
+        for (key, value) in &self.metadata {
+            // The configuration is the line above, parsed.
+            if key != CONFIG_KEY || self.config.is_none() {
+                s += &format!("metadata    {key} = {}\n", value.replace('\n', " "));
+            }
         }
         for e in &self.external_data {
             s += &format!(
@@ -283,5 +298,19 @@ impl ModelSummary {
             );
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flop_counts_keep_their_digits_at_every_size() {
+        assert_eq!(human_flops(0), "0 FLOPs");
+        assert_eq!(human_flops(950), "950 FLOPs");
+        assert_eq!(human_flops(1_978_368), "1.98 MFLOPs");
+        assert_eq!(human_flops(15_030_000_000), "15.03 GFLOPs");
+        assert_eq!(human_flops(1_082_300_000_000), "1.08 TFLOPs");
     }
 }

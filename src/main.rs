@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use cli::Command;
 
 fn main() -> ExitCode {
+    cli::restore_default_sigpipe();
     cli::install_handlers();
     // Lets the tests check the panic backstop from outside (exit 101, one line).
     if std::env::var_os("GMLP_ONNX_DEBUG_PANIC").is_some() {
@@ -21,5 +22,6 @@ fn main() -> ExitCode {
         Command::Presets { json } => cli::presets::run(json),
         Command::Validate(args) => cli::validate::run(args),
         Command::Inspect { model, json } => cli::inspect::run(&model, json),
+        Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
     })
 }

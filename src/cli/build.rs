@@ -14,7 +14,7 @@ use gmlp_onnx::gmlp::{
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
-use gmlp_onnx::validate::ValidateOptions;
+use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::{progress_bar, validate_with_spinner};
@@ -87,9 +87,10 @@ pub enum FormatArg {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["preset", "weights"])))]
 pub struct BuildArgs {
     /// Preset name (see `gmlp-onnx presets`).
-    #[arg(long, required_unless_present = "weights", conflicts_with = "weights")]
+    #[arg(long)]
     pub preset: Option<String>,
     /// Trained checkpoint: safetensors (F32, F16, BF16, F64) or NumPy .npz (float32, float64); the architecture is read from it.
     #[arg(long)]
@@ -169,9 +170,15 @@ pub struct BuildArgs {
     /// Runtimes for --validate.
     #[arg(long, default_value = "tract,ort-cpu")]
     pub runtimes: String,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// --validate: relative tolerance [default: by precision: f32 1e-4, f16 1e-2].
+    #[arg(long, requires = "validate")]
+    pub rtol: Option<f64>,
+    /// --validate: absolute tolerance [default: by precision: f32 1e-6, f16 1e-4].
+    #[arg(long, requires = "validate")]
+    pub atol: Option<f64>,
     /// Write the weights to OUT.onnx.data beside the model even under 2 GiB (always done above).
     #[arg(long)]
     pub external_data: bool,
@@ -359,6 +366,11 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
     let target = BuildTarget::resolve(a.target.target(), a.opset)?;
+    let tolerance = ToleranceRequest {
+        rtol: a.rtol,
+        atol: a.atol,
+    }
+    .check()?;
     let (cfg, source, description, preset_name): (
         GmlpConfig,
         Arc<dyn WeightSource>,
@@ -439,7 +451,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let bytes = written.model_bytes;
     let data_note = match &written.data_file {
         Some((path, len)) => format!(
-            " + {} ({:.1} MB external data)",
+            " + {} ({:.1} MB of external data)",
             path.display(),
             *len as f64 / 1e6
         ),
@@ -458,11 +470,11 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         println!("wrote {} (native layout)", path.display());
     }
     println!(
-        "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), target {}, opset {}, spatial {}",
+        "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}",
         a.output.display(),
         bytes as f64 / 1e6,
         c.stored_params,
-        c.flops as f64 / 1e9,
+        gmlp_onnx::inspect::human_flops(c.flops),
         target.target.name(),
         target.opset,
         cfg.spatial.as_str()
@@ -471,6 +483,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
         options.batch = 1;
         options.runtime.ort_library = a.ort_lib.clone();
+        options.tolerance = tolerance;
         let report = validate_with_spinner(&a.output, &options, a.quiet)?;
         finish_validation(report, None)?;
     }

@@ -3,9 +3,10 @@
 //!
 //! Exit codes: 0 success / runtimes agree, 1 runtimes disagree, 2 usage or input error,
 //! 3 a requested runtime is unavailable, 130 interrupted, 101 internal error (a bug: please
-//! report it).
+//! report it); standard output closed early (`| head`): ended by SIGPIPE (141 in the shell).
 
 pub mod build;
+pub mod doctor;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
@@ -52,6 +53,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Say which ONNX Runtime library each runtime would load and why, whether CUDA registers, and run a check model.
+    Doctor {
+        /// Path of libonnxruntime.so to check instead of searching.
+        #[arg(long)]
+        ort_lib: Option<PathBuf>,
+    },
 }
 
 /// Raised when runtimes disagree (exit code 1).
@@ -60,6 +67,20 @@ pub enum Command {
 pub struct Disagreement;
 
 const BUG_REPORT: &str = "this is a bug, please report it with the command line that caused it";
+
+/// Gives SIGPIPE back its default action (Rust ignores it, so that a write to a closed
+/// pipe returns an error, and `println!` turns that error into a panic): when the reader
+/// of our standard output goes away (`gmlp-onnx presets | head -1`), the process ends
+/// quietly on the signal, exit status 141 in the shell, like `cat` or `ls`. Every output
+/// file is complete (renamed into place) before anything is printed about it.
+pub fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any other thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
 
 /// A panic prints one line asking for a report (exit 101), unless a runtime's panic is
 /// being contained; Ctrl-C, SIGTERM and SIGHUP remove the files still being written and
@@ -119,6 +140,19 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
+/// The error and its causes on one line, `: `-separated; a cause that its parent's
+/// message already ends with (an I/O error shown as `PATH: OS error`) is not repeated.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !parts.last().is_some_and(|p| p.ends_with(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
 /// Prints the outcome of a command (errors on one line) and returns its exit code.
 pub fn finish(result: anyhow::Result<()>) -> ExitCode {
     let Err(e) = result else {
@@ -133,8 +167,7 @@ pub fn finish(result: anyhow::Result<()>) -> ExitCode {
             detail.replace('\n', " ")
         );
     } else {
-        let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-        eprintln!("gmlp-onnx: error: {}", chain.join(": ").replace('\n', " "));
+        eprintln!("gmlp-onnx: error: {}", error_line(&e));
     }
     ExitCode::from(code)
 }
@@ -142,6 +175,15 @@ pub fn finish(result: anyhow::Result<()>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_os_error_is_printed_once_and_context_is_kept() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::from(Error::io("m.onnx", missing)).context("validate m.onnx");
+        assert_eq!(error_line(&e), "validate m.onnx: m.onnx: No such file");
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_line(&plain), "outer: inner");
+    }
 
     #[test]
     fn exit_codes_follow_the_kind_of_failure() {

@@ -31,7 +31,8 @@ pub fn validate_with_spinner(
     report
 }
 
-/// A bar of `len` bytes labelled `what` on stderr (hidden when `quiet`).
+/// A bar of `len` bytes labelled `what` on stderr (hidden when `quiet`), in decimal
+/// units (MB, GB) like the summary line.
 pub fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     let target = if quiet {
         ProgressDrawTarget::hidden()
@@ -40,9 +41,11 @@ pub fn progress_bar(len: u64, quiet: bool, what: &str) -> ProgressBar {
     };
     let bar = ProgressBar::with_draw_target(Some(len), target);
     bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {elapsed}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar

@@ -7,7 +7,7 @@ use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
-use gmlp_onnx::validate::{Tolerance, ValidateOptions, ValidationReport};
+use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::validate_with_spinner;
@@ -41,13 +41,13 @@ pub struct ValidateArgs {
     /// After one warm-up run, time N runs per runtime and report median and min latency.
     #[arg(long, default_value_t = 0)]
     pub bench: usize,
-    /// Relative tolerance (scaled by the largest reference magnitude).
+    /// Relative tolerance, scaled by the largest reference magnitude [default: by the model's precision: f32 1e-4, f16 1e-2].
     #[arg(long)]
     pub rtol: Option<f64>,
-    /// Absolute tolerance.
+    /// Absolute tolerance [default: by the model's precision: f32 1e-6, f16 1e-4].
     #[arg(long)]
     pub atol: Option<f64>,
-    /// Allow TF32 on the CUDA execution provider (loosens the default rtol to 1e-2).
+    /// Allow TF32 on the CUDA execution provider (loosens the default rtol to at least 1e-2).
     #[arg(long)]
     tf32: bool,
     /// ort-cuda: refuse the model unless every node can be placed on the CUDA execution provider.
@@ -56,7 +56,7 @@ pub struct ValidateArgs {
     /// Write the comparison as JSON to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
 }
@@ -72,7 +72,7 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
 
 /// Prints the report (and writes it as JSON to `json`), then PASS, or FAIL as [`Disagreement`].
 pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::Result<()> {
-    print!("{}", report.render());
+    // The file first: printing can end the process (SIGPIPE when the reader is gone).
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         write_atomically(path, |w| {
@@ -80,6 +80,7 @@ pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyho
             w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
         })?;
     }
+    print!("{}", report.render());
     if report.pairs.is_empty() {
         println!("only one runtime ran and no --expected file: nothing was compared");
     }
@@ -94,11 +95,6 @@ pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyho
 
 /// Runs `validate`.
 pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
-    let default_rtol = if a.tf32 {
-        1e-2
-    } else {
-        Tolerance::default().rtol
-    };
     if a.inputs.is_some() && (a.batch.is_some() || !a.dims.is_empty() || a.seed.is_some()) {
         anyhow::bail!(Error::InvalidArgument(
             "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
@@ -113,10 +109,11 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         expected: a.expected,
         save_outputs: a.save_outputs,
         bench: a.bench,
-        tolerance: Tolerance {
-            rtol: a.rtol.unwrap_or(default_rtol),
-            atol: a.atol.unwrap_or(Tolerance::default().atol),
-        },
+        tolerance: ToleranceRequest {
+            rtol: a.rtol,
+            atol: a.atol,
+        }
+        .check()?,
         runtime: RuntimeOptions {
             ort_library: a.ort_lib,
             cuda_tf32: a.tf32,
@@ -124,16 +121,6 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
     };
-    for (flag, v) in [
-        ("--rtol", options.tolerance.rtol),
-        ("--atol", options.tolerance.atol),
-    ] {
-        if !(v.is_finite() && v >= 0.0) {
-            anyhow::bail!(Error::InvalidArgument(format!(
-                "{flag} must be a finite number >= 0"
-            )));
-        }
-    }
     let report = validate_with_spinner(&a.model, &options, false)
         .with_context(|| format!("validate {}", a.model.display()))?;
     finish_validation(report, a.report.as_deref())

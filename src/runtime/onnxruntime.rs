@@ -1,6 +1,7 @@
 //! ONNX Runtime through `ort` with `load-dynamic`: the shared library is the one PyPI's
 //! `onnxruntime` (CPU) or `onnxruntime-gpu` (CUDA 13, cuDNN 9) wheel ships, found from an
-//! explicit path, `ORT_DYLIB_PATH`, or an importable Python `onnxruntime` package.
+//! explicit path, `ORT_DYLIB_PATH`, or a Python environment's `onnxruntime` package (see
+//! [`discovery`](crate::runtime::discovery) for the order).
 //!
 //! The CUDA execution provider is registered with `error_on_failure`, so a machine
 //! without CUDA gets an error instead of `ort`'s silent fallback to the CPU, and with
@@ -8,7 +9,6 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 
 use ort::environment::Environment;
@@ -16,6 +16,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::TensorRef;
 
 use crate::error::{contain_panic, one_line, Error, Result};
+use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{Placement, Runtime, RuntimeOptions};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -23,72 +24,30 @@ use crate::tensor::{NamedTensor, TensorValue};
 pub const REQUIRED_ORT: &str = "1.31";
 
 /// How to get the library, for error messages.
-pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` (the library is \
-    onnxruntime/capi/libonnxruntime.so.1.31.1 in site-packages) and pass --ort-lib PATH or set \
-    ORT_DYLIB_PATH, or make that Python package importable by `python3` (or $GMLP_ONNX_PYTHON)";
+pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` into the active \
+    virtual environment or the one gmlp-onnx is installed in, or pass --ort-lib PATH or set \
+    ORT_DYLIB_PATH to its onnxruntime/capi/libonnxruntime.so.1.31.1";
 
-/// Finds `libonnxruntime.so`: `explicit`, then `ORT_DYLIB_PATH`, then the `onnxruntime`
-/// package of `$GMLP_ONNX_PYTHON` or `python3`.
+/// Finds `libonnxruntime.so` in the order of [`discovery`]: `explicit` (`--ort-lib`),
+/// `ORT_DYLIB_PATH`, `$VIRTUAL_ENV`, the environment this binary is installed in,
+/// `./.venv`, then the `onnxruntime` package of `$GMLP_ONNX_PYTHON` or `python3`. The
+/// error lists every place looked at.
 pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
-    let unavailable = |reason: String| Error::RuntimeUnavailable {
-        runtime: "onnxruntime".into(),
-        reason,
-    };
-    if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p.to_path_buf())
-        } else {
-            Err(unavailable(format!(
-                "--ort-lib {} is not a file; {HOW_TO_GET}",
-                p.display()
-            )))
-        };
+    let found = discover(&SearchContext::from_process(explicit));
+    match found.found() {
+        Some((_, library)) => Ok(library.to_path_buf()),
+        None => Err(Error::RuntimeUnavailable {
+            runtime: "onnxruntime".into(),
+            reason: if found.explicit_choice_failed() {
+                format!("{}; {HOW_TO_GET}", found.summary())
+            } else {
+                format!(
+                    "libonnxruntime.so not found; looked at {}; {HOW_TO_GET}",
+                    found.summary()
+                )
+            },
+        }),
     }
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(unavailable(format!(
-                "ORT_DYLIB_PATH={} is not a file; {HOW_TO_GET}",
-                p.display()
-            )))
-        };
-    }
-    let python = std::env::var("GMLP_ONNX_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python)
-        .args([
-            "-c",
-            "import os, onnxruntime; print(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi'))",
-        ])
-        .output();
-    if let Ok(out) = probe {
-        if out.status.success() {
-            let capi = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            if let Some(lib) = library_in(&capi) {
-                return Ok(lib);
-            }
-        }
-    }
-    Err(unavailable(format!(
-        "libonnxruntime.so not found (no --ort-lib, no ORT_DYLIB_PATH, no onnxruntime package \
-         importable by {python}); {HOW_TO_GET}"
-    )))
-}
-
-/// The versioned `libonnxruntime.so.*` in a wheel's `capi` folder.
-fn library_in(capi: &Path) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(capi)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libonnxruntime.so"))
-        })
-        .collect();
-    found.sort();
-    found.pop()
 }
 
 /// The process's ONNX Runtime environment: `ort` allows one per process, ever, so it is
@@ -123,6 +82,13 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
         .map_err(one_line)?;
     *slot = Some((library.to_path_buf(), env.clone()));
     Ok(env)
+}
+
+/// Loads `library` (once per process) and returns ONNX Runtime's build information
+/// (`ORT Build Info: git-branch=rel-1.31.1, ...`), or why it cannot be loaded.
+pub fn build_info(library: &Path) -> std::result::Result<String, String> {
+    environment_for(library)?;
+    Ok(one_line(ort::info()))
 }
 
 /// A model loaded in ONNX Runtime.

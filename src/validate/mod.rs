@@ -8,6 +8,7 @@ pub mod compare;
 pub mod inputs;
 pub mod placement;
 pub mod report;
+pub mod tolerance;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -18,6 +19,7 @@ pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
     BenchReport, InputReport, PairReport, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
 };
+pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 
 use crate::error::{Error, Result};
 use crate::npz;
@@ -48,8 +50,8 @@ pub struct ValidateOptions {
     pub save_outputs: Option<PathBuf>,
     /// Timed runs per runtime after the first (warm-up) run; 0 = no benchmark.
     pub bench: usize,
-    /// Agreement criterion.
-    pub tolerance: Tolerance,
+    /// Agreement criterion: bounds given, the rest from the model's precision.
+    pub tolerance: ToleranceRequest,
     /// Runtime settings.
     pub runtime: RuntimeOptions,
 }
@@ -66,7 +68,7 @@ impl ValidateOptions {
             expected: None,
             save_outputs: None,
             bench: 0,
-            tolerance: Tolerance::default(),
+            tolerance: ToleranceRequest::default(),
             runtime: RuntimeOptions::default(),
         }
     }
@@ -105,6 +107,11 @@ pub fn validate_with_progress(
     }
     let model = read_model(path)?;
     check_external_data(&model, path)?;
+    let resolved = options.tolerance.check()?.resolve(
+        stored_config(&model).map(|c| c.dtype),
+        options.runtime.cuda_tf32,
+    );
+    let tolerance = resolved.tolerance;
     let inputs = match &options.inputs {
         Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
         None => make_inputs(&model, options.batch, &options.dims, options.seed)?,
@@ -195,7 +202,7 @@ pub fn validate_with_progress(
     let mut pairs = Vec::new();
     for i in 0..results.len() {
         for j in i + 1..results.len() {
-            let outputs = compare_all(&results[i].1, &results[j].1, options.tolerance)?;
+            let outputs = compare_all(&results[i].1, &results[j].1, tolerance)?;
             pairs.push(pair(&results[i].0, &results[j].0, outputs));
         }
     }
@@ -206,7 +213,7 @@ pub fn validate_with_progress(
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         for (name, outputs) in &results {
-            let diffs = compare_all(expected, outputs, options.tolerance)
+            let diffs = compare_all(expected, outputs, tolerance)
                 .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
             pairs.push(pair(EXPECTED, name, diffs));
         }
@@ -231,7 +238,8 @@ pub fn validate_with_progress(
         expected: options.expected.clone(),
         runtimes,
         pairs,
-        tolerance: options.tolerance,
+        tolerance,
+        precision: resolved.precision,
         pass,
     })
 }

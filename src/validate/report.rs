@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::gmlp::Precision;
 use crate::runtime::Placement;
 use crate::validate::compare::{OutputDiff, Tolerance};
 
@@ -87,6 +88,9 @@ pub struct ValidationReport {
     pub pairs: Vec<PairReport>,
     /// Tolerances applied.
     pub tolerance: Tolerance,
+    /// The model's precision from our metadata (`"f32"`, `"f16"`), which chose the
+    /// default tolerances; `null` for a file without it.
+    pub precision: Option<Precision>,
     /// True when every pair agrees.
     pub pass: bool,
 }
@@ -129,6 +133,15 @@ impl ValidationReport {
                 );
             }
         }
+        s += &format!(
+            "bound  max|a - b| <= atol {:e} + rtol {:e} * max|reference|{}\n",
+            self.tolerance.atol,
+            self.tolerance.rtol,
+            match self.precision {
+                Some(p) => format!(" (model precision {})", format!("{p:?}").to_lowercase()),
+                None => String::new(),
+            }
+        );
         for p in &self.pairs {
             for o in &p.outputs {
                 s += &format!(

@@ -1,0 +1,227 @@
+//! `gmlp-onnx doctor`: which ONNX Runtime library each runtime would load and why, its
+//! version, whether the CUDA execution provider registers (and the error when not), tract's
+//! version, and a run of a one-block check model on every runtime. Exit 0 when the CPU
+//! runtimes (tract, ort-cpu) work, 3 otherwise.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gmlp_onnx::gmlp::export::{export, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task};
+use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
+use gmlp_onnx::runtime::discovery::{discover, SearchContext};
+use gmlp_onnx::runtime::onnxruntime::{build_info, HOW_TO_GET};
+use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::validate::{validate, ValidateOptions};
+use gmlp_onnx::Error;
+
+/// The tract-onnx version this binary is built with (checked against Cargo.lock by a test).
+pub const TRACT_VERSION: &str = "0.23.9";
+
+/// A one-block vision model (8×8 images, 4×4 patches, 5 classes): enough to load and run
+/// every operator family the real models use, in milliseconds.
+fn check_config() -> GmlpConfig {
+    GmlpConfig {
+        task: Task::Vision {
+            image_size: 8,
+            patch_size: 4,
+            in_chans: 3,
+            num_classes: 5,
+        },
+        layers: 1,
+        d_model: 8,
+        d_ffn: 16,
+        attn_dim: Some(4),
+        causal: false,
+        heads: 1,
+        shift_tokens: 0,
+        spatial: SpatialForm::Dense,
+        norm_eps: 1e-6,
+        sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
+    }
+}
+
+/// Writes the check model to a fresh temporary folder; the folder goes when dropped.
+struct CheckModel {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl CheckModel {
+    fn write() -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("gmlp-onnx-doctor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let check = CheckModel {
+            path: dir.join("check.onnx"),
+            dir,
+        };
+        let weights = Arc::new(SeededInit {
+            seed: 0,
+            scheme: InitScheme::Spread,
+        });
+        let model = export(
+            &check_config(),
+            weights,
+            "doctor check model",
+            None,
+            DEFAULT_OPSET,
+        )?;
+        write_model_with(
+            &model.graph,
+            &model.info,
+            &check.path,
+            ExternalData::Auto,
+            |_, _| {},
+        )?;
+        Ok(check)
+    }
+}
+
+impl Drop for CheckModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs the check model on tract and `kind` (or on tract alone) and says how it went.
+fn try_runtime(model: &Path, kind: RuntimeKind, ort_lib: Option<&Path>) -> Result<String, String> {
+    let mut runtimes = vec![RuntimeKind::Tract];
+    if kind != RuntimeKind::Tract {
+        runtimes.push(kind);
+    }
+    let mut options = ValidateOptions::new(runtimes);
+    options.batch = 1;
+    options.runtime = RuntimeOptions {
+        ort_library: ort_lib.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    let report = validate(model, &options).map_err(|e| match e {
+        Error::RuntimeUnavailable { reason, .. } => reason,
+        other => other.to_string(),
+    })?;
+    let placed = report
+        .runtimes
+        .iter()
+        .find(|r| r.name == kind.name())
+        .and_then(|r| r.providers.as_ref())
+        .map(|p| {
+            let list: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            format!(", nodes per provider: {}", list.join(", "))
+        })
+        .unwrap_or_default();
+    match report.pairs.first() {
+        None => Ok("ran the check model".into()),
+        Some(pair) => {
+            let max_rel = pair.outputs.iter().map(|o| o.max_rel).fold(0f64, f64::max);
+            if pair.pass {
+                Ok(format!(
+                    "ran the check model, agrees with tract (max_rel {max_rel:.1e}){placed}"
+                ))
+            } else {
+                Err(format!(
+                    "ran the check model but differs from tract (max_rel {max_rel:.1e})"
+                ))
+            }
+        }
+    }
+}
+
+/// Runs `doctor`.
+pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
+    // Everything is printed at the end, after the check model's folder is gone: printing
+    // can end the process (SIGPIPE when the reader has gone away).
+    let mut out = String::new();
+    macro_rules! say {
+        ($($arg:tt)*) => {{
+            out += &format!($($arg)*);
+            out.push('\n');
+        }};
+    }
+    say!(
+        "gmlp-onnx {} at {}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "?".into())
+    );
+    let found = discover(&SearchContext::from_process(ort_lib.as_deref()));
+    say!("ONNX Runtime library, looked at in order:");
+    for look in &found.looked {
+        say!("  {}", look.render());
+    }
+    let library = found.found().map(|(source, path)| {
+        say!(
+            "  -> ort-cpu and ort-cuda load {} (from {})",
+            path.display(),
+            source.describe()
+        );
+        path.to_path_buf()
+    });
+    if library.is_none() {
+        say!("  -> not found; {HOW_TO_GET}");
+    }
+    if let Some(library) = &library {
+        let version = library
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("libonnxruntime.so."))
+            .map_or_else(String::new, |v| format!("version {v} (file name), "));
+        match build_info(library) {
+            Ok(info) => say!("ONNX Runtime: loads, {version}{info}"),
+            Err(e) => say!("ONNX Runtime: cannot load it: {e}"),
+        }
+    }
+    say!("tract: tract-onnx {TRACT_VERSION} (built in)");
+    let mut cpu_ok = true;
+    let check = CheckModel::write()?;
+    for kind in [
+        RuntimeKind::Tract,
+        RuntimeKind::OrtCpu,
+        RuntimeKind::OrtCuda,
+    ] {
+        let outcome = if kind != RuntimeKind::Tract && library.is_none() {
+            Err("no ONNX Runtime library (above)".to_string())
+        } else {
+            try_runtime(&check.path, kind, library.as_deref())
+        };
+        match &outcome {
+            Ok(how) => say!("{:<9} ok: {how}", kind.name()),
+            Err(why) => say!("{:<9} unavailable: {why}", kind.name()),
+        }
+        if kind != RuntimeKind::OrtCuda {
+            cpu_ok &= outcome.is_ok();
+        }
+    }
+    drop(check);
+    if cpu_ok {
+        say!("the CPU runtimes work (ort-cuda is optional)");
+    }
+    print!("{out}");
+    if cpu_ok {
+        Ok(())
+    } else {
+        Err(Error::RuntimeUnavailable {
+            runtime: "ort-cpu".into(),
+            reason: "a CPU runtime does not work (see above)".into(),
+        }
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reported_tract_version_is_the_one_in_cargo_lock() {
+        let lock = include_str!("../../Cargo.lock");
+        let entry = format!("name = \"tract-onnx\"\nversion = \"{TRACT_VERSION}\"");
+        assert!(lock.contains(&entry), "Cargo.lock has no {entry}");
+    }
+
+    #[test]
+    fn the_check_model_is_a_valid_configuration() {
+        check_config().validate().unwrap();
+    }
+}
