@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek};
+use std::path::Path;
 
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
@@ -60,6 +61,24 @@ pub fn torch_record<R: Read + Seek>(archive: &zip::ZipArchive<R>) -> Option<Stri
 /// True if `bytes` starts like a legacy (non-zip) torch file.
 pub fn is_legacy(bytes: &[u8]) -> bool {
     bytes.starts_with(LEGACY_MAGIC)
+}
+
+/// Reads the tensors of a torch file (zip or legacy) as stored, without choosing a
+/// layout: what `build --weights` sees before the import checks names and shapes.
+pub fn read_file(path: &Path) -> Result<Vec<NamedTensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_bytes(bytes, &path.display().to_string())
+}
+
+/// [`read_file`] for a file held in memory; `what` names it in errors.
+pub fn read_bytes(bytes: Vec<u8>, what: &str) -> Result<Vec<NamedTensor>> {
+    if is_legacy(&bytes) {
+        return read_legacy(&bytes, what);
+    }
+    let len = bytes.len() as u64;
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| bad(what, format!("not a torch file ({})", one_line(e))))?;
+    read_torch_zip(&mut archive, len, what)
 }
 
 /// Reads a torch zip archive; `len` is its size, `what` names it in errors.
