@@ -153,8 +153,10 @@ class EvaluatesCode:
 
 def hostile():
     w = torch.ones(2)
-    torch.save({"w": w, "x": RunsACommand()}, os.path.join(SYN, "hostile_os_system.pt"))
-    torch.save({"w": w, "x": RunsACommand()}, os.path.join(SYN, "hostile_os_system.legacy.pt"),
+    # The command comes first, so that Python's own unpickler runs it before it needs torch
+    # (the hostile test shows with Python that the file is live).
+    torch.save({"x": RunsACommand(), "w": w}, os.path.join(SYN, "hostile_os_system.pt"))
+    torch.save({"x": RunsACommand(), "w": w}, os.path.join(SYN, "hostile_os_system.legacy.pt"),
                _use_new_zipfile_serialization=False)
     torch.save({"w": EvaluatesCode()}, os.path.join(SYN, "hostile_eval.pt"))
     model, _ = module_for("timm_gmlp_vision")
