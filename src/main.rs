@@ -95,7 +95,7 @@ struct BuildArgs {
     /// Preset name (see `gmlp-onnx presets`).
     #[arg(long, required_unless_present = "weights", conflicts_with = "weights")]
     preset: Option<String>,
-    /// Trained checkpoint (safetensors; F32, F16, BF16): the architecture is read from it.
+    /// Trained checkpoint (safetensors, .npz, or PyTorch .pt/.pth/.bin from torch.save): the architecture is read from it.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Layout of --weights.
