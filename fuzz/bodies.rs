@@ -232,3 +232,40 @@ fn manifest_to_safetensors(text: &str) -> Option<(Vec<u8>, ImportHints)> {
     }
     Some((out, hints))
 }
+
+/// PyTorch checkpoint bytes: read as a whole torch file (zip or legacy), and the same bytes
+/// as the `data.pkl` of a torch zip archive whose storages `0` to `3` hold 64 bytes each,
+/// so that the restricted unpickler and the view checks see arbitrary pickles.
+pub fn pytorch_reader(data: &[u8]) {
+    use gmlp_onnx::checkpoint::pytorch::read_bytes;
+    let check = |tensors: Vec<gmlp_onnx::runtime::NamedTensor>| {
+        for t in tensors {
+            let count: usize = t.value.shape().iter().product();
+            assert_eq!(count, t.value.to_f64().len(), "{}", t.name);
+        }
+    };
+    if let Ok(tensors) = read_bytes(data.to_vec(), "fuzz.pt") {
+        check(tensors);
+    }
+    if let Ok(tensors) = read_bytes(torch_zip_around(data), "fuzz-wrapped.pt") {
+        check(tensors);
+    }
+}
+
+/// A torch-style zip archive with `pickle` as `archive/data.pkl` and four 64-byte storages.
+fn torch_zip_around(pickle: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let ramp: Vec<u8> = (0..64u8).collect();
+    let mut members: Vec<(String, &[u8])> = vec![("archive/data.pkl".into(), pickle)];
+    for key in 0..4 {
+        members.push((format!("archive/data/{key}"), &ramp));
+    }
+    for (name, bytes) in members {
+        zip.start_file(name, options).expect("in-memory zip");
+        zip.write_all(bytes).expect("in-memory zip");
+    }
+    zip.finish().expect("in-memory zip").into_inner()
+}

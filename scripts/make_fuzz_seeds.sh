@@ -11,7 +11,7 @@ cargo build --quiet --release
 bin=target/release/gmlp-onnx
 out=fuzz/corpus
 rm -rf "$out"
-mkdir -p "$out"/{safetensors_reader,npz_reader,checkpoint_format,onnx_reader}
+mkdir -p "$out"/{safetensors_reader,npz_reader,checkpoint_format,onnx_reader,pytorch_reader}
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -93,5 +93,18 @@ for path in sys.argv[2:]:
     lines += [f"!shift {flags['shift_tokens']}"] if "shift_tokens" in flags else []
     lines += [f"!in_chans {flags['in_chans']}"] if "in_chans" in flags else []
     open(f"{out}/{name}.txt", "w").write("\n".join(lines) + "\n")
+PY
+# PyTorch: small torch.save files from fixtures/pytorch (zip and legacy, every dtype,
+# views, nesting, hostile globals), and bare data.pkl pickles for the wrapped path.
+for f in dtypes.pt dtypes.legacy.pt views.pt views.legacy.pt views.model.pt \
+         hostile_os_system.pt hostile_os_system.legacy.pt hostile_eval.pt no_state_dict.pt; do
+  cp "fixtures/pytorch/$f" "$out/pytorch_reader/$f"
+done
+"$py" - "$out/pytorch_reader" <<'PY'
+import sys, zipfile
+for n in ["dtypes", "views", "views.model"]:
+    z = zipfile.ZipFile(f"fixtures/pytorch/{n}.pt")
+    name = [m for m in z.namelist() if m.endswith("/data.pkl")][0]
+    open(f"{sys.argv[1]}/{n}.data.pkl", "wb").write(z.read(name))
 PY
 ls "$out"/* | head -50

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+use crate::checkpoint::pytorch;
 use crate::error::{one_line, Error, Result};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -95,13 +96,20 @@ impl Checkpoint {
     /// anything else as safetensors (header, offsets and sizes are checked against the
     /// file length before any tensor is read).
     pub fn open(path: &Path) -> Result<Self> {
-        let mut magic = [0u8; 4];
-        let is_zip = File::open(path)
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-            .is_ok()
-            && magic == *b"PK\x03\x04";
-        if is_zip {
-            return Ok(Self::from_arrays(path, crate::npz::read_npz(path)?));
+        let mut magic = [0u8; pytorch::LEGACY_MAGIC.len()];
+        let got = File::open(path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut magic))
+            .unwrap_or(0);
+        if magic[..got].starts_with(b"PK\x03\x04") {
+            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+            let arrays = read_zip(std::io::BufReader::new(file), len, path)?;
+            return Ok(Self::from_arrays(path, arrays));
+        }
+        if pytorch::is_legacy(&magic[..got]) {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+            let what = path.display().to_string();
+            return Ok(Self::from_arrays(path, pytorch::read_legacy(&bytes, &what)?));
         }
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_meta = file.metadata().map_err(|e| Error::io(path, e))?;
@@ -126,9 +134,12 @@ impl Checkpoint {
     pub fn from_bytes(label: &Path, bytes: Vec<u8>) -> Result<Self> {
         if bytes.starts_with(b"PK\x03\x04") {
             let len = bytes.len() as u64;
-            let what = label.display().to_string();
-            let arrays = crate::npz::read_npz_from(std::io::Cursor::new(bytes), len, &what)?;
+            let arrays = read_zip(std::io::Cursor::new(bytes), len, label)?;
             return Ok(Self::from_arrays(label, arrays));
+        }
+        if pytorch::is_legacy(&bytes) {
+            let what = label.display().to_string();
+            return Ok(Self::from_arrays(label, pytorch::read_legacy(&bytes, &what)?));
         }
         if bytes.len() < 8 {
             return Err(too_short(label, bytes.len() as u64));
@@ -286,6 +297,28 @@ impl Checkpoint {
         }
         Ok(values)
     }
+}
+
+/// Reads a zip checkpoint: a torch archive (`NAME/data.pkl`) or else an `.npz`.
+fn read_zip<R: std::io::Read + std::io::Seek>(
+    reader: R,
+    len: u64,
+    path: &Path,
+) -> Result<Vec<NamedTensor>> {
+    let what = path.display().to_string();
+    let mut archive = match zip::ZipArchive::new(reader) {
+        Ok(a) => a,
+        Err(e) => {
+            return Err(Error::BadTensor(format!(
+                "{what}: not a readable zip archive (torch or .npz) ({})",
+                one_line(e)
+            )))
+        }
+    };
+    if pytorch::torch_record(&archive).is_some() {
+        return pytorch::read_torch_zip(&mut archive, len, &what);
+    }
+    crate::npz::read_npz_from(archive.into_inner(), len, &what)
 }
 
 fn too_short(path: &Path, len: u64) -> Error {

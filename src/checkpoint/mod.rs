@@ -1,5 +1,5 @@
 //! Trained checkpoints: reading tensors from a file ([`file`]: safetensors, memory-mapped;
-//! NumPy `.npz`), recognizing the layout ([`recognize`]: timm, g-mlp-pytorch, native — one
+//! NumPy `.npz`; PyTorch `torch.save` files through a restricted unpickler, [`pytorch`]), recognizing the layout ([`recognize`]: timm, g-mlp-pytorch, native — one
 //! module each, citing the upstream code it mirrors), inferring the architecture from names
 //! and shapes, and serving the values as a [`WeightSource`].
 //!
@@ -9,7 +9,9 @@
 mod file;
 mod lucidrains;
 mod native;
+mod pickle;
 mod plan;
+pub mod pytorch;
 mod recognize;
 mod spatial;
 mod timm;

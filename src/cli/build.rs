@@ -92,7 +92,7 @@ pub struct BuildArgs {
     /// Preset name (see `gmlp-onnx presets`).
     #[arg(long)]
     pub preset: Option<String>,
-    /// Trained checkpoint: safetensors (F32, F16, BF16, F64) or NumPy .npz (float32, float64); the architecture is read from it.
+    /// Trained checkpoint: safetensors (F32, F16, BF16, F64), NumPy .npz (float32, float64) or PyTorch .pt/.pth/.bin from torch.save; the architecture is read from it.
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// Layout of --weights.

@@ -10,6 +10,7 @@ mod checkpoints;
 mod cli_args;
 mod models;
 mod outputs;
+mod pytorch;
 mod replay;
 
 use std::collections::BTreeSet;

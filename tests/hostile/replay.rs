@@ -56,3 +56,8 @@ fn checkpoint_format_corpus_replays_without_panic() {
 fn onnx_reader_corpus_replays_without_panic() {
     replay("onnx_reader", bodies::onnx_reader, 5);
 }
+
+#[test]
+fn pytorch_reader_corpus_replays_without_panic() {
+    replay("pytorch_reader", bodies::pytorch_reader, 5);
+}

@@ -1,0 +1,554 @@
+//! PyTorch checkpoints (`.pt`, `.pth`, `.bin` from `torch.save`) read without Python.
+//!
+//! Two containers are read: the zip archive `torch.save` writes since torch 1.6
+//! (`NAME/data.pkl` plus one member `NAME/data/KEY` per storage) and the legacy stream of
+//! `torch.save(..., _use_new_zipfile_serialization=False)` (magic number, protocol and
+//! system-info pickles, the object pickle, the list of storage keys, then each storage as
+//! an 8-byte element count and its bytes). The object pickle goes through the restricted
+//! unpickler of [`super::pickle`], which executes nothing and refuses every global a
+//! state_dict does not need, naming it.
+//!
+//! Which dict is the state_dict: the top-level dict when it holds a tensor (then every
+//! value must be a tensor); otherwise the first of `state_dict`, `model`, `module` that is
+//! a dict of tensors (as Lightning, timm's training script and many others save). Names
+//! are kept as they are (a prefix such as Lightning's `model.` is not stripped).
+//!
+//! Tensors are materialized from their storages (any offset and strides, views sharing a
+//! storage included) after every size is checked against the storage's bytes: f32, f16
+//! and bf16 become f32, f64 stays f64, int64 stays int64 and the smaller integer and bool
+//! types become int32 (integer tensors such as `num_batches_tracked` are kept so that
+//! `--allow-unused` can skip them; the import refuses them as weights, by name).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Seek};
+use std::path::Path;
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+
+use super::pickle::{unpickle, Pickle, StorageDtype, StorageRef, TensorView, Value};
+use crate::error::{one_line, Error, Result};
+use crate::tensor::{NamedTensor, TensorValue};
+
+/// First bytes of a legacy (non-zip) torch file: the pickled magic number
+/// 0x1950a86a20f9469cfc6c at protocol 2.
+pub const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e";
+
+/// Largest `data.pkl` accepted (a state_dict's pickle is about 100 bytes per tensor).
+const MAX_PICKLE: u64 = 1 << 28;
+/// Deflate cannot expand data by more than about 1032:1.
+const MAX_DEFLATE_RATIO: u64 = 1032;
+/// Tensors may repeat storage elements (views sharing one storage, stride 0) up to this
+/// many times the elements of all storages together.
+const MAX_VIEW_FACTOR: u64 = 4;
+/// Names allowed for the nested state_dict, in order of preference.
+const NESTED_KEYS: [&str; 3] = ["state_dict", "model", "module"];
+
+fn bad(what: &str, reason: impl std::fmt::Display) -> Error {
+    Error::BadTensor(format!("{what}: {reason}"))
+}
+
+/// The record folder of a torch zip archive (`NAME` of `NAME/data.pkl`), if the archive
+/// has one; `None` for other zips (such as `.npz`).
+pub fn torch_record<R: Read + Seek>(archive: &zip::ZipArchive<R>) -> Option<String> {
+    archive.file_names().find_map(|n| {
+        let n = n.ok()?;
+        let dir = n.strip_suffix("/data.pkl")?;
+        (!dir.is_empty() && !dir.contains('/')).then(|| dir.to_string())
+    })
+}
+
+/// True if `bytes` starts like a legacy (non-zip) torch file.
+pub fn is_legacy(bytes: &[u8]) -> bool {
+    bytes.starts_with(LEGACY_MAGIC)
+}
+
+/// Reads the tensors of a torch file (zip or legacy) as stored, without choosing a
+/// layout: what `build --weights` sees before the import checks names and shapes.
+pub fn read_file(path: &Path) -> Result<Vec<NamedTensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_bytes(bytes, &path.display().to_string())
+}
+
+/// [`read_file`] for a file held in memory; `what` names it in errors.
+pub fn read_bytes(bytes: Vec<u8>, what: &str) -> Result<Vec<NamedTensor>> {
+    if is_legacy(&bytes) {
+        return read_legacy(&bytes, what);
+    }
+    let len = bytes.len() as u64;
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| bad(what, format!("not a torch file ({})", one_line(e))))?;
+    read_torch_zip(&mut archive, len, what)
+}
+
+/// Reads a torch zip archive; `len` is its size, `what` names it in errors.
+pub fn read_torch_zip<R: Read + Seek>(
+    archive: &mut zip::ZipArchive<R>,
+    len: u64,
+    what: &str,
+) -> Result<Vec<NamedTensor>> {
+    let record = torch_record(archive).ok_or_else(|| bad(what, "no data.pkl in the archive"))?;
+    let records = archive
+        .file_names()
+        .filter(|n| n.as_ref().is_ok_and(|n| n.ends_with("/data.pkl")))
+        .count();
+    if records > 1 {
+        return Err(bad(what, "the archive holds more than one data.pkl"));
+    }
+    if let Some(order) = read_member(archive, &format!("{record}/byteorder"), len, 16, what)? {
+        if order != b"little" {
+            return Err(bad(
+                what,
+                format!(
+                    "byte order '{}' is not supported (little-endian only)",
+                    String::from_utf8_lossy(&order)
+                ),
+            ));
+        }
+    }
+    let pickle_name = format!("{record}/data.pkl");
+    let pickle_bytes = read_member(archive, &pickle_name, len, MAX_PICKLE, what)?
+        .ok_or_else(|| bad(what, "no data.pkl in the archive"))?;
+    let pickle = unpickle(&pickle_bytes).map_err(|e| bad(what, format!("{pickle_name}: {e}")))?;
+    let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
+    for storage in &pickle.storages {
+        let key: &str = &storage.key;
+        if storages.contains_key(key) {
+            continue;
+        }
+        let name = format!("{record}/data/{key}");
+        let bytes = read_member(archive, &name, len, u64::MAX, what)?
+            .ok_or_else(|| bad(what, format!("storage '{key}' has no member {name}")))?;
+        storages.insert(key.to_string(), bytes);
+    }
+    tensors_of(&pickle, &storages, what)
+}
+
+/// Reads a legacy (non-zip) torch file held in `bytes`.
+pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
+    if !is_legacy(bytes) {
+        return Err(bad(what, "not a torch file (no magic number)"));
+    }
+    let mut pos = LEGACY_MAGIC.len();
+    let mut next = |part: &str| -> Result<Pickle> {
+        let p = unpickle(&bytes[pos..]).map_err(|e| bad(what, format!("{part}: {e}")))?;
+        pos += p.end;
+        Ok(p)
+    };
+    let version = next("protocol version")?;
+    if !matches!(version.root, Value::Int(1001)) {
+        return Err(bad(
+            what,
+            "unknown legacy protocol version (re-save with a current torch)",
+        ));
+    }
+    let info = next("system info")?;
+    let little = info.dict(&info.root).is_some_and(|entries| {
+        entries
+            .iter()
+            .any(|(k, v)| matches!((k, v), (Value::Str(k), Value::Bool(true)) if &**k == "little_endian"))
+    });
+    if !little {
+        return Err(bad(what, "not a little-endian torch file"));
+    }
+    let pickle = next("object pickle")?;
+    let keys = next("storage keys")?;
+    let keys: Vec<String> = keys
+        .items(&keys.root)
+        .filter(|_| matches!(keys.root, Value::List(_)))
+        .ok_or_else(|| bad(what, "the storage key list is not a list"))?
+        .iter()
+        .map(|k| match k {
+            Value::Str(s) => Ok(s.to_string()),
+            other => Err(bad(what, format!("a storage key is a {other:?}"))),
+        })
+        .collect::<Result<_>>()?;
+    let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
+    for key in keys {
+        let reference = pickle
+            .storages
+            .iter()
+            .find(|s| *s.key == *key)
+            .ok_or_else(|| bad(what, format!("storage '{key}' is not used by any tensor")))?;
+        let count = bytes
+            .get(pos..pos + 8)
+            .ok_or_else(|| bad(what, format!("storage '{key}' is missing (truncated file)")))?;
+        let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
+        if count != reference.numel {
+            return Err(bad(
+                what,
+                format!(
+                    "storage '{key}' holds {count} elements, its tensors say {}",
+                    reference.numel
+                ),
+            ));
+        }
+        pos += 8;
+        let size = storage_bytes(reference, what)?;
+        let data = bytes
+            .get(pos..)
+            .and_then(|rest| rest.get(..size))
+            .ok_or_else(|| {
+                bad(
+                    what,
+                    format!("storage '{key}' needs {size} bytes, the file ends first"),
+                )
+            })?;
+        pos += size;
+        if storages.insert(key.clone(), data.to_vec()).is_some() {
+            return Err(bad(what, format!("storage '{key}' appears twice")));
+        }
+    }
+    if pos != bytes.len() {
+        return Err(bad(
+            what,
+            format!("{} bytes after the last storage", bytes.len() - pos),
+        ));
+    }
+    tensors_of(&pickle, &storages, what)
+}
+
+/// Reads the member `name` whole (None if absent), refusing one that claims more than
+/// `limit` bytes or more than an archive of `len` bytes can hold.
+fn read_member<R: Read + Seek>(
+    archive: &mut zip::ZipArchive<R>,
+    name: &str,
+    len: u64,
+    limit: u64,
+    what: &str,
+) -> Result<Option<Vec<u8>>> {
+    let mut entry = match archive.by_name(name) {
+        Ok(e) => e,
+        Err(zip::result::ZipError::FileNotFound) => return Ok(None),
+        Err(e) => return Err(bad(what, format!("{name}: {}", one_line(e)))),
+    };
+    let claimed = entry.size();
+    if claimed > limit || claimed > len.saturating_mul(MAX_DEFLATE_RATIO) {
+        return Err(bad(
+            what,
+            format!("{name} claims {claimed} bytes, more than the archive can hold"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(claimed.min(len) as usize);
+    (&mut entry)
+        .take(claimed.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(what, format!("{name}: {}", one_line(e))))?;
+    if bytes.len() as u64 != claimed {
+        return Err(bad(
+            what,
+            format!("{name} does not hold the {claimed} bytes it claims"),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
+fn storage_bytes(storage: &StorageRef, what: &str) -> Result<usize> {
+    storage
+        .numel
+        .checked_mul(storage.dtype.size() as u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            bad(
+                what,
+                format!(
+                    "storage '{}' of {} elements is too large",
+                    storage.key, storage.numel
+                ),
+            )
+        })
+}
+
+/// The (name, tensor index) pairs of the state_dict inside the pickle.
+fn state_dict(pickle: &Pickle, what: &str) -> Result<Vec<(String, usize)>> {
+    let top = pickle.dict(&pickle.root).ok_or_else(|| {
+        bad(
+            what,
+            "the file holds no dict of tensors (a whole pickled model is not read: save model.state_dict())",
+        )
+    })?;
+    let tensors_of_dict =
+        |entries: &[(Value, Value)], place: &str| -> Result<Vec<(String, usize)>> {
+            entries
+                .iter()
+                .map(|(k, v)| {
+                    let Value::Str(k) = k else {
+                        return Err(bad(what, format!("{place}has a key that is not a string")));
+                    };
+                    match v {
+                        Value::Tensor(t) => Ok((k.to_string(), *t)),
+                        _ => Err(bad(what, format!("{place}entry '{k}' is not a tensor"))),
+                    }
+                })
+                .collect()
+        };
+    if top.iter().any(|(_, v)| matches!(v, Value::Tensor(_))) {
+        return tensors_of_dict(top, "");
+    }
+    for name in NESTED_KEYS {
+        let nested = top
+            .iter()
+            .rev()
+            .find(|(k, _)| matches!(k, Value::Str(k) if &**k == name))
+            .and_then(|(_, v)| pickle.dict(v));
+        if let Some(entries) = nested {
+            if entries.iter().any(|(_, v)| matches!(v, Value::Tensor(_))) {
+                return tensors_of_dict(entries, &format!("'{name}' "));
+            }
+        }
+    }
+    let keys: Vec<String> = top
+        .iter()
+        .take(8)
+        .map(|(k, _)| match k {
+            Value::Str(s) => format!("'{s}'"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    Err(bad(
+        what,
+        format!(
+            "no tensor at the top level and no nested state_dict/model/module dict of tensors (top-level keys: {})",
+            if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+        ),
+    ))
+}
+
+fn tensors_of(
+    pickle: &Pickle,
+    storages: &HashMap<String, Vec<u8>>,
+    what: &str,
+) -> Result<Vec<NamedTensor>> {
+    // Every reference to a key must agree on type and size, and match the bytes present.
+    let mut seen: HashMap<&str, &StorageRef> = HashMap::new();
+    let mut budget: u64 = 0;
+    for s in &pickle.storages {
+        match seen.get(&*s.key) {
+            Some(first) if first.dtype != s.dtype || first.numel != s.numel => {
+                return Err(bad(
+                    what,
+                    format!("storage '{}' is declared with two types or sizes", s.key),
+                ));
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        let need = storage_bytes(s, what)?;
+        let have = storages.get(&*s.key).map_or(0, Vec::len);
+        if have != need {
+            return Err(bad(
+                what,
+                format!(
+                    "storage '{}' holds {have} bytes, {} {} elements need {need}",
+                    s.key,
+                    s.numel,
+                    s.dtype.name()
+                ),
+            ));
+        }
+        budget = budget.saturating_add(s.numel);
+        seen.insert(&s.key, s);
+    }
+    let mut budget = budget
+        .saturating_mul(MAX_VIEW_FACTOR)
+        .saturating_add(1 << 16);
+    let mut out: BTreeMap<String, TensorValue> = BTreeMap::new();
+    let mut order = Vec::new();
+    for (name, t) in state_dict(pickle, what)? {
+        let view = &pickle.tensors[t];
+        let storage = &pickle.storages[view.storage];
+        let values = materialize(view, storage, &storages[&*storage.key], &mut budget)
+            .map_err(|e| bad(what, format!("tensor '{name}': {e}")))?;
+        if out.insert(name.clone(), values).is_some() {
+            return Err(bad(what, format!("tensor '{name}' appears twice")));
+        }
+        order.push(name);
+    }
+    if order.is_empty() {
+        return Err(bad(what, "the state_dict holds no tensor"));
+    }
+    Ok(order
+        .into_iter()
+        .map(|name| {
+            let value = out.remove(&name).expect("inserted above");
+            NamedTensor { name, value }
+        })
+        .collect())
+}
+
+/// The storage element indices of a view, in row-major order, after checking that the
+/// view lies inside the storage; `budget` (elements left to materialize) is charged.
+fn element_indices(
+    view: &TensorView,
+    storage_numel: u64,
+    budget: &mut u64,
+) -> std::result::Result<Vec<usize>, String> {
+    let count = view
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("size {:?} overflows", view.shape))?;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    // The last element any index can reach (sizes are at least 1 here).
+    let last = view
+        .shape
+        .iter()
+        .zip(&view.stride)
+        .try_fold(view.offset, |a, (&d, &s)| {
+            a.checked_add((d - 1).checked_mul(s)?)
+        });
+    if last.is_none_or(|last| (last as u64) >= storage_numel) {
+        return Err(format!(
+            "size {:?}, stride {:?} and offset {} reach past its storage of {storage_numel} elements",
+            view.shape, view.stride, view.offset
+        ));
+    }
+    if count as u64 > *budget {
+        return Err(format!(
+            "the tensors repeat their storages' elements more than {MAX_VIEW_FACTOR} times over"
+        ));
+    }
+    *budget -= count as u64;
+    let mut indices = Vec::with_capacity(count);
+    let rank = view.shape.len();
+    let mut at = vec![0usize; rank];
+    let mut flat = view.offset;
+    for _ in 0..count {
+        indices.push(flat);
+        // Advance the odometer. Every index pushed lies within the bound checked above;
+        // only the step past an axis's end may wrap, and it is undone right away.
+        for axis in (0..rank).rev() {
+            at[axis] += 1;
+            flat = flat.wrapping_add(view.stride[axis]);
+            if at[axis] < view.shape[axis] {
+                break;
+            }
+            flat = flat.wrapping_sub(view.stride[axis].wrapping_mul(view.shape[axis]));
+            at[axis] = 0;
+        }
+    }
+    Ok(indices)
+}
+
+fn materialize(
+    view: &TensorView,
+    storage: &StorageRef,
+    bytes: &[u8],
+    budget: &mut u64,
+) -> std::result::Result<TensorValue, String> {
+    let indices = element_indices(view, storage.numel, budget)?;
+    let shape = IxDyn(&view.shape);
+    fn gather<T, const N: usize>(
+        bytes: &[u8],
+        indices: &[usize],
+        shape: IxDyn,
+        from: impl Fn([u8; N]) -> T,
+    ) -> std::result::Result<ArrayD<T>, String> {
+        let values = indices
+            .iter()
+            .map(|&i| from(bytes[i * N..i * N + N].try_into().expect("N bytes")))
+            .collect();
+        ArrayD::from_shape_vec(shape, values).map_err(|e| e.to_string())
+    }
+    Ok(match storage.dtype {
+        StorageDtype::F32 => TensorValue::F32(gather(bytes, &indices, shape, f32::from_le_bytes)?),
+        StorageDtype::F16 => TensorValue::F32(gather(bytes, &indices, shape, |b| {
+            f16::from_le_bytes(b).to_f32()
+        })?),
+        StorageDtype::BF16 => TensorValue::F32(gather(bytes, &indices, shape, |b| {
+            bf16::from_le_bytes(b).to_f32()
+        })?),
+        StorageDtype::F64 => TensorValue::F64(gather(bytes, &indices, shape, f64::from_le_bytes)?),
+        StorageDtype::I64 => TensorValue::I64(gather(bytes, &indices, shape, i64::from_le_bytes)?),
+        StorageDtype::I32 => TensorValue::I32(gather(bytes, &indices, shape, i32::from_le_bytes)?),
+        StorageDtype::I16 => TensorValue::I32(gather(bytes, &indices, shape, |b| {
+            i32::from(i16::from_le_bytes(b))
+        })?),
+        StorageDtype::I8 => TensorValue::I32(gather(bytes, &indices, shape, |b: [u8; 1]| {
+            i32::from(b[0] as i8)
+        })?),
+        StorageDtype::U8 | StorageDtype::Bool => {
+            TensorValue::I32(gather(bytes, &indices, shape, |b: [u8; 1]| {
+                i32::from(b[0])
+            })?)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(offset: usize, shape: &[usize], stride: &[usize]) -> TensorView {
+        TensorView {
+            storage: 0,
+            offset,
+            shape: shape.to_vec(),
+            stride: stride.to_vec(),
+        }
+    }
+
+    #[test]
+    fn strided_views_visit_elements_in_row_major_order() {
+        let mut budget = 1000;
+        // x = arange(12).reshape(3, 4).t()[1:] : shape [3, 3], stride [1, 4], offset 1.
+        let got = element_indices(&view(1, &[3, 3], &[1, 4]), 12, &mut budget).unwrap();
+        assert_eq!(got, [1, 5, 9, 2, 6, 10, 3, 7, 11]);
+        assert_eq!(budget, 991);
+        let got = element_indices(&view(2, &[2, 1, 2], &[3, 0, 1]), 7, &mut budget).unwrap();
+        assert_eq!(got, [2, 3, 5, 6]);
+        assert_eq!(
+            element_indices(&view(0, &[], &[]), 1, &mut budget).unwrap(),
+            [0]
+        );
+        assert!(element_indices(&view(99, &[0, 5], &[5, 1]), 1, &mut budget)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn views_past_their_storage_or_over_budget_are_refused() {
+        let mut budget = 1000;
+        let e = element_indices(&view(1, &[3, 4], &[4, 1]), 12, &mut budget).unwrap_err();
+        assert!(e.contains("reach past its storage of 12"), "{e}");
+        let e = element_indices(&view(0, &[usize::MAX, 2], &[1, 1]), 12, &mut budget).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        let e = element_indices(&view(0, &[2, 2], &[usize::MAX, 1]), 12, &mut budget).unwrap_err();
+        assert!(e.contains("reach past"), "{e}");
+        let e = element_indices(&view(0, &[2000], &[0]), 1, &mut budget).unwrap_err();
+        assert!(e.contains("more than 4 times"), "{e}");
+    }
+
+    #[test]
+    fn materialized_types() {
+        let storage = |dtype, numel| StorageRef {
+            dtype,
+            key: "0".into(),
+            numel,
+        };
+        let mut budget = 100;
+        let halves: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect();
+        let v = materialize(
+            &view(0, &[2], &[1]),
+            &storage(StorageDtype::F16, 2),
+            &halves,
+            &mut budget,
+        )
+        .unwrap();
+        assert_eq!(v.to_f64(), [1.5, -2.0]);
+        let v = materialize(
+            &view(1, &[1], &[1]),
+            &storage(StorageDtype::I8, 2),
+            &[0, 0xff],
+            &mut budget,
+        )
+        .unwrap();
+        assert_eq!(v.dtype(), "int32");
+        assert_eq!(v.to_f64(), [-1.0]);
+    }
+}
