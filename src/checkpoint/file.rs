@@ -109,7 +109,10 @@ impl Checkpoint {
         if pytorch::is_legacy(&magic[..got]) {
             let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
             let what = path.display().to_string();
-            return Ok(Self::from_arrays(path, pytorch::read_legacy(&bytes, &what)?));
+            return Ok(Self::from_arrays(
+                path,
+                pytorch::read_legacy(&bytes, &what)?,
+            ));
         }
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_meta = file.metadata().map_err(|e| Error::io(path, e))?;
@@ -139,7 +142,10 @@ impl Checkpoint {
         }
         if pytorch::is_legacy(&bytes) {
             let what = label.display().to_string();
-            return Ok(Self::from_arrays(label, pytorch::read_legacy(&bytes, &what)?));
+            return Ok(Self::from_arrays(
+                label,
+                pytorch::read_legacy(&bytes, &what)?,
+            ));
         }
         if bytes.len() < 8 {
             return Err(too_short(label, bytes.len() as u64));
