@@ -238,7 +238,7 @@ fn manifest_to_safetensors(text: &str) -> Option<(Vec<u8>, ImportHints)> {
 /// so that the restricted unpickler and the view checks see arbitrary pickles.
 pub fn pytorch_reader(data: &[u8]) {
     use gmlp_onnx::checkpoint::pytorch::read_bytes;
-    let check = |tensors: Vec<gmlp_onnx::runtime::NamedTensor>| {
+    let check = |tensors: Vec<gmlp_onnx::tensor::NamedTensor>| {
         for t in tensors {
             let count: usize = t.value.shape().iter().product();
             assert_eq!(count, t.value.to_f64().len(), "{}", t.name);
