@@ -16,6 +16,7 @@ pub mod model_io;
 pub mod npz;
 pub mod onnx;
 pub mod runtime;
+pub mod triton;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -1,4 +1,4 @@
-//! `gmlp-onnx` command line: build, presets, validate, inspect.
+//! `gmlp-onnx` command line: build, presets, validate, inspect, triton.
 //!
 //! Exit codes: 0 success / runtimes agree, 1 runtimes disagree, 2 usage or input error,
 //! 3 a requested runtime is unavailable, 101 internal error (a bug: please report it).
@@ -53,6 +53,136 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put an existing ONNX file into a Triton Inference Server model repository.
+    Triton(TritonArgs),
+}
+
+#[derive(Args)]
+struct TritonArgs {
+    /// The ONNX model.
+    model: PathBuf,
+    /// The model repository (created if missing): writes REPO/NAME/config.pbtxt and REPO/NAME/VERSION/model.onnx.
+    #[arg(long)]
+    repo: PathBuf,
+    #[command(flatten)]
+    flags: TritonFlags,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TritonKindArg {
+    /// KIND_CPU instances.
+    Cpu,
+    /// KIND_GPU instances (ONNX Runtime's CUDA execution provider).
+    Gpu,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TritonTensorRtArg {
+    /// TensorRT in FP16.
+    Fp16,
+    /// TensorRT in FP32.
+    Fp32,
+}
+
+/// The `--triton-*` flags shared by `build --triton-repo` and `triton`.
+#[derive(Args)]
+struct TritonFlags {
+    /// Triton model name [default: the preset name, else the model file's stem].
+    #[arg(long)]
+    triton_name: Option<String>,
+    /// Version directory [default: 1].
+    #[arg(long)]
+    triton_version: Option<u64>,
+    /// max_batch_size; 0 turns batching off [default: 8, 1 for with-past models].
+    #[arg(long)]
+    triton_max_batch_size: Option<u32>,
+    /// Where the instances run [default: cpu].
+    #[arg(long, value_enum)]
+    triton_kind: Option<TritonKindArg>,
+    /// Model instances (instance_group count) [default: 1].
+    #[arg(long)]
+    triton_instances: Option<u32>,
+    /// TensorRT execution accelerator for gpu instances.
+    #[arg(long, value_enum)]
+    triton_tensorrt: Option<TritonTensorRtArg>,
+    /// Dynamic batcher max_queue_delay_microseconds [default: 100].
+    #[arg(long)]
+    triton_max_queue_delay_us: Option<u64>,
+}
+
+impl TritonFlags {
+    fn any_given(&self) -> Option<&'static str> {
+        [
+            ("--triton-name", self.triton_name.is_some()),
+            ("--triton-version", self.triton_version.is_some()),
+            (
+                "--triton-max-batch-size",
+                self.triton_max_batch_size.is_some(),
+            ),
+            ("--triton-kind", self.triton_kind.is_some()),
+            ("--triton-instances", self.triton_instances.is_some()),
+            ("--triton-tensorrt", self.triton_tensorrt.is_some()),
+            (
+                "--triton-max-queue-delay-us",
+                self.triton_max_queue_delay_us.is_some(),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, given)| *given)
+        .map(|(flag, _)| flag)
+    }
+
+    fn options(&self, default_name: &str) -> gmlp_onnx::triton::TritonOptions {
+        use gmlp_onnx::triton::{InstanceKind, TensorRtPrecision, TritonOptions};
+        let mut o = TritonOptions::new(self.triton_name.as_deref().unwrap_or(default_name));
+        o.version = self.triton_version.unwrap_or(o.version);
+        o.max_batch_size = self.triton_max_batch_size;
+        o.kind = match self.triton_kind {
+            Some(TritonKindArg::Gpu) => InstanceKind::Gpu,
+            _ => InstanceKind::Cpu,
+        };
+        o.instance_count = self.triton_instances.unwrap_or(o.instance_count);
+        o.tensorrt = self.triton_tensorrt.map(|t| match t {
+            TritonTensorRtArg::Fp16 => TensorRtPrecision::Fp16,
+            TritonTensorRtArg::Fp32 => TensorRtPrecision::Fp32,
+        });
+        o.max_queue_delay_us = self
+            .triton_max_queue_delay_us
+            .unwrap_or(o.max_queue_delay_us);
+        o
+    }
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn print_repository(w: &gmlp_onnx::triton::RepositoryWritten) {
+    println!(
+        "wrote Triton model {} (max_batch_size {}{}): {} and {}{}",
+        w.config.options.name,
+        w.config.max_batch_size,
+        if w.config.states.is_empty() {
+            String::new()
+        } else {
+            format!(", {} implicit states", w.config.states.len())
+        },
+        w.paths.config.display(),
+        w.paths.model.display(),
+        w.data_file
+            .as_ref()
+            .map(|d| format!(" + {}", d.display()))
+            .unwrap_or_default()
+    );
+}
+
+fn run_triton(a: TritonArgs) -> anyhow::Result<()> {
+    let options = a.flags.options(&file_stem(&a.model));
+    let written = gmlp_onnx::triton::write_repository(&a.model, &a.repo, &options)?;
+    print_repository(&written);
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -179,6 +309,11 @@ struct BuildArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Also put the model into this Triton model repository (see `gmlp-onnx triton`).
+    #[arg(long)]
+    triton_repo: Option<PathBuf>,
+    #[command(flatten)]
+    triton: TritonFlags,
 }
 
 #[derive(Args)]
@@ -458,6 +593,22 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
 
 fn run_build(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
+    let triton = match &a.triton_repo {
+        Some(repo) => {
+            let default_name = a.preset.clone().unwrap_or_else(|| file_stem(&a.output));
+            let options = a.triton.options(&default_name);
+            gmlp_onnx::triton::check_target(repo, &options)?;
+            Some((repo.clone(), options))
+        }
+        None => {
+            if let Some(flag) = a.triton.any_given() {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to --triton-repo"
+                )));
+            }
+            None
+        }
+    };
     let (cfg, source, description, preset_name): (
         GmlpConfig,
         Arc<dyn WeightSource>,
@@ -553,6 +704,22 @@ fn run_build(a: BuildArgs) -> anyhow::Result<()> {
             return Err(e.into());
         }
         println!("wrote {} (native layout)", path.display());
+    }
+    if let Some((repo, options)) = &triton {
+        match gmlp_onnx::triton::write_repository(&a.output, repo, options) {
+            Ok(w) => print_repository(&w),
+            Err(e) => {
+                // No partial result: the model (and weights) written just before go too.
+                let _ = std::fs::remove_file(&a.output);
+                if let Some((data, _)) = &written.data_file {
+                    let _ = std::fs::remove_file(data);
+                }
+                if let Some(path) = &a.save_weights {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e.into());
+            }
+        }
     }
     println!(
         "wrote {}{data_note} ({:.1} MB): {} stored parameters, {:.2} GFLOPs per example (paper convention), opset {}, spatial {}",
@@ -776,6 +943,7 @@ fn main() -> ExitCode {
         Command::Presets { json } => run_presets(json),
         Command::Validate(a) => run_validate(a),
         Command::Inspect { model, json } => run_inspect(&model, json),
+        Command::Triton(a) => run_triton(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
