@@ -96,6 +96,17 @@ def statistics(url, name):
     }
 
 
+def statistics_after(url, name, before, expected, timeout=10.0):
+    """Statistics once `expected` more inferences are counted (Triton updates them just
+    after it answers, so the last response can arrive before its count)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        after = statistics(url, name)
+        if after["inference_count"] - before["inference_count"] >= expected or time.monotonic() > deadline:
+            return after
+        time.sleep(0.05)
+
+
 def run_stateless(args):
     inputs, outputs = onnx_io(args.model)
     output_names = [o[0] for o in outputs]
@@ -125,7 +136,7 @@ def run_stateless(args):
     for t in threads:
         t.join()
     seconds = time.perf_counter() - start
-    after = statistics(args.url, args.name)
+    after = statistics_after(args.url, args.name, before, len(work))
     print(json.dumps({
         "requests": len(work),
         "errors": errors,
@@ -184,7 +195,7 @@ def run_with_past(args):
         t.start()
     for t in threads:
         t.join()
-    after = statistics(args.url, args.name)
+    after = statistics_after(args.url, args.name, before, args.sequences * args.steps)
     print(json.dumps({
         "sequences": args.sequences,
         "steps": args.steps,
