@@ -14,7 +14,7 @@
 #   GMLP_ONNX_TRITON_PYTHON      the venv's python (tritonclient, numpy, onnxruntime)
 #   GMLP_ONNX_TRITONSERVER       the tritonserver binary
 #   GMLP_ONNX_TRITON_BACKENDS    the --backend-directory holding onnxruntime/
-#   GMLP_ONNX_TRITON_LIBS        the LD_LIBRARY_PATH tritonserver needs
+#   GMLP_ONNX_TRITON_LIBS        the LD_LIBRARY_PATH tritonserver needs (the wheel's libs)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 vendor="${GMLP_ONNX_VENDOR:-$root/../shared/vendor}"
@@ -40,7 +40,7 @@ emit() {
   echo "GMLP_ONNX_TRITON_PYTHON=$home/venv/bin/python"
   echo "GMLP_ONNX_TRITONSERVER=$sp/pytriton/tritonserver/bin/tritonserver"
   echo "GMLP_ONNX_TRITON_BACKENDS=$home/backends"
-  echo "GMLP_ONNX_TRITON_LIBS=$sp/nvidia_pytriton.libs:$sp/pytriton/tritonserver/lib"
+  echo "GMLP_ONNX_TRITON_LIBS=$sp/nvidia_pytriton.libs"
 }
 
 if [ -f "$home/done" ]; then emit; exit 0; fi

@@ -335,6 +335,7 @@ fn check_with_past_model(env: &TritonEnv, model: &Path, vocab: usize, work: &Pat
     let max_rel = report["max_rel"].as_f64().expect("max_rel");
     assert!(max_rel <= REL_TOL, "with-past: rel {max_rel:.3e}: {report}");
     assert_eq!(report["inference_count"].as_u64(), Some(48), "{report}");
+    assert_eq!(report["interleaved"].as_bool(), Some(true), "{report}");
     eprintln!("with-past: {report}");
 }
 

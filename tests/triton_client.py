@@ -166,6 +166,7 @@ def run_with_past(args):
         expected.append(sess.run(["logits"], feeds)[0])
     worst = [0.0] * len(sequences)
     errors = []
+    spans = [[None, None] for _ in sequences]  # first and last response time per sequence
     # Sequence k starts once sequence 0 has sent k tokens: states of different lengths
     # are then in flight together.
     started = [threading.Event() for _ in sequences]
@@ -184,6 +185,9 @@ def run_with_past(args):
                             sequence_id=1000 + k, sequence_start=(t == 0),
                             sequence_end=(t == args.steps - 1))["logits"]
                 worst[k] = max(worst[k], rel(got[0, 0], expected[k][0, t]))
+                now = time.monotonic()
+                spans[k][0] = spans[k][0] or now
+                spans[k][1] = now
         except Exception as e:
             errors.append(f"sequence {k}: {type(e).__name__}: {e}")
         finally:
@@ -203,6 +207,10 @@ def run_with_past(args):
         "max_rel": max(worst),
         "inference_count": after["inference_count"] - before["inference_count"],
         "execution_count": after["execution_count"] - before["execution_count"],
+        # Every later sequence got its first answer before sequence 0 got its last: the
+        # sequences were served interleaved, none waited for another to end.
+        "interleaved": all(s[0] is not None and spans[0][1] is not None and s[0] < spans[0][1]
+                           for s in spans[1:]),
     }))
 
 
