@@ -142,6 +142,24 @@ def load(url, name, model, int_high, clients, seconds, rng):
     }
 
 
+def in_process(model, int_high, seconds, rng):
+    """ONNX Runtime in this process with its default threads, one example per run: the
+    side-by-side baseline for the table (same machine, same moment)."""
+    import onnxruntime as ort
+
+    inputs, outputs = tc.onnx_io(model)
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feeds = tc.make_inputs(rng, inputs, int_high)
+    sess.run(None, feeds)
+    times = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    return len(times) / sum(times), float(np.percentile(times, 50)) * 1e3
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=8.0, help="per concurrency level")
@@ -151,6 +169,7 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="gmlp-triton-bench-")
     repo = os.path.join(work, "repo")
     rows = []
+    baselines = {}
     configs = {}
     for name, build_args, _ in MODELS:
         path = os.path.join(work, f"{name}.onnx")
@@ -163,6 +182,7 @@ def main():
     try:
         rng = np.random.default_rng(0)
         for name, _, int_high in MODELS:
+            baselines[name] = in_process(os.path.join(work, f"{name}.onnx"), int_high, args.seconds / 2, rng)
             for clients in CONCURRENCY:
                 log(f"{name}: {clients} clients for {args.seconds} s")
                 r = load(url, name, os.path.join(work, f"{name}.onnx"), int_high, clients, args.seconds, rng)
@@ -185,6 +205,10 @@ def main():
     print()
     print("Repository settings (`gmlp-onnx triton` defaults): `max_batch_size: 8`, "
           "`dynamic_batching { max_queue_delay_microseconds: 100 }`, `instance_group [ { count: 1 kind: KIND_CPU } ]`.")
+    print()
+    print("ONNX Runtime in the benchmark process (default threads, one example per run, same run, "
+          "server idle): " + "; ".join(f"{n} {rps:.1f} runs/s, p50 {p50:.1f} ms" for n, (rps, p50) in baselines.items())
+          + f". Load average at the end: {os.getloadavg()[0]:.1f} (the machine is shared).")
     print()
     print("| model | clients | requests/s | p50 ms | p99 ms | mean batch executed | rel vs ORT |")
     print("|---|---|---|---|---|---|---|")
