@@ -1063,6 +1063,93 @@ instance_group [
     }
 
     #[test]
+    fn the_state_adapter_slices_the_slot_off_and_puts_it_back() {
+        let mut m = model(
+            &[
+                tensor("input_ids", 7, &["batch", "sequence"]),
+                tensor("past_sgu.0", 1, &["batch", "past_sequence", "4"]),
+            ],
+            &[
+                tensor("logits", 1, &["batch", "sequence", "11"]),
+                tensor("present_sgu.0", 1, &["batch", "total_sequence", "4"]),
+            ],
+        );
+        let graph = m.graph.as_mut().unwrap();
+        graph.node.push(node(
+            "Concat",
+            "cat",
+            &["past_sgu.0", "x"],
+            &["present_sgu.0"],
+        ));
+        graph
+            .node
+            .push(node("ReduceSum", "use", &["present_sgu.0"], &["logits"]));
+        let config = plan(&m, &TritonOptions::new("lm")).unwrap();
+        adapt_with_past(&mut m, &config.states).unwrap();
+        let g = m.graph.as_ref().unwrap();
+        let ops: Vec<(&str, Vec<&str>, Vec<&str>)> = g
+            .node
+            .iter()
+            .map(|n| {
+                (
+                    n.op_type(),
+                    n.input.iter().map(String::as_str).collect(),
+                    n.output.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        let axis = "triton_state/axis1";
+        assert_eq!(
+            ops,
+            vec![
+                (
+                    "Slice",
+                    vec!["past_sgu.0", "triton_state/one", "triton_state/end", axis],
+                    vec!["past_sgu.0/triton_without_slot"]
+                ),
+                (
+                    "Slice",
+                    vec!["past_sgu.0", "triton_state/zero", "triton_state/one", axis],
+                    vec!["past_sgu.0/triton_slot"]
+                ),
+                (
+                    "Concat",
+                    vec!["past_sgu.0/triton_without_slot", "x"],
+                    vec!["present_sgu.0/triton_without_slot"]
+                ),
+                (
+                    "ReduceSum",
+                    vec!["present_sgu.0/triton_without_slot"],
+                    vec!["logits"]
+                ),
+                (
+                    "Concat",
+                    vec![
+                        "past_sgu.0/triton_slot",
+                        "present_sgu.0/triton_without_slot"
+                    ],
+                    vec!["present_sgu.0"]
+                ),
+            ]
+        );
+        let constants: Vec<(&str, i64)> = g
+            .initializer
+            .iter()
+            .map(|t| (t.name(), t.int64_data[0]))
+            .collect();
+        assert!(constants.contains(&("triton_state/axis1", 1)));
+        assert!(constants.contains(&("triton_state/end", i64::MAX)));
+        assert_eq!(g.node[4].attribute[0].i, Some(1));
+        // The graph's interface keeps its names; the state dimension gets a new symbol.
+        let inputs = declared_inputs(&m);
+        assert_eq!(
+            inputs[1].shape[1],
+            Dim::Symbol("triton_state_sequence".into())
+        );
+        assert!(crate::model_io::metadata_value(&m, ADAPTER_METADATA_KEY).is_some());
+    }
+
+    #[test]
     fn a_past_input_without_its_present_output_is_refused() {
         let m = model(
             &[
