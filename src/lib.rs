@@ -7,7 +7,7 @@
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
 //! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
-//! [`validate`]. `tests/layers.rs` checks this order on the sources.
+//! [`triton`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
 pub mod error;
@@ -26,6 +26,8 @@ pub mod checkpoint;
 pub mod inspect;
 
 pub mod runtime;
+
+pub mod triton;
 
 pub mod validate;
 

@@ -18,10 +18,11 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     cli::finish(match cli.command {
-        Command::Build(args) => cli::build::run(args),
+        Command::Build(args) => cli::build::run(*args),
         Command::Presets { json } => cli::presets::run(json),
         Command::Validate(args) => cli::validate::run(args),
         Command::Inspect { model, json } => cli::inspect::run(&model, json),
+        Command::Triton(args) => cli::triton::run(args),
         Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
     })
 }

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["checkpoint"],
     &["inspect"],
     &["runtime"],
+    &["triton"],
     &["validate"],
 ];
 

@@ -18,6 +18,7 @@ use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::{progress_bar, validate_with_spinner};
+use crate::cli::triton::{file_stem, print_repository, TritonFlags};
 use crate::cli::validate::finish_validation;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -185,6 +186,12 @@ pub struct BuildArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also put the model into this Triton model repository (see `gmlp-onnx triton`).
+    #[arg(long)]
+    pub triton_repo: Option<PathBuf>,
+    /// The --triton-* options of the repository.
+    #[command(flatten)]
+    pub triton: TritonFlags,
 }
 
 fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> anyhow::Result<()> {
@@ -365,6 +372,22 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
 /// Runs `build`.
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
+    let triton = match &a.triton_repo {
+        Some(repo) => {
+            let default_name = a.preset.clone().unwrap_or_else(|| file_stem(&a.output));
+            let options = a.triton.options(&default_name);
+            gmlp_onnx::triton::check_target(repo, &options)?;
+            Some((repo.clone(), options))
+        }
+        None => {
+            if let Some(flag) = a.triton.any_given() {
+                anyhow::bail!(Error::InvalidArgument(format!(
+                    "{flag} applies to --triton-repo"
+                )));
+            }
+            None
+        }
+    };
     let target = BuildTarget::resolve(a.target.target(), a.opset)?;
     let tolerance = ToleranceRequest {
         rtol: a.rtol,
@@ -468,6 +491,22 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
             return Err(e.into());
         }
         println!("wrote {} (native layout)", path.display());
+    }
+    if let Some((repo, options)) = &triton {
+        match gmlp_onnx::triton::write_repository(&a.output, repo, options) {
+            Ok(w) => print_repository(&w),
+            Err(e) => {
+                // No partial result: the model (and weights) written just before go too.
+                let _ = std::fs::remove_file(&a.output);
+                if let Some((data, _)) = &written.data_file {
+                    let _ = std::fs::remove_file(data);
+                }
+                if let Some(path) = &a.save_weights {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e.into());
+            }
+        }
     }
     println!(
         "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}",

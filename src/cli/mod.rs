@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
+pub mod triton;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -36,7 +37,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Build an ONNX model from a preset (with optional overrides) or a trained checkpoint.
-    Build(build::BuildArgs),
+    Build(Box<build::BuildArgs>),
     /// List the presets with parameter counts and FLOPs of the graphs they emit, beside the paper's.
     Presets {
         /// Print JSON instead of a table.
@@ -59,6 +60,8 @@ pub enum Command {
         #[arg(long)]
         ort_lib: Option<PathBuf>,
     },
+    /// Put an existing ONNX file into a Triton Inference Server model repository.
+    Triton(triton::TritonArgs),
 }
 
 /// Raised when runtimes disagree (exit code 1).

@@ -1,0 +1,140 @@
+//! `gmlp-onnx triton`: put an ONNX file into a Triton Inference Server model repository;
+//! the `--triton-*` flags it shares with `build --triton-repo`.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+#[derive(Args)]
+pub struct TritonArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// The model repository (created if missing): writes REPO/NAME/config.pbtxt and REPO/NAME/VERSION/model.onnx.
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// The --triton-* options.
+    #[command(flatten)]
+    pub flags: TritonFlags,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TritonKindArg {
+    /// KIND_CPU instances.
+    Cpu,
+    /// KIND_GPU instances (ONNX Runtime's CUDA execution provider).
+    Gpu,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TritonTensorRtArg {
+    /// TensorRT in FP16.
+    Fp16,
+    /// TensorRT in FP32.
+    Fp32,
+}
+
+/// The `--triton-*` flags shared by `build --triton-repo` and `triton`.
+#[derive(Args)]
+pub struct TritonFlags {
+    /// Triton model name [default: the preset name, else the model file's stem].
+    #[arg(long)]
+    triton_name: Option<String>,
+    /// Version directory [default: 1].
+    #[arg(long)]
+    triton_version: Option<u64>,
+    /// max_batch_size; 0 turns batching off [default: 8, 1 for with-past models].
+    #[arg(long)]
+    triton_max_batch_size: Option<u32>,
+    /// Where the instances run [default: cpu].
+    #[arg(long, value_enum)]
+    triton_kind: Option<TritonKindArg>,
+    /// Model instances (instance_group count) [default: 1].
+    #[arg(long)]
+    triton_instances: Option<u32>,
+    /// TensorRT execution accelerator for gpu instances.
+    #[arg(long, value_enum)]
+    triton_tensorrt: Option<TritonTensorRtArg>,
+    /// Dynamic batcher max_queue_delay_microseconds [default: 100].
+    #[arg(long)]
+    triton_max_queue_delay_us: Option<u64>,
+}
+
+impl TritonFlags {
+    /// The first --triton-* flag given, if any.
+    pub fn any_given(&self) -> Option<&'static str> {
+        [
+            ("--triton-name", self.triton_name.is_some()),
+            ("--triton-version", self.triton_version.is_some()),
+            (
+                "--triton-max-batch-size",
+                self.triton_max_batch_size.is_some(),
+            ),
+            ("--triton-kind", self.triton_kind.is_some()),
+            ("--triton-instances", self.triton_instances.is_some()),
+            ("--triton-tensorrt", self.triton_tensorrt.is_some()),
+            (
+                "--triton-max-queue-delay-us",
+                self.triton_max_queue_delay_us.is_some(),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, given)| *given)
+        .map(|(flag, _)| flag)
+    }
+
+    /// The repository options, with `default_name` when no --triton-name is given.
+    pub fn options(&self, default_name: &str) -> gmlp_onnx::triton::TritonOptions {
+        use gmlp_onnx::triton::{InstanceKind, TensorRtPrecision, TritonOptions};
+        let mut o = TritonOptions::new(self.triton_name.as_deref().unwrap_or(default_name));
+        o.version = self.triton_version.unwrap_or(o.version);
+        o.max_batch_size = self.triton_max_batch_size;
+        o.kind = match self.triton_kind {
+            Some(TritonKindArg::Gpu) => InstanceKind::Gpu,
+            _ => InstanceKind::Cpu,
+        };
+        o.instance_count = self.triton_instances.unwrap_or(o.instance_count);
+        o.tensorrt = self.triton_tensorrt.map(|t| match t {
+            TritonTensorRtArg::Fp16 => TensorRtPrecision::Fp16,
+            TritonTensorRtArg::Fp32 => TensorRtPrecision::Fp32,
+        });
+        o.max_queue_delay_us = self
+            .triton_max_queue_delay_us
+            .unwrap_or(o.max_queue_delay_us);
+        o
+    }
+}
+
+/// A path's file name without its extension.
+pub fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Prints what was written.
+pub fn print_repository(w: &gmlp_onnx::triton::RepositoryWritten) {
+    println!(
+        "wrote Triton model {} (max_batch_size {}{}): {} and {}{}",
+        w.config.options.name,
+        w.config.max_batch_size,
+        if w.config.states.is_empty() {
+            String::new()
+        } else {
+            format!(", {} implicit states", w.config.states.len())
+        },
+        w.paths.config.display(),
+        w.paths.model.display(),
+        w.data_file
+            .as_ref()
+            .map(|d| format!(" + {}", d.display()))
+            .unwrap_or_default()
+    );
+}
+
+/// Runs `triton`.
+pub fn run(a: TritonArgs) -> anyhow::Result<()> {
+    let options = a.flags.options(&file_stem(&a.model));
+    let written = gmlp_onnx::triton::write_repository(&a.model, &a.repo, &options)?;
+    print_repository(&written);
+    Ok(())
+}
