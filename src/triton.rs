@@ -692,7 +692,7 @@ pub fn check_target(repo: &Path, options: &TritonOptions) -> Result<RepositoryPa
     options.check()?;
     if repo.exists() && !repo.is_dir() {
         return Err(invalid(format!(
-            "--triton-repo {} is not a directory",
+            "model repository {} is not a directory",
             repo.display()
         )));
     }
