@@ -15,7 +15,7 @@ use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{GmlpConfig, SpatialForm, Task};
 use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::{ArrayD, IxDyn};
+use ndarray::ArrayD;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
@@ -35,34 +35,6 @@ struct Fixture {
     labels: Option<Vec<i64>>,
 }
 
-fn tensor_of(st: &SafeTensors, name: &str) -> Option<TensorValue> {
-    let t = st.tensor(name).ok()?;
-    let shape = IxDyn(t.shape());
-    Some(match t.dtype() {
-        Dtype::F32 => TensorValue::F32(
-            ArrayD::from_shape_vec(
-                shape,
-                t.data()
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-        Dtype::I64 => TensorValue::I64(
-            ArrayD::from_shape_vec(
-                shape,
-                t.data()
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-        other => panic!("{name}: unexpected {other:?}"),
-    })
-}
-
 fn load(name: &str) -> Fixture {
     let dir = fixture(name);
     let meta: serde_json::Value =
@@ -72,12 +44,12 @@ fn load(name: &str) -> Fixture {
     let input_name = meta["input_name"].as_str().unwrap().to_string();
     let inputs = vec![NamedTensor {
         name: input_name.clone(),
-        value: tensor_of(&st, &input_name).unwrap(),
+        value: safetensors_tensor(&st, &input_name).unwrap(),
     }];
-    let TensorValue::F32(logits) = tensor_of(&st, "logits").unwrap() else {
+    let TensorValue::F32(logits) = safetensors_tensor(&st, "logits").unwrap() else {
         panic!("f32 logits")
     };
-    let labels = tensor_of(&st, "labels").map(|v| match v {
+    let labels = safetensors_tensor(&st, "labels").map(|v| match v {
         TensorValue::I64(a) => a.iter().copied().collect(),
         _ => panic!("labels"),
     });

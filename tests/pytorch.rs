@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use common::*;
 use gmlp_onnx::checkpoint::{pytorch, Checkpoint};
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::{ArrayD, IxDyn};
-use safetensors::tensor::Dtype;
+use ndarray::ArrayD;
 use safetensors::SafeTensors;
 
 /// max|ours − PyTorch| / max|PyTorch| allowed (as for the safetensors fixtures).
@@ -31,33 +30,7 @@ fn io(name: &str) -> (Vec<NamedTensor>, ArrayD<f32>) {
     let input_name = meta["input_name"].as_str().unwrap();
     let bytes = std::fs::read(dir.join("io.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let read = |name: &str| {
-        let t = st.tensor(name).unwrap();
-        let shape = IxDyn(t.shape());
-        match t.dtype() {
-            Dtype::F32 => TensorValue::F32(
-                ArrayD::from_shape_vec(
-                    shape,
-                    t.data()
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            Dtype::I64 => TensorValue::I64(
-                ArrayD::from_shape_vec(
-                    shape,
-                    t.data()
-                        .chunks_exact(8)
-                        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            other => panic!("{name}: unexpected {other:?}"),
-        }
-    };
+    let read = |name: &str| safetensors_tensor(&st, name).unwrap();
     let TensorValue::F32(logits) = read("logits") else {
         panic!("f32 logits")
     };

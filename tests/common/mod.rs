@@ -216,3 +216,35 @@ pub fn small_token_model(dir: &Path) -> PathBuf {
         ],
     )
 }
+
+/// A tensor of a safetensors file written by the fixture scripts (F32 or I64), `None` when
+/// the file has no tensor of that name.
+pub fn safetensors_tensor(st: &safetensors::SafeTensors, name: &str) -> Option<TensorValue> {
+    use ndarray::{ArrayD, IxDyn};
+    use safetensors::tensor::Dtype;
+    let t = st.tensor(name).ok()?;
+    let shape = IxDyn(t.shape());
+    Some(match t.dtype() {
+        Dtype::F32 => TensorValue::F32(
+            ArrayD::from_shape_vec(
+                shape,
+                t.data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+        Dtype::I64 => TensorValue::I64(
+            ArrayD::from_shape_vec(
+                shape,
+                t.data()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )
+            .unwrap(),
+        ),
+        other => panic!("{name}: unexpected {other:?}"),
+    })
+}
