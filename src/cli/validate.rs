@@ -41,7 +41,8 @@ pub struct ValidateArgs {
     /// After one warm-up run, time N runs per runtime and report median and min latency.
     #[arg(long, default_value_t = 0)]
     pub bench: usize,
-    /// Relative tolerance (scaled by the largest reference magnitude).
+    /// Relative tolerance (scaled by the largest reference magnitude); default 1e-4, or 0.1
+    /// for models built with --dtype int8 (with atol 1e-3).
     #[arg(long)]
     pub rtol: Option<f64>,
     /// Absolute tolerance.
@@ -117,6 +118,8 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             rtol: a.rtol.unwrap_or(default_rtol),
             atol: a.atol.unwrap_or(Tolerance::default().atol),
         },
+        // No tolerance given: the default for the model's precision (int8: Tolerance::INT8).
+        tolerance_from_model: a.rtol.is_none() && a.atol.is_none() && !a.tf32,
         runtime: RuntimeOptions {
             ort_library: a.ort_lib,
             cuda_tf32: a.tf32,

@@ -1,6 +1,6 @@
 //! Everything ONNX, and nothing about any one model: the protobuf types ([`proto`]), element
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
-//! helper per operator in [`ops`] and the shape rules in [`shape`]), the streaming writer
+//! helper per operator in [`ops`] and [`quant_ops`], and the shape rules in [`shape`]), the streaming writer
 //! ([`writer`]) and the reader ([`reader`]).
 
 pub mod builder;
@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod graph;
 pub mod ops;
 pub mod proto;
+pub mod quant_ops;
 pub mod reader;
 pub mod shape;
 pub mod writer;

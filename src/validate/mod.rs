@@ -50,6 +50,10 @@ pub struct ValidateOptions {
     pub bench: usize,
     /// Agreement criterion.
     pub tolerance: Tolerance,
+    /// Replace `tolerance` by the default for the model's stored precision
+    /// ([`Tolerance::default_for`]: int8 models get [`Tolerance::INT8`]); set when the user
+    /// gave no tolerance.
+    pub tolerance_from_model: bool,
     /// Runtime settings.
     pub runtime: RuntimeOptions,
 }
@@ -67,6 +71,7 @@ impl ValidateOptions {
             save_outputs: None,
             bench: 0,
             tolerance: Tolerance::default(),
+            tolerance_from_model: true,
             runtime: RuntimeOptions::default(),
         }
     }
@@ -105,6 +110,12 @@ pub fn validate_with_progress(
     }
     let model = read_model(path)?;
     check_external_data(&model, path)?;
+    let mut options = std::borrow::Cow::Borrowed(options);
+    if options.tolerance_from_model {
+        let tolerance = Tolerance::default_for(stored_config(&model).map(|c| c.dtype));
+        options.to_mut().tolerance = tolerance;
+    }
+    let options = options.as_ref();
     let inputs = match &options.inputs {
         Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
         None => make_inputs(&model, options.batch, &options.dims, options.seed)?,
