@@ -207,11 +207,20 @@ impl Emitter {
     /// W · LN(z2) + b with one W and b per head: the gate channels are split into
     /// `heads` contiguous groups ([B, n, e] → [B, h, n, e/h]).
     fn spatial_projection(&mut self, z2: &Value, p: &str) -> Result<Value> {
-        let w = self.spatial_weight(&format!("{p}.sgu.spatial.weight"))?;
+        let name = format!("{p}.sgu.spatial.weight");
+        // int8 models quantize W at build time (emit/dense.rs) instead of emitting it.
+        let w = match self.cfg.dtype {
+            Precision::Int8 => None,
+            _ => Some(self.spatial_weight(&name)?),
+        };
         let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8("spatial_matmul", &name, u),
+        };
         let heads = self.cfg.heads;
         if heads == 1 {
-            let mixed = self.g.matmul("spatial_matmul", &w, z2)?;
+            let mixed = mix(self, z2)?;
             return self.g.add("spatial_bias", &mixed, &b);
         }
         let (n, e) = (self.cfg.seq_len(), self.cfg.gate_dim());
@@ -229,7 +238,7 @@ impl Emitter {
             ],
         )?;
         let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
-        let mixed = self.g.matmul("spatial_matmul", &w, &per_head)?;
+        let mixed = mix(self, &per_head)?;
         let biased = self.g.add("spatial_bias", &mixed, &b)?;
         let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
         self.g.reshape(

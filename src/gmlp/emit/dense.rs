@@ -6,7 +6,9 @@
 
 use super::Emitter;
 use crate::error::{Error, Result};
+use crate::gmlp::config::SpatialForm;
 use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, transpose};
+use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand};
 use crate::gmlp::weights::check_values;
 use crate::onnx::graph::{ElemType, TensorData, Value};
 use crate::onnx::quant_ops::MIN_INT8_OPSET;
@@ -154,6 +156,80 @@ impl Emitter {
             },
         )?;
         self.int8_matmul(local, h, &q, &scales)
+    }
+
+    /// The spatial mixing `W · u` of an int8 model, for `u` of shape `[…, n, c]` (heads
+    /// first when there are several) and W of any stored form: computed transposed,
+    /// `(uᵀ · Wᵀ)ᵀ`, so that the constant int8 matrix is MatMulInteger's second operand
+    /// (ONNX Runtime has no fast kernel with a constant int8 first operand; measured in
+    /// BENCHMARKS.md). Wᵀ is materialized `[n, n]` per head (Toeplitz forms expanded,
+    /// causal mask applied) and quantized per column of Wᵀ, i.e. per output token.
+    pub(super) fn spatial_matmul_int8(
+        &mut self,
+        local: &str,
+        weight: &str,
+        u: &Value,
+    ) -> Result<Value> {
+        self.require_int8_opset()?;
+        let n = self.cfg.seq_len();
+        let (causal, dense) = (self.cfg.causal, self.cfg.spatial == SpatialForm::Dense);
+        // W per head as dense [n, n], masked, transposed.
+        let transposed = move |v: Vec<f32>| -> Vec<f32> {
+            let per_head = if dense { n * n } else { 2 * n - 1 };
+            v.chunks(per_head)
+                .flat_map(|h| {
+                    let mut w = if dense {
+                        h.to_vec()
+                    } else {
+                        toeplitz_expand(h, n)
+                    };
+                    if causal {
+                        mask_upper(&mut w, n);
+                    }
+                    transpose(&w, n, n)
+                })
+                .collect()
+        };
+        let heads = self.cfg.heads;
+        let mut q_dims = vec![n, n];
+        let mut s_dims = vec![1, n];
+        if heads > 1 {
+            q_dims.insert(0, heads);
+            s_dims.insert(0, heads);
+        }
+        let scales = self.derived_param(
+            &format!("{weight}.transposed.scale"),
+            weight,
+            &s_dims,
+            ElemType::F32,
+            move |v| {
+                transposed(v)
+                    .chunks(n * n)
+                    .flat_map(|t| column_scales(t, n))
+                    .collect()
+            },
+        )?;
+        let q = self.derived_param(
+            &format!("{weight}.transposed.int8"),
+            weight,
+            &q_dims,
+            ElemType::I8,
+            move |v| {
+                transposed(v)
+                    .chunks(n * n)
+                    .flat_map(|t| quantize_columns(t.to_vec(), &column_scales(t, n)))
+                    .collect()
+            },
+        )?;
+        let rank = u.shape.len();
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(rank - 2, rank - 1);
+        let u_t = self
+            .g
+            .transpose(&format!("{local}_transpose_in"), u, &perm)?;
+        let mixed_t = self.int8_matmul(local, &u_t, &q, &scales)?;
+        self.g
+            .transpose(&format!("{local}_transpose_out"), &mixed_t, &perm)
     }
 
     /// `x · dequant(q)` with `x` quantized on the fly: `DynamicQuantizeLinear(x)`,
