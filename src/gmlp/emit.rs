@@ -6,7 +6,7 @@
 //! z1 = GELU(h·U1 + bU1)            blocks.i/proj_in_z1, blocks.i/gelu_z1
 //! z2 = GELU(h·U2 + bU2)            blocks.i/proj_in_z2, blocks.i/gelu_z2
 //! g  = W·LN(z2) + b                blocks.i/sgu/norm, blocks.i/sgu/spatial_matmul, .../spatial_bias
-//! g  = g + attn(h)                 blocks.i/attn/...   (aMLP)
+//! g  = g + attn(h)                 blocks.i/attn/q, k, v, ...   (aMLP)
 //! y  = x + (z1 ⊙ g)·V + bV         blocks.i/sgu/gate, blocks.i/proj_out, blocks.i/residual
 //! ```
 //! Causal models: W is masked (W[i, j] = 0 for j > i) in the stored weights, and the
@@ -290,9 +290,15 @@ impl Emitter {
 
     /// Tiny attention of aMLP (fig. 6): single head of size a on the block's normalized input.
     fn attention(&mut self, p: &str, h: &Value, a: usize) -> Result<Value> {
-        let qkv = self.linear("qkv", h, &format!("{p}.attn.qkv.weight"), None)?;
-        let parts = self.g.split("split_qkv", &qkv, -1, &[a, a, a])?;
-        let elem = qkv.elem;
+        // q, k, v from column slices of Wqkv (three MatMuls, no Split).
+        let quantize = self.cfg.dtype == Precision::Int8;
+        let mut parts = Vec::with_capacity(3);
+        for (k, part) in ["q", "k", "v"].into_iter().enumerate() {
+            let weight = format!("{p}.attn.qkv.weight");
+            let cols = Some((k * a, (k + 1) * a));
+            parts.push(self.dense(part, h, &weight, None, cols, quantize)?);
+        }
+        let elem = parts[0].elem;
         let scale = self
             .g
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
