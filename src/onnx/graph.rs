@@ -222,8 +222,9 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Number of values stored as initializers (f32 or f16): the model's parameter count as stored in
-    /// the file (constants such as index tables and scalars are nodes, not parameters).
+    /// Number of values stored as initializers (f32, f16, or int8 with their f32 scales): the
+    /// model's parameter count as stored in the file (constants such as index tables and
+    /// scalars are nodes, not parameters).
     pub fn stored_f32_count(&self) -> u64 {
         self.initializers.iter().map(|i| i.len() as u64).sum()
     }
