@@ -318,7 +318,7 @@ fn node_names_are_by_place_and_metadata_holds_the_config() {
     let names: Vec<&str> = graph.node.iter().map(|n| n.name()).collect();
     for expected in [
         "blocks.0/norm",
-        "blocks.0/proj_in",
+        "blocks.0/proj_in_z1",
         "blocks.1/sgu/spatial_matmul",
         "blocks.1/sgu/spatial_weight_gather",
         "blocks.0/attn/softmax",

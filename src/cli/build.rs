@@ -65,6 +65,9 @@ pub enum DtypeArg {
     F32,
     /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
     F16,
+    /// Projections and vocabulary head in int8 (per output channel), dynamically
+    /// quantized activations; LayerNorm, spatial MatMul, softmax, residual and logits in f32.
+    Int8,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -448,6 +451,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     cfg.dtype = match a.dtype {
         DtypeArg::F32 => Precision::F32,
         DtypeArg::F16 => Precision::F16,
+        DtypeArg::Int8 => Precision::Int8,
     };
     target.check(cfg.spatial)?;
     let model = export_for(&cfg, source.clone(), &description, preset_name, &target)?;

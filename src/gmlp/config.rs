@@ -77,13 +77,18 @@ pub enum Precision {
     /// Weights, activations and MatMuls in f16; LayerNorm (with f32 scale and shift),
     /// the attention softmax and the output logits in f32.
     F16,
+    /// The projections (proj_in, proj_out, attention, vocabulary head) stored as int8,
+    /// symmetric per output channel, and run as dynamically quantized integer MatMuls
+    /// (`DynamicQuantizeLinear → MatMulInteger → scale`); everything else in f32
+    /// (see [`crate::gmlp::quantize`]).
+    Int8,
 }
 
 impl Precision {
-    /// The element type of weights and activations.
+    /// The element type of activations and of the weights that are not quantized.
     pub fn elem(self) -> ElemType {
         match self {
-            Precision::F32 => ElemType::F32,
+            Precision::F32 | Precision::Int8 => ElemType::F32,
             Precision::F16 => ElemType::F16,
         }
     }

@@ -3,20 +3,25 @@
 //! Each block (paper eq. 1–4, fig. 1; aMLP fig. 6):
 //! ```text
 //! h  = LN(x)                       blocks.i/norm
-//! z  = GELU(h·U + bU)              blocks.i/proj_in, blocks.i/gelu
-//! z1, z2 = split(z)                blocks.i/split
+//! z1 = GELU(h·U1 + bU1)            blocks.i/proj_in_z1, blocks.i/gelu_z1
+//! z2 = GELU(h·U2 + bU2)            blocks.i/proj_in_z2, blocks.i/gelu_z2
 //! g  = W·LN(z2) + b                blocks.i/sgu/norm, blocks.i/sgu/spatial_matmul, .../spatial_bias
-//! g  = g + attn(h)                 blocks.i/attn/...   (aMLP)
+//! g  = g + attn(h)                 blocks.i/attn/q, k, v, ...   (aMLP)
 //! y  = x + (z1 ⊙ g)·V + bV         blocks.i/sgu/gate, blocks.i/proj_out, blocks.i/residual
 //! ```
 //! Causal models: W is masked (W[i, j] = 0 for j > i) in the stored weights, and the
 //! attention scores get −1e9 above the diagonal before the softmax.
+//!
+//! The f32 graph is shaped for ONNX Runtime's CPU fusions (measured in BENCHMARKS.md):
+//! U's two halves U1 = U[:, :e], U2 = U[:, e:] are two MatMuls (no `Split` of z), each bias
+//! `Add` directly follows its MatMul, and GELU is spelled in the pattern `GeluFusion` and
+//! `BiasGeluFusion` match (see [`GraphBuilder::gelu`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, SpatialForm, Task};
+use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::gmlp::weights::{check_values, param_specs, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
@@ -35,6 +40,8 @@ pub const BATCH: &str = "batch";
 pub const HEAD_SCOPE: &str = "head";
 /// Value added to masked attention scores in causal models.
 pub const MASK_VALUE: f32 = -1e9;
+
+mod dense;
 
 struct Emitter {
     g: GraphBuilder,
@@ -201,11 +208,20 @@ impl Emitter {
     /// W · LN(z2) + b with one W and b per head: the gate channels are split into
     /// `heads` contiguous groups ([B, n, e] → [B, h, n, e/h]).
     fn spatial_projection(&mut self, z2: &Value, p: &str) -> Result<Value> {
-        let w = self.spatial_weight(&format!("{p}.sgu.spatial.weight"))?;
+        let name = format!("{p}.sgu.spatial.weight");
+        // int8 models quantize W at build time (emit/dense.rs) instead of emitting it.
+        let w = match self.cfg.dtype {
+            Precision::Int8 => None,
+            _ => Some(self.spatial_weight(&name)?),
+        };
         let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8("spatial_matmul", &name, u),
+        };
         let heads = self.cfg.heads;
         if heads == 1 {
-            let mixed = self.g.matmul("spatial_matmul", &w, z2)?;
+            let mixed = mix(self, z2)?;
             return self.g.add("spatial_bias", &mixed, &b);
         }
         let (n, e) = (self.cfg.seq_len(), self.cfg.gate_dim());
@@ -223,7 +239,7 @@ impl Emitter {
             ],
         )?;
         let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
-        let mixed = self.g.matmul("spatial_matmul", &w, &per_head)?;
+        let mixed = mix(self, &per_head)?;
         let biased = self.g.add("spatial_bias", &mixed, &b)?;
         let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
         self.g.reshape(
@@ -257,15 +273,8 @@ impl Emitter {
         weight: &str,
         bias: Option<&str>,
     ) -> Result<Value> {
-        let w = self.param(weight)?;
-        let y = self.g.matmul(local, x, &w)?;
-        match bias {
-            Some(b) => {
-                let b = self.param(b)?;
-                self.g.add(&format!("{local}_bias"), &y, &b)
-            }
-            None => Ok(y),
-        }
+        let quantize = self.cfg.dtype == Precision::Int8;
+        self.dense(local, x, weight, bias, None, quantize)
     }
 
     /// LayerNorm, always computed in f32 (an f16 model casts around it, keeping its
@@ -282,9 +291,15 @@ impl Emitter {
 
     /// Tiny attention of aMLP (fig. 6): single head of size a on the block's normalized input.
     fn attention(&mut self, p: &str, h: &Value, a: usize) -> Result<Value> {
-        let qkv = self.linear("qkv", h, &format!("{p}.attn.qkv.weight"), None)?;
-        let parts = self.g.split("split_qkv", &qkv, -1, &[a, a, a])?;
-        let elem = qkv.elem;
+        // q, k, v from column slices of Wqkv (three MatMuls, no Split).
+        let quantize = self.cfg.dtype == Precision::Int8;
+        let mut parts = Vec::with_capacity(3);
+        for (k, part) in ["q", "k", "v"].into_iter().enumerate() {
+            let weight = format!("{p}.attn.qkv.weight");
+            let cols = Some((k * a, (k + 1) * a));
+            parts.push(self.dense(part, h, &weight, None, cols, quantize)?);
+        }
+        let elem = parts[0].elem;
         let scale = self
             .g
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
@@ -316,14 +331,19 @@ impl Emitter {
         if self.cfg.shift_tokens > 0 {
             h = self.scoped("token_shift", |s| s.shift_tokens(&h))?;
         }
-        let z = self.linear(
-            "proj_in",
-            &h,
-            &format!("{p}.proj_in.weight"),
-            Some(&format!("{p}.proj_in.bias")),
-        )?;
-        let z = self.g.gelu("gelu", &z)?;
-        let halves = self.g.split("split", &z, -1, &[e, e])?;
+        let quantize = self.cfg.dtype == Precision::Int8;
+        let mut halves = Vec::with_capacity(2);
+        for (k, cols) in [(0, e), (e, 2 * e)].into_iter().enumerate() {
+            let z = self.dense(
+                &format!("proj_in_z{}", k + 1),
+                &h,
+                &format!("{p}.proj_in.weight"),
+                Some(&format!("{p}.proj_in.bias")),
+                Some(cols),
+                quantize,
+            )?;
+            halves.push(self.g.gelu(&format!("gelu_z{}", k + 1), &z)?);
+        }
         let attn = match self.cfg.attn_dim {
             Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a))?),
             None => None,
@@ -412,8 +432,12 @@ impl Emitter {
         self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
             (Task::Tokens { .. }, Some(table)) if tied => {
                 // Output projection tied to the embedding: logits = h · Eᵀ + bias.
-                let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
-                let logits = s.g.matmul("vocab_projection", h, &table_t)?;
+                let logits = if s.cfg.dtype == Precision::Int8 {
+                    s.tied_head_int8("vocab_projection", h, "embed.weight")?
+                } else {
+                    let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
+                    s.g.matmul("vocab_projection", h, &table_t)?
+                };
                 let bias = s.param("head.bias")?;
                 s.g.add("vocab_bias", &logits, &bias)
             }
@@ -422,7 +446,15 @@ impl Emitter {
             }
             (Task::Vision { .. }, _) => {
                 let pooled = s.g.mean("token_mean", h, &[1], false)?;
-                s.linear("classifier", &pooled, "head.weight", Some("head.bias"))
+                // The small classifier stays f32 in int8 models too.
+                s.dense(
+                    "classifier",
+                    &pooled,
+                    "head.weight",
+                    Some("head.bias"),
+                    None,
+                    false,
+                )
             }
         })
     }

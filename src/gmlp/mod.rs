@@ -1,6 +1,6 @@
 //! The gMLP / aMLP model ("Pay Attention to MLPs", Liu et al. 2021): configuration
 //! ([`config`]) and the paper's presets ([`presets`]), parameters by name ([`weights`]) and
-//! their seeded init ([`init`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
+//! their seeded init ([`init`]), int8 weight quantization ([`quantize`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
 //! through the graph builder ([`emit`]), the whole model with its metadata ([`export`],
 //! [`metadata`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`]). Nothing here
 //! knows protobuf.
@@ -11,6 +11,7 @@ pub mod export;
 pub mod init;
 pub mod metadata;
 pub mod presets;
+pub mod quantize;
 pub mod reference;
 pub mod targets;
 pub mod toeplitz;

@@ -125,7 +125,8 @@ impl GraphBuilder {
         self.weight_as(name, dims, ElemType::F32, data)
     }
 
-    /// Adds an initializer stored as `elem` (F32 or F16; values are given as f32).
+    /// Adds an initializer stored as `elem` (F32, F16, or I8 for quantized weights; values
+    /// are given as f32, integers in [−127, 127] for I8).
     pub fn weight_as(
         &mut self,
         name: &str,
@@ -133,8 +134,10 @@ impl GraphBuilder {
         elem: ElemType,
         data: TensorData,
     ) -> Result<Value> {
-        if !elem.is_float() {
-            return Err(Error::Internal(format!("{name}: weights are f32 or f16")));
+        if !elem.is_float() && elem != ElemType::I8 {
+            return Err(Error::Internal(format!(
+                "{name}: weights are f32, f16 or i8"
+            )));
         }
         if let TensorData::F32(v) = &data {
             let n: usize = dims.iter().product();

@@ -51,6 +51,12 @@ pub enum ElemType {
     F16,
     /// i64 (`TensorProto.INT64` = 7).
     I64,
+    /// i8 (`TensorProto.INT8` = 3): quantized weights (values given as f32 integers).
+    I8,
+    /// u8 (`TensorProto.UINT8` = 2): dynamically quantized activations.
+    U8,
+    /// i32 (`TensorProto.INT32` = 6): integer MatMul accumulators.
+    I32,
 }
 
 impl ElemType {
@@ -60,6 +66,9 @@ impl ElemType {
             ElemType::F32 => DataType::Float,
             ElemType::F16 => DataType::Float16,
             ElemType::I64 => DataType::Int64,
+            ElemType::I8 => DataType::Int8,
+            ElemType::U8 => DataType::Uint8,
+            ElemType::I32 => DataType::Int32,
         }
     }
     /// The `TensorProto.DataType` code.
@@ -72,11 +81,13 @@ impl ElemType {
             ElemType::F16 => 2,
             ElemType::F32 => 4,
             ElemType::I64 => 8,
+            ElemType::I8 | ElemType::U8 => 1,
+            ElemType::I32 => 4,
         }
     }
     /// True for the floating-point types.
     pub fn is_float(self) -> bool {
-        self != ElemType::I64
+        matches!(self, ElemType::F32 | ElemType::F16)
     }
 }
 
@@ -114,13 +125,14 @@ impl fmt::Debug for TensorData {
 }
 
 /// A named parameter tensor stored in the model file as an initializer (values produced
-/// as f32, stored as `elem`). Constants that are not parameters (index tables, shapes,
+/// as f32, stored as `elem`: F32, F16, or I8 for quantized weights whose f32 values are
+/// integers in [−127, 127]). Constants that are not parameters (index tables, shapes,
 /// scalars, masks) are `Constant` nodes.
 #[derive(Clone, Debug)]
 pub struct Initializer {
     /// Name (also the value name nodes refer to).
     pub name: String,
-    /// Stored element type (F32 or F16).
+    /// Stored element type (F32, F16 or I8).
     pub elem: ElemType,
     /// Dimensions.
     pub dims: Vec<usize>,
@@ -210,8 +222,9 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Number of values stored as initializers (f32 or f16): the model's parameter count as stored in
-    /// the file (constants such as index tables and scalars are nodes, not parameters).
+    /// Number of values stored as initializers (f32, f16, or int8 with their f32 scales): the
+    /// model's parameter count as stored in the file (constants such as index tables and
+    /// scalars are nodes, not parameters).
     pub fn stored_f32_count(&self) -> u64 {
         self.initializers.iter().map(|i| i.len() as u64).sum()
     }

@@ -1,6 +1,6 @@
 //! Everything ONNX, and nothing about any one model: the protobuf types ([`proto`]), element
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
-//! helper per operator in [`ops`] and [`primitive`], and the shape rules in [`shape`]), the streaming writer
+//! helper per operator in [`ops`], [`primitive`] and [`quant_ops`], and the shape rules in [`shape`]), the streaming writer
 //! ([`writer`]) and the reader ([`reader`]); the opset range and IR version table ([`versions`]) and
 //! the op forms a target can ask for ([`forms`]).
 
@@ -11,6 +11,7 @@ pub mod graph;
 pub mod ops;
 pub mod primitive;
 pub mod proto;
+pub mod quant_ops;
 pub mod reader;
 pub mod shape;
 pub mod versions;

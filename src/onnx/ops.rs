@@ -118,22 +118,25 @@ impl GraphBuilder {
     }
 
     /// Exact GELU `0.5·x·(1 + erf(x/√2))`: the `Gelu` operator (approximate = "none") from
-    /// opset 20, the same formula spelled with `Mul`/`Erf`/`Add` below it.
+    /// opset 20, the same formula spelled with `Div`/`Erf`/`Add`/`Mul` below it, in the
+    /// exact node pattern ONNX Runtime's `GeluFusion` rewrites into one `Gelu` kernel
+    /// (`Div(x, √2) → Erf → Add(1) → Mul(Mul(x, 0.5), ·)`; a `Mul` by 1/√2 is not matched),
+    /// which its `BiasGeluFusion` then merges with a preceding bias `Add`.
     ///
-    /// [Gelu](https://onnx.ai/onnx/operators/onnx__Gelu.html): new in opset 20 (`approximate = "none"` is the default); below 20 the formula is spelled with [Erf](https://onnx.ai/onnx/operators/onnx__Erf.html) (versions 9, 13).
+    /// [Gelu](https://onnx.ai/onnx/operators/onnx__Gelu.html): new in opset 20 (`approximate = "none"` is the default); below 20 the formula is spelled with [Div](https://onnx.ai/onnx/operators/onnx__Div.html) and [Erf](https://onnx.ai/onnx/operators/onnx__Erf.html) (versions 9, 13).
     pub fn gelu(&mut self, local: &str, x: &Value) -> Result<Value> {
         if self.opset() >= 20 {
             return Ok(self.single(local, "Gelu", &[x], vec![], (x.elem, x.shape.clone()), 0));
         }
-        let inv_sqrt2 = self.const_float(
-            &format!("{local}_inv_sqrt2"),
+        let sqrt2 = self.const_float(
+            &format!("{local}_sqrt2"),
             &[],
-            vec![std::f32::consts::FRAC_1_SQRT_2],
+            vec![std::f32::consts::SQRT_2],
             x.elem,
         )?;
         let one = self.const_float(&format!("{local}_one"), &[], vec![1.0], x.elem)?;
         let half = self.const_float(&format!("{local}_half"), &[], vec![0.5], x.elem)?;
-        let scaled = self.mul(&format!("{local}_scale"), x, &inv_sqrt2)?;
+        let scaled = self.binary(&format!("{local}_scale"), "Div", x, &sqrt2)?;
         let erf = self.single(
             &format!("{local}_erf"),
             "Erf",

@@ -288,14 +288,15 @@ fn tensor_values(init: &Initializer) -> Result<std::borrow::Cow<'_, [f32]>> {
     Ok(values)
 }
 
-/// Writes values little-endian as `elem` (f32, or f16 rounded to nearest) without a
+/// Writes values little-endian as `elem` (f32, f16 rounded to nearest, or i8 for quantized
+/// weights, whose values are already integers in [−127, 127]) without a
 /// second full-size copy: f32 on a little-endian machine goes out as it is in memory.
 fn write_floats(
     w: &mut (impl Write + ?Sized),
     values: &[f32],
     elem: ElemType,
 ) -> std::io::Result<()> {
-    if elem != ElemType::F16 && cfg!(target_endian = "little") {
+    if elem == ElemType::F32 && cfg!(target_endian = "little") {
         // SAFETY: f32 has no padding and every byte pattern is a valid u8; the slice
         // covers exactly the values' memory and lives as long as `values`.
         let bytes = unsafe {
@@ -312,6 +313,13 @@ fn write_floats(
                     dst.copy_from_slice(&half::f16::from_f32(*x).to_le_bytes());
                 }
                 chunk.len() * 2
+            }
+            ElemType::I8 => {
+                for (dst, x) in buf.iter_mut().zip(chunk) {
+                    // `as` saturates; the producer already rounded and clamped.
+                    *dst = (*x as i8) as u8;
+                }
+                chunk.len()
             }
             _ => {
                 for (dst, x) in buf.chunks_exact_mut(4).zip(chunk) {
