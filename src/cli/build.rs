@@ -7,9 +7,10 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
-use gmlp_onnx::gmlp::export::{counts, export, DEFAULT_OPSET};
+use gmlp_onnx::gmlp::export::{counts, export_in, DEFAULT_OPSET};
 use gmlp_onnx::gmlp::{
-    preset, GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task, WeightSource,
+    preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm, Task,
+    WeightSource,
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
@@ -131,6 +132,13 @@ pub struct BuildArgs {
     /// Causal model: W[i, j] = 0 and attention masked for j > i.
     #[arg(long)]
     pub causal: bool,
+    /// Causal token models: keep the static [batch, n] input (default: any length 1..=n).
+    #[arg(long, conflicts_with = "with_past")]
+    pub fixed_seq: bool,
+    /// Causal token models: one graph for prefill and single steps, with each block's
+    /// state as past_* inputs and present_* outputs (see README "Generation").
+    #[arg(long)]
+    pub with_past: bool,
     /// After writing, run the model in tract and ONNX Runtime and compare.
     #[arg(long)]
     pub validate: bool,
@@ -377,7 +385,22 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::F32 => Precision::F32,
         DtypeArg::F16 => Precision::F16,
     };
-    let model = export(&cfg, source.clone(), &description, preset_name, a.opset)?;
+    let mode = if a.with_past {
+        SequenceMode::WithPast
+    } else if a.fixed_seq {
+        SequenceMode::Fixed
+    } else {
+        SequenceMode::default_for(&cfg)
+    };
+    mode.check(&cfg)?;
+    let model = export_in(
+        &cfg,
+        source.clone(),
+        &description,
+        preset_name,
+        a.opset,
+        mode,
+    )?;
     let c = counts(&model.graph);
     // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
     let done_bytes: Vec<u64> = model

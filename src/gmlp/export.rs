@@ -7,9 +7,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::emit::{build_graph, HEAD_SCOPE};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
+use crate::gmlp::emit::{build_graph, build_graph_in, HEAD_SCOPE};
 use crate::gmlp::metadata::{
-    config_json, CONFIG_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, VERSION_KEY, WEIGHTS_KEY,
+    config_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, VERSION_KEY,
+    WEIGHTS_KEY,
 };
 use crate::gmlp::weights::WeightSource;
 use crate::onnx::graph::Graph;
@@ -92,6 +94,8 @@ pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
 
 /// Emits `cfg` with weights from `source` and attaches the metadata: the configuration
 /// as JSON, the tool version, where the weights came from, and the preset name if any.
+/// The sequence axis is [`SequenceMode::default_for`] the model (variable for causal token
+/// models).
 pub fn export(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
@@ -99,9 +103,28 @@ pub fn export(
     preset: Option<&str>,
     opset: i64,
 ) -> Result<Export> {
+    let mode = SequenceMode::default_for(cfg);
+    export_in(cfg, source, weights_description, preset, opset, mode)
+}
+
+/// [`export`] with the sequence axis emitted as `mode` says; variable-length and with-past
+/// models also record [`DecodingInfo`] under [`DECODING_KEY`]. Their counts are those of the
+/// same model at the full length n.
+pub fn export_in(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    weights_description: &str,
+    preset: Option<&str>,
+    opset: i64,
+    mode: SequenceMode,
+) -> Result<Export> {
     check_size(cfg)?;
-    let graph = build_graph(cfg, source, opset)?;
-    let c = counts(&graph);
+    let graph = build_graph_in(cfg, source.clone(), opset, mode)?;
+    let c = if mode == SequenceMode::Fixed {
+        counts(&graph)
+    } else {
+        counts(&build_graph(cfg, source, opset)?)
+    };
     let mut metadata = vec![
         (CONFIG_KEY.to_string(), config_json(cfg)?),
         (VERSION_KEY.to_string(), format!("{TOOL} {VERSION}")),
@@ -111,6 +134,9 @@ pub fn export(
     ];
     if let Some(p) = preset {
         metadata.push((PRESET_KEY.to_string(), p.to_string()));
+    }
+    if let Some(info) = DecodingInfo::of(cfg, mode) {
+        metadata.push((DECODING_KEY.to_string(), info.to_json()?));
     }
     let kind = if cfg.attn_dim.is_some() {
         "aMLP"
@@ -129,7 +155,12 @@ pub fn export(
                 cfg.d_ffn,
                 cfg.seq_len(),
                 cfg.spatial.as_str(),
-                if cfg.causal { ", causal" } else { "" }
+                match (cfg.causal, mode) {
+                    (false, _) => "",
+                    (true, SequenceMode::Fixed) => ", causal",
+                    (true, SequenceMode::Variable) => ", causal, any length up to n",
+                    (true, SequenceMode::WithPast) => ", causal, with past state",
+                }
             ),
             metadata,
         },
