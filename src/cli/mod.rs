@@ -6,6 +6,7 @@
 //! report it).
 
 pub mod build;
+pub mod generate;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
@@ -44,6 +45,8 @@ pub enum Command {
     },
     /// Run a model on several runtimes with the same inputs and compare the outputs.
     Validate(validate::ValidateArgs),
+    /// Generate tokens with a causal token model (built with --with-past, or variable length).
+    Generate(generate::GenerateArgs),
     /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata.
     Inspect {
         /// The ONNX model.

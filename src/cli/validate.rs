@@ -59,6 +59,15 @@ pub struct ValidateArgs {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// With-past models: tokens fed by the prefill of the decoding check [default: n/2].
+    #[arg(long)]
+    pub decode_prefill: Option<usize>,
+    /// With-past models: single steps after the prefill [default: 8].
+    #[arg(long)]
+    pub decode_steps: Option<usize>,
+    /// With-past models: length of the final multi-token chunk [default: 4].
+    #[arg(long)]
+    pub decode_chunk: Option<usize>,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -123,6 +132,9 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
             ..Default::default()
         },
+        decode_prefill: a.decode_prefill,
+        decode_steps: a.decode_steps,
+        decode_chunk: a.decode_chunk,
     };
     for (flag, v) in [
         ("--rtol", options.tolerance.rtol),

@@ -13,6 +13,7 @@ pub mod init;
 pub mod metadata;
 pub mod presets;
 pub mod reference;
+pub mod sampling;
 pub mod toeplitz;
 pub mod weights;
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::runtime::Placement;
 use crate::validate::compare::{OutputDiff, Tolerance};
+use crate::validate::decoding::DecodingReport;
 
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
@@ -87,7 +88,10 @@ pub struct ValidationReport {
     pub pairs: Vec<PairReport>,
     /// Tolerances applied.
     pub tolerance: Tolerance,
-    /// True when every pair agrees.
+    /// With-past models: the stepwise decoding check (absent for other models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decoding: Option<DecodingReport>,
+    /// True when every pair agrees (and the decoding check passes).
     pub pass: bool,
 }
 
@@ -145,6 +149,9 @@ impl ValidationReport {
                     o.bound
                 );
             }
+        }
+        if let Some(d) = &self.decoding {
+            s += &d.render();
         }
         s
     }
