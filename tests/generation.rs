@@ -284,3 +284,125 @@ fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position(
         }
     }
 }
+
+#[test]
+fn cli_builds_validates_and_generates_with_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("past.onnx");
+    let report = dir.path().join("report.json");
+    let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&checkpoint),
+        "--causal",
+        "--with-past",
+        "-q",
+        "-o",
+        path_str(&model),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&[
+        "validate",
+        path_str(&model),
+        "--decode-steps",
+        "5",
+        "--report",
+        path_str(&report),
+    ]);
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("decode prefill 16 + 5 single steps + a chunk of 4"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let decoding = &json["decoding"];
+    assert_eq!(decoding["pass"], true);
+    assert_eq!(decoding["plan"]["prefill"], 16);
+    let runtimes = decoding["runtimes"].as_array().unwrap();
+    assert_eq!(runtimes.len(), 2);
+    // prefill + 5 steps + chunk, then 3 state tensors per block for 2 blocks.
+    assert_eq!(
+        runtimes[0]["against_whole"].as_array().unwrap().len(),
+        7 + 6
+    );
+    assert_eq!(decoding["pairs"][0]["pass"], true);
+    let o = gmlp(&["inspect", path_str(&model)]);
+    let text = output_text(&o);
+    assert!(
+        text.contains("sequence    with-past, up to 32 positions"),
+        "{text}"
+    );
+    // e = 48, a = 16: (48 + 2·16)·4 = 320 bytes per token per block.
+    assert!(text.contains("320 bytes per token per block"), "{text}");
+    for sampling in [
+        &[][..],
+        &["--temperature", "0.9", "--top-k", "5", "--seed", "3"],
+    ] {
+        let mut args = vec![
+            "generate",
+            path_str(&model),
+            "--prompt-text",
+            "Permission is",
+            "--max-new-tokens",
+            "12",
+            "--compare",
+            "tract,ort-cpu",
+        ];
+        args.extend_from_slice(sampling);
+        let o = gmlp(&args);
+        let text = output_text(&o);
+        assert!(o.status.success(), "{text}");
+        assert!(text.contains("same tokens in tract, ort-cpu"), "{text}");
+        assert!(text.contains("prefill: 13 tokens"), "{text}");
+        assert!(text.contains("steps:   11 tokens"), "{text}");
+    }
+}
+
+#[test]
+fn greedy_generation_equals_the_argmax_of_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
+    let source: Arc<dyn WeightSource> = Arc::new(spread(4));
+    let path = write_in(
+        &cfg,
+        source.clone(),
+        SequenceMode::WithPast,
+        dir.path(),
+        "g.onnx",
+    );
+    let o = gmlp(&[
+        "generate",
+        path_str(&path),
+        "--prompt-ids",
+        "3,1,4",
+        "--runtime",
+        "tract",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tokens: Vec<i64> = json[0]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_i64().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 9, "stops at n = 12");
+    // The reference, fed the same sequence, picks the same next token at every position.
+    let mut all = vec![3, 1, 4];
+    all.extend(&tokens);
+    let ids = Array2::from_shape_vec((1, 12), all[..12].to_vec()).unwrap();
+    let logits = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+    for (k, &t) in tokens.iter().enumerate() {
+        let row = logits.slice(s![0, 2 + k, ..]);
+        let best = row
+            .iter()
+            .enumerate()
+            .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+            .0;
+        assert_eq!(best as i64, t, "token {k}");
+    }
+}
