@@ -169,9 +169,15 @@ impl Decoder {
             value: TensorValue::I64(fed.into_dyn()),
         }];
         if with_past {
-            inputs.extend(self.state.iter().cloned());
+            // Moved, not copied (the state is most of the bytes a step moves); put back
+            // below if the run fails.
+            inputs.append(&mut self.state);
         }
-        let outputs = self.runtime.run(&inputs)?;
+        let outputs = self.runtime.run(&inputs);
+        if with_past && self.state.is_empty() {
+            self.state = inputs.split_off(1);
+        }
+        let mut outputs = outputs?;
         let logits = outputs
             .iter()
             .find(|o| o.name == LOGITS)
@@ -188,13 +194,13 @@ impl Decoder {
         if with_past {
             let mut next = Vec::with_capacity(self.state.len());
             for s in &self.model.info.state {
-                let present = outputs
+                let k = outputs
                     .iter()
-                    .find(|o| o.name == s.present)
+                    .position(|o| o.name == s.present)
                     .ok_or_else(|| self.missing(&s.present))?;
                 next.push(NamedTensor {
                     name: s.past.clone(),
-                    value: present.value.clone(),
+                    value: outputs.swap_remove(k).value,
                 });
             }
             self.state = next;
