@@ -299,7 +299,7 @@ mod tests {
             |extra: &[&str], vocab| parse_prompt(&args(extra), vocab).unwrap_err().to_string();
         assert!(err(&["--prompt-ids", "1,x"], 10).contains("'x' is not a token id"));
         assert!(err(&["--prompt-ids", "1,10"], 10).contains("outside the vocabulary 0..10"));
-        assert!(err(&["--prompt-ids", "-1"], 10).contains("outside the vocabulary"));
+        assert!(err(&["--prompt-ids=-1"], 10).contains("outside the vocabulary"));
         assert!(err(&["--prompt-text", "Hi"], 50).contains("256 tokens"));
         assert!(err(&["--prompt-text", ""], 256).contains("empty"));
     }
