@@ -658,7 +658,11 @@ impl Emitter {
         let causal = self.cfg.causal;
         let heads = self.cfg.heads;
         let row_axis = usize::from(heads > 1);
+        // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
+        // (emit/dense.rs); f32/f16: W's rows P..P+T−1 (columns 0..P+T−1).
+        let int8 = self.cfg.dtype == Precision::Int8;
         let w = match self.cfg.spatial {
+            _ if int8 => None,
             SpatialForm::ToeplitzGather => {
                 let dims = self.head_dims(&[2 * n - 1]);
                 let vector = self.lazy_param(&name, &dims, move |mut w| {
@@ -668,14 +672,20 @@ impl Emitter {
                     w
                 })?;
                 let index = self.toeplitz_index_rows()?;
-                self.g
-                    .gather("spatial_weight_gather", &vector, &index, dims.len() - 1)?
+                Some(
+                    self.g
+                        .gather("spatial_weight_gather", &vector, &index, dims.len() - 1)?,
+                )
             }
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
                 let full = self.spatial_weight(&name)?;
                 let rows = self.rows_of("spatial_weight_rows", &full, row_axis)?;
-                self.first_columns("spatial_weight_columns", &rows)?
+                Some(self.first_columns("spatial_weight_columns", &rows)?)
             }
+        };
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u),
         };
         let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
         let b = self.rows_of("spatial_bias_rows", &b, row_axis)?;
@@ -685,7 +695,7 @@ impl Emitter {
             z2.clone()
         };
         if heads == 1 {
-            let mixed = self.g.matmul("spatial_matmul", &w, &u)?;
+            let mixed = mix(self, &u)?;
             return self.g.add("spatial_bias", &mixed, &b);
         }
         let e = self.cfg.gate_dim();
@@ -699,7 +709,7 @@ impl Emitter {
             vec![batch.clone(), total, Dim::Fixed(heads), Dim::Fixed(c)],
         )?;
         let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
-        let mixed = self.g.matmul("spatial_matmul", &w, &per_head)?;
+        let mixed = mix(self, &per_head)?;
         let biased = self.g.add("spatial_bias", &mixed, &b)?;
         let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
         self.g.reshape(
