@@ -4,17 +4,20 @@
 # latency per runtime, placement counts from ONNX Runtime's profile (in each JSON report),
 # the decoding check of a with-past model and `generate --runtime ort-cuda`.
 #
-# Usage: bench/gpu_leg.sh BIN ORT_LIB OUT_DIR
-#   BIN      a gmlp-onnx release binary (built with the default `cuda` feature)
-#   ORT_LIB  libonnxruntime.so.1.31.1 of PyPI's onnxruntime-gpu 1.31.1 (its
-#            libonnxruntime_providers_{shared,cuda}.so beside it)
-#   OUT_DIR  where logs, models' reports and the summary go
+# Usage: bench/gpu_leg.sh BIN ORT_LIB MODELS_DIR OUT_DIR [PART]
+#   BIN         a gmlp-onnx release binary (built with the default `cuda` feature)
+#   ORT_LIB     libonnxruntime.so.1.31.1 of PyPI's onnxruntime-gpu 1.31.1 (its
+#               libonnxruntime_providers_{shared,cuda}.so beside it)
+#   MODELS_DIR  where the models are built (kept between parts)
+#   OUT_DIR     where logs, JSON reports and the summary go
+#   PART        a (machine, doctor, builds, f32 models), b (f16, int8, with-past, generate)
+#               or all (default); each part fits a 10-minute window on an H100 machine
 # CUDA 13 and cuDNN 9 must come from the nvidia-* wheels of the Python that runs the script
 # (`python3`): their lib/ folders go on LD_LIBRARY_PATH exactly as README's recipe says.
 # Every step runs even if an earlier one fails; each step's exit code is logged.
 set -uo pipefail
-bin=$1 ort=$2 out=$3
-mkdir -p "$out/reports" "$out/models"
+bin=$1 ort=$2 m=$3 out=$4 part=${5:-all}
+mkdir -p "$out/reports" "$m"
 log="$out/log.txt"
 exec > >(tee -a "$log") 2>&1
 export ORT_DYLIB_PATH=$ort
@@ -24,7 +27,7 @@ export LD_LIBRARY_PATH
 
 step() { # step NAME CMD...: run, log the exit code
   local name=$1; shift
-  echo "=== $name: $*"
+  local cmd="$*"; echo "=== $name: ${cmd:0:240}"
   local t0=$SECONDS
   "$@"
   local rc=$?
@@ -32,6 +35,7 @@ step() { # step NAME CMD...: run, log the exit code
   echo "$name $rc" >> "$out/exit_codes.txt"
 }
 
+if [ "$part" != b ]; then
 echo "=== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 nvidia-smi | head -4
@@ -41,7 +45,6 @@ python3 -m pip list 2>/dev/null | grep -i -E '^(nvidia-(cublas|cuda-runtime|cudn
 
 step doctor "$bin" doctor
 
-m=$out/models
 step build-ti16 "$bin" build --preset gmlp-ti16 -o "$m/gmlp-ti16.onnx" --quiet
 step build-ti16-f16 "$bin" build --preset gmlp-ti16 --dtype f16 -o "$m/gmlp-ti16-f16.onnx" --quiet
 step build-amlp "$bin" build --preset amlp-base -o "$m/amlp-base.onnx" --quiet
@@ -49,15 +52,24 @@ step build-amlp-f16 "$bin" build --preset amlp-base --dtype f16 -o "$m/amlp-base
 step build-past "$bin" build --preset amlp-base --layers 6 --causal --with-past -o "$m/amlp-base-6-past.onnx" --quiet
 step build-ti16-int8 "$bin" build --preset gmlp-ti16 --dtype int8 -o "$m/gmlp-ti16-int8.onnx" --quiet
 
+fi
 r=$out/reports
-for model in gmlp-ti16 amlp-base gmlp-ti16-f16 amlp-base-f16; do
-  step "$model" "$bin" validate "$m/$model.onnx" --runtimes tract,ort-cpu,ort-cuda --batch 1 --bench 20 --report "$r/$model.json"
-  step "$model-tf32" "$bin" validate "$m/$model.onnx" --runtimes tract,ort-cuda --batch 1 --bench 20 --tf32 --report "$r/$model-tf32.json"
+validate_three() { # MODEL BENCH: all three runtimes, TF32 on, no CPU fallback
+  local model=$1 n=$2
+  step "$model" "$bin" validate "$m/$model.onnx" --runtimes tract,ort-cpu,ort-cuda --batch 1 --bench "$n" --report "$r/$model.json"
+  step "$model-tf32" "$bin" validate "$m/$model.onnx" --runtimes tract,ort-cuda --batch 1 --bench "$n" --tf32 --report "$r/$model-tf32.json"
   step "$model-no-fallback" "$bin" validate "$m/$model.onnx" --runtimes tract,ort-cuda --batch 1 --cuda-no-cpu-fallback --report "$r/$model-no-fallback.json"
-done
+}
+if [ "$part" != b ]; then
+validate_three gmlp-ti16 20
+validate_three amlp-base 10
 # Batch 8 at n = 512: where a GPU pays.
 step amlp-base-b8 "$bin" validate "$m/amlp-base.onnx" --runtimes ort-cpu,ort-cuda --batch 8 --bench 10 --report "$r/amlp-base-b8.json"
 step amlp-base-b8-tf32 "$bin" validate "$m/amlp-base.onnx" --runtimes ort-cpu,ort-cuda --batch 8 --bench 10 --tf32 --report "$r/amlp-base-b8-tf32.json"
+fi
+if [ "$part" != a ]; then
+validate_three gmlp-ti16-f16 10
+validate_three amlp-base-f16 5
 # int8 (DynamicQuantizeLinear/MatMulInteger): where do its nodes run?
 step gmlp-ti16-int8 "$bin" validate "$m/gmlp-ti16-int8.onnx" --runtimes tract,ort-cuda --batch 1 --bench 10 --report "$r/gmlp-ti16-int8.json"
 # With-past: whole-sequence agreement plus the decoding check (prefill 256, 8 steps, a chunk).
@@ -68,6 +80,7 @@ for rt in ort-cuda ort-cpu; do
   step "generate-$rt" "$bin" generate "$m/amlp-base-6-past.onnx" --prompt-ids "$prompt" --max-new-tokens 64 --runtime "$rt" --json -q
 done
 step generate-compare "$bin" generate "$m/amlp-base-6-past.onnx" --prompt-ids "$prompt" --max-new-tokens 16 --compare tract,ort-cuda -q
+fi
 
 echo "=== summary"
 python3 - "$r" <<'PY'
