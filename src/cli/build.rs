@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
-use gmlp_onnx::gmlp::export::{counts, export_for};
+use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{
     preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm, Task,
@@ -478,7 +478,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         &target,
         mode,
     )?;
-    let c = counts(&model.graph);
+    let c = model.counts.clone();
     // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
     let done_bytes: Vec<u64> = model
         .graph

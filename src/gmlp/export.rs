@@ -31,6 +31,9 @@ pub struct Export {
     pub graph: Graph,
     /// Model-level fields and metadata.
     pub info: ModelInfo,
+    /// Parameter and FLOP counts as the metadata records them (for variable-length and
+    /// with-past models, those of the same model at the full length n).
+    pub counts: GraphCounts,
 }
 
 /// Counts of an emitted graph.
@@ -182,5 +185,6 @@ pub fn export_for(
             ),
             metadata,
         },
+        counts: c,
     })
 }
