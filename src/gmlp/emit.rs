@@ -576,9 +576,16 @@ impl Emitter {
         let pos = self.positions()?;
         let (total, total_dim) = (pos.total.clone(), pos.total_dim.clone());
         let zero = self.g.const_i64(&format!("{local}_start"), &[1], vec![0])?;
+        let last = x
+            .shape
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| Error::Internal(format!("{local}: columns of a scalar")))?;
         let mut shape = x.shape.clone();
-        *shape.last_mut().expect("rank >= 1") = total_dim;
-        self.g.slice_dynamic(local, x, &zero, &total, &[-1], shape)
+        shape[last] = total_dim;
+        // A non-negative axis: candle-onnx 0.11 misreads Slice's negative axes.
+        self.g
+            .slice_dynamic(local, x, &zero, &total, &[last as i64], shape)
     }
 
     /// Rows P..P+T−1 of `x` along `axis` (fails at run time past n).

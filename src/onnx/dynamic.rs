@@ -12,10 +12,11 @@ use crate::onnx::shape::{fmt_shape, normalize_axis, shape_error};
 
 impl GraphBuilder {
     /// `Shape` of `x` restricted to the axes `[start, end)`: an i64 vector of `end − start`
-    /// sizes.
+    /// sizes, spelled as the whole `Shape` followed by a constant `Slice` at every opset.
     ///
-    /// [Shape](https://onnx.ai/onnx/operators/onnx__Shape.html): versions 1, 13 (types), 15 (`start` / `end` attributes), 19, 21, 23; the `start`/`end` form from 15 on,
-    /// below 15 the whole shape followed by a constant `Slice`.
+    /// [Shape](https://onnx.ai/onnx/operators/onnx__Shape.html): versions 1, 13 (types), 15 (`start` / `end` attributes), 19, 21, 23. The
+    /// `start`/`end` attributes (15+) are not used: candle-onnx 0.11 ignores them and returns
+    /// the whole shape (found by the consumer matrix), and opsets 13–14 lack them.
     pub fn shape_of(&mut self, local: &str, x: &Value, start: usize, end: usize) -> Result<Value> {
         let rank = x.shape.len();
         if !(start < end && end <= rank) {
@@ -24,28 +25,15 @@ impl GraphBuilder {
                 format!("axes [{start}, {end}) of {}", fmt_shape(&x.shape)),
             ));
         }
-        if self.opset() < 15 {
-            let whole = self.single(
-                &format!("{local}_all"),
-                "Shape",
-                &[x],
-                vec![],
-                (ElemType::I64, vec![Dim::Fixed(rank)]),
-                0,
-            );
-            return self.slice(local, &whole, 0, start, end);
-        }
-        Ok(self.single(
-            local,
+        let whole = self.single(
+            &format!("{local}_all"),
             "Shape",
             &[x],
-            vec![
-                ("start".to_string(), Attr::Int(start as i64)),
-                ("end".to_string(), Attr::Int(end as i64)),
-            ],
-            (ElemType::I64, vec![Dim::Fixed(end - start)]),
+            vec![],
+            (ElemType::I64, vec![Dim::Fixed(rank)]),
             0,
-        ))
+        );
+        self.slice(local, &whole, 0, start, end)
     }
 
     /// `Range(start, limit, delta)` of i64 scalars: a vector of `length` elements (a symbol
