@@ -169,7 +169,8 @@ pub struct BuildArgs {
     /// Causal model: W[i, j] = 0 and attention masked for j > i.
     #[arg(long)]
     pub causal: bool,
-    /// Causal token models: keep the static [batch, n] input (default: any length 1..=n).
+    /// Causal token models: keep the static [batch, n] input (default: any length 1..=n;
+    /// `--target portable` and `opencv4` keep it static).
     #[arg(long, conflicts_with = "with_past")]
     pub fixed_seq: bool,
     /// Causal token models: one graph for prefill and single steps, with each block's
@@ -467,7 +468,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     } else if a.fixed_seq {
         SequenceMode::Fixed
     } else {
-        SequenceMode::default_for(&cfg)
+        target.target.sequence_for(&cfg)
     };
     mode.check(&cfg)?;
     let model = export_for(
