@@ -5,7 +5,8 @@ preset": each preset is built (same --layers for both) by an OLD and a NEW binar
 models are loaded together and run alternately in ABBA order (old new new old ...), so that a
 shared machine's load hits both alike. For each run pair the ratio new / old is recorded; the
 table reports the median ratio and its spread (the 25th-75th percentile and min-max of the
-per-pair ratios), the median latencies, and the outputs' max relative difference.
+per-pair ratios, and the ratio of median latencies in each round), the median latencies, and
+the outputs' max relative difference.
 
 Usage: python bench/f32_presets.py --old OLD_EXE --new NEW_EXE [--pairs 20] [--rounds 2]
        [--threads 2] [--work DIR] [--json FILE]
@@ -102,7 +103,7 @@ def main():
         build(a.old, p, LAYERS[p], old)
         build(a.new, p, LAYERS[p], new)
         files[p] = (old, new)
-    acc = {p: {"old": [], "new": [], "rel": 0.0} for p in presets}
+    acc = {p: {"old": [], "new": [], "rel": 0.0, "rounds": []} for p in presets}
     for r in range(a.rounds):
         for p in presets:
             log(f"round {r + 1}: {p} (load {os.getloadavg()[0]:.2f})")
@@ -110,10 +111,11 @@ def main():
             acc[p]["old"] += t_old.tolist()
             acc[p]["new"] += t_new.tolist()
             acc[p]["rel"] = max(acc[p]["rel"], rel)
+            acc[p]["rounds"].append(float(np.median(t_new) / np.median(t_old)))
     rows = []
     print("| preset | blocks | pairs | before ms (median) | after ms (median) | after / before: median "
-          "| 25-75% | min-max | max rel after vs before |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| 25-75% | min-max | per round (ratio of medians) | max rel after vs before |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for p in presets:
         t_old, t_new = np.array(acc[p]["old"]), np.array(acc[p]["new"])
         ratio = t_new / t_old
@@ -121,10 +123,11 @@ def main():
         row = {"preset": p, "layers": LAYERS[p], "pairs": len(ratio), "old_ms": float(np.median(t_old)),
                "new_ms": float(np.median(t_new)), "ratio_median": float(q2), "ratio_q1": float(q1),
                "ratio_q3": float(q3), "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max()),
-               "max_rel": acc[p]["rel"]}
+               "rounds": acc[p]["rounds"], "max_rel": acc[p]["rel"]}
         rows.append(row)
         print(f"| {p} | {LAYERS[p]} | {len(ratio)} | {row['old_ms']:.1f} | {row['new_ms']:.1f} | {q2:.3f} | "
-              f"{q1:.3f}-{q3:.3f} | {ratio.min():.3f}-{ratio.max():.3f} | {acc[p]['rel']:.1e} |", flush=True)
+              f"{q1:.3f}-{q3:.3f} | {ratio.min():.3f}-{ratio.max():.3f} | "
+              f"{', '.join(f'{x:.3f}' for x in acc[p]['rounds'])} | {acc[p]['rel']:.1e} |", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
