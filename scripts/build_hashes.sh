@@ -39,6 +39,8 @@ fi
 
 for dir in fixtures/*/; do
   name="$(basename "$dir")"
+  # Imports only (fixtures/pytorch holds .pt files for the pickle reader's tests).
+  [ -f "${dir}meta.json" ] || continue
   # The flags the weights cannot show, as the fixture's meta.json records them.
   read -r -a flags <<<"$(python3 - "${dir}meta.json" <<'PY'
 import json, sys

@@ -11,7 +11,8 @@ use serde::Serialize;
 pub mod params;
 
 use crate::error::Result;
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, FLOPS_KEY, TARGET_KEY};
+use crate::gmlp::decoding::DecodingInfo;
+use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
 use crate::gmlp::weights::param_specs;
 use crate::onnx::dtype::{self, type_name};
 use crate::onnx::graph::Dim;
@@ -98,6 +99,9 @@ pub struct ModelSummary {
     pub config: Option<serde_json::Value>,
     /// The `--target` profile recorded by `build` (metadata `gmlp_onnx.target`).
     pub target: Option<String>,
+    /// Variable-length and with-past models: the sequence mode, n, the state tensors and
+    /// the state bytes per token per block (metadata `gmlp_onnx.decoding`).
+    pub decoding: Option<DecodingInfo>,
     /// All metadata properties.
     pub metadata: BTreeMap<String, String>,
     /// External data files referenced by initializers (empty when all data is inline).
@@ -222,6 +226,7 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
         flops_per_example: metadata_value(model, FLOPS_KEY).and_then(|v| v.trim().parse().ok()),
         config: metadata_value(model, CONFIG_KEY).and_then(|v| serde_json::from_str(v).ok()),
         target: metadata_value(model, TARGET_KEY).map(str::to_string),
+        decoding: metadata_value(model, DECODING_KEY).and_then(DecodingInfo::parse),
         metadata: model
             .metadata_props
             .iter()
@@ -337,6 +342,28 @@ impl ModelSummary {
         s += &format!("nodes       {}: {}\n", self.nodes, ops.join(", "));
         if let Some(c) = &self.config {
             s += &format!("config      {c}\n");
+        }
+        if let Some(d) = &self.decoding {
+            s += &format!(
+                "sequence    {}, up to {} positions (past_sequence + sequence)\n",
+                d.mode.as_str(),
+                d.max_sequence
+            );
+            if !d.state.is_empty() {
+                let blocks = d.state.iter().map(|t| t.block + 1).max().unwrap_or(0);
+                let per_block: Vec<String> = d
+                    .state
+                    .iter()
+                    .filter(|t| t.block == 0)
+                    .map(|t| format!("{} [batch, past_sequence, {}]", t.past, t.width))
+                    .collect();
+                s += &format!(
+                    "state       per block: {}; {} bytes per token per block (f32), {} bytes per token for all {blocks} blocks\n",
+                    per_block.join(", "),
+                    d.state_bytes_per_token_per_block,
+                    d.state_bytes_per_token_per_block * blocks
+                );
+            }
         }
         for (key, value) in &self.metadata {
             // The configuration is the line above, parsed.

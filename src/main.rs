@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Command::Build(args) => cli::build::run(*args),
         Command::Presets { json } => cli::presets::run(json),
         Command::Validate(args) => cli::validate::run(args),
+        Command::Generate(args) => cli::generate::run(args),
         Command::Inspect { model, json } => cli::inspect::run(&model, json),
         Command::Triton(args) => cli::triton::run(args),
         Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),

@@ -221,9 +221,15 @@ fn int8_graphs_use_the_dynamic_form_pass_the_checker_and_track_f32() {
             assert_eq!(op_count(&path, "DynamicQuantizeLinear"), integer_matmuls);
             // The f32 graph has no Split (proj_in halves and q, k, v are weight slices).
             assert_eq!(op_count(&f32_path, "Split"), 0);
-            let inputs =
-                gmlp_onnx::validate::make_inputs(&read_model(&path).unwrap(), 2, &[], opset as u64)
-                    .unwrap();
+            // Causal token models take any length (`sequence`): run all n positions.
+            let dims = [("sequence".to_string(), cfg.seq_len())];
+            let inputs = gmlp_onnx::validate::make_inputs(
+                &read_model(&path).unwrap(),
+                2,
+                &dims,
+                opset as u64,
+            )
+            .unwrap();
             let reference = f32_output(&run(RuntimeKind::OrtCpu, &f32_path, &inputs));
             for kind in CPU_RUNTIMES {
                 let out = f32_output(&run(kind, &path, &inputs));

@@ -15,7 +15,7 @@ use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::metadata::TARGET_KEY;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target, TARGETS};
-use gmlp_onnx::gmlp::{GmlpConfig, Precision, SpatialForm, Task};
+use gmlp_onnx::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};
 use gmlp_onnx::onnx::reader::{metadata_value, read_model};
 use gmlp_onnx::onnx::versions::ir_version_for;
 use gmlp_onnx::onnx::writer::write_model;
@@ -105,7 +105,15 @@ fn build(cfg: &GmlpConfig, target: &BuildTarget, dir: &Path, name: &str) -> (Gml
     let mut cfg = cfg.clone();
     cfg.spatial = target.target.spatial_for(cfg.spatial);
     target.check(cfg.spatial).unwrap();
-    let model = export_for(&cfg, Arc::new(spread(7)), "test", None, target).unwrap();
+    let model = export_for(
+        &cfg,
+        Arc::new(spread(7)),
+        "test",
+        None,
+        target,
+        SequenceMode::Fixed,
+    )
+    .unwrap();
     let path = dir.join(name);
     write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
     (cfg, path)
@@ -412,7 +420,15 @@ fn trained_fixtures_reproduce_pytorch_for_every_target() {
             let mut cfg = import.config.clone();
             cfg.spatial = target.spatial_for(cfg.spatial);
             let b = BuildTarget::resolve(target, None).unwrap();
-            let model = export_for(&cfg, Arc::new(import.weights(&cfg)), "t", None, &b).unwrap();
+            let model = export_for(
+                &cfg,
+                Arc::new(import.weights(&cfg)),
+                "t",
+                None,
+                &b,
+                SequenceMode::Fixed,
+            )
+            .unwrap();
             let path = dir.path().join(format!("{name}_{}.onnx", target.name()));
             write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
             for kind in CPU_RUNTIMES {

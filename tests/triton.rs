@@ -346,17 +346,35 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let toy = dir.path().join("toy-with-past.onnx");
     client(&env, &["toy-with-past", path_str(&toy), "--vocab", "11"]);
     check_with_past_model(&env, &toy, 11, dir.path());
-    // A real with-past model from `gmlp-onnx build` can be checked the same way:
-    // GMLP_ONNX_WITH_PAST_MODEL=path GMLP_ONNX_WITH_PAST_VOCAB=n.
-    if let Ok(path) = std::env::var("GMLP_ONNX_WITH_PAST_MODEL") {
-        let vocab = std::env::var("GMLP_ONNX_WITH_PAST_VOCAB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .expect("GMLP_ONNX_WITH_PAST_VOCAB=n with GMLP_ONNX_WITH_PAST_MODEL");
-        let work = dir.path().join("real");
-        std::fs::create_dir(&work).expect("mkdir");
-        check_with_past_model(&env, Path::new(&path), vocab, &work);
-    }
+    // And a real one from `build --with-past`: a causal aMLP (heads 1, Toeplitz gather),
+    // 2 blocks, n = 16 (48 steps of one token fill 4 sequences of 12).
+    let real = dir.path().join("amlp-with-past.onnx");
+    gmlp_ok(&[
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--d-ffn",
+        "64",
+        "--attn-dim",
+        "8",
+        "--seq-len",
+        "16",
+        "--vocab-size",
+        "50",
+        "--causal",
+        "--with-past",
+        "--init",
+        "spread",
+        "-o",
+        path_str(&real),
+    ]);
+    let work = dir.path().join("real");
+    std::fs::create_dir(&work).expect("mkdir");
+    check_with_past_model(&env, &real, 50, &work);
 }
 
 /// Every file and folder under `dir`, for "nothing was written" checks.

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
-use gmlp_onnx::gmlp::export::{counts, export_for};
+use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{
-    preset, GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm, Task, WeightSource,
+    preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm, Task,
+    WeightSource,
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
@@ -168,6 +169,14 @@ pub struct BuildArgs {
     /// Causal model: W[i, j] = 0 and attention masked for j > i.
     #[arg(long)]
     pub causal: bool,
+    /// Causal token models: keep the static [batch, n] input (default: any length 1..=n;
+    /// `--target portable` and `opencv4` keep it static).
+    #[arg(long, conflicts_with = "with_past")]
+    pub fixed_seq: bool,
+    /// Causal token models: one graph for prefill and single steps, with each block's
+    /// state as past_* inputs and present_* outputs (see README "Generation").
+    #[arg(long)]
+    pub with_past: bool,
     /// After writing, run the model in tract and ONNX Runtime and compare.
     #[arg(long)]
     pub validate: bool,
@@ -454,8 +463,23 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::Int8 => Precision::Int8,
     };
     target.check(cfg.spatial)?;
-    let model = export_for(&cfg, source.clone(), &description, preset_name, &target)?;
-    let c = counts(&model.graph);
+    let mode = if a.with_past {
+        SequenceMode::WithPast
+    } else if a.fixed_seq {
+        SequenceMode::Fixed
+    } else {
+        target.target.sequence_for(&cfg)
+    };
+    mode.check(&cfg)?;
+    let model = export_for(
+        &cfg,
+        source.clone(),
+        &description,
+        preset_name,
+        &target,
+        mode,
+    )?;
+    let c = model.counts.clone();
     // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
     let done_bytes: Vec<u64> = model
         .graph

@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod doctor;
+pub mod generate;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
@@ -46,6 +47,8 @@ pub enum Command {
     },
     /// Run a model on several runtimes with the same inputs and compare the outputs.
     Validate(validate::ValidateArgs),
+    /// Generate tokens with a causal token model (built with --with-past, or variable length).
+    Generate(generate::GenerateArgs),
     /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata.
     Inspect {
         /// The ONNX model.

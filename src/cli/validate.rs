@@ -59,6 +59,15 @@ pub struct ValidateArgs {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// With-past models: tokens fed by the prefill of the decoding check [default: n/2].
+    #[arg(long)]
+    pub decode_prefill: Option<usize>,
+    /// With-past models: single steps after the prefill [default: 8].
+    #[arg(long)]
+    pub decode_steps: Option<usize>,
+    /// With-past models: length of the final multi-token chunk [default: 4].
+    #[arg(long)]
+    pub decode_chunk: Option<usize>,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -120,6 +129,9 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
             ..Default::default()
         },
+        decode_prefill: a.decode_prefill,
+        decode_steps: a.decode_steps,
+        decode_chunk: a.decode_chunk,
     };
     let report = validate_with_spinner(&a.model, &options, false)
         .with_context(|| format!("validate {}", a.model.display()))?;

@@ -16,12 +16,20 @@
 //! U's two halves U1 = U[:, :e], U2 = U[:, e:] are two MatMuls (no `Split` of z), each bias
 //! `Add` directly follows its MatMul, and GELU is spelled in the pattern `GeluFusion` and
 //! `BiasGeluFusion` match (see [`GraphBuilder::gelu`]).
+//!
+//! Causal token models may be emitted with a variable length or with state
+//! ([`SequenceMode`], SPEC §6): the new positions P..P+T−1 (P = `past_sequence`, 0
+//! without state; T = `sequence`) read rows P..P+T−1 and columns 0..P+T−1 of W and
+//! b[P..P+T−1], gathered by a computed row index (which also makes a run past n fail
+//! instead of wrapping around); the Toeplitz gather form builds only those rows of its
+//! index table, `idx[t][s] = s − (P + t) + n − 1`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
+use crate::gmlp::decoding::{block_state, SequenceMode, PAST_SEQUENCE, SEQUENCE, TOTAL_SEQUENCE};
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::gmlp::weights::{check_values, param_specs, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
@@ -50,6 +58,30 @@ struct Emitter {
     source: Arc<dyn WeightSource>,
     toeplitz_index: Option<Value>,
     causal_mask: Option<Value>,
+    mode: SequenceMode,
+    /// Row positions and lengths of a variable-length or with-past graph.
+    positions: Option<Positions>,
+    /// `past_*` graph inputs, by name (with-past graphs).
+    past: HashMap<String, Value>,
+    /// `present_*` values in output order (with-past graphs).
+    present: Vec<(String, Value)>,
+}
+
+/// The run-time positions of a variable-length graph, computed once and shared by blocks.
+struct Positions {
+    /// Positions P..P+T−1 of the new tokens, i64 [sequence].
+    rows: Value,
+    /// P + T as an i64 [1] (the end of a column Slice).
+    total: Value,
+    /// Symbol of P + T.
+    total_dim: Dim,
+    /// Toeplitz index rows `idx[t][s] = s − (P + t) + n − 1`, i64 [sequence, total]
+    /// (gather form only, made on first use).
+    toeplitz_index: Option<Value>,
+    /// The causal mask's rows P..P+T−1, columns 0..P+T−1 (aMLP, made on first use).
+    mask: Option<Value>,
+    /// The scalar P + T (for the Toeplitz column range).
+    total_scalar: Value,
 }
 
 impl Emitter {
@@ -174,6 +206,9 @@ impl Emitter {
     /// [`GmlpConfig::shift_amounts`]): chunk k of the channels moves by `amounts[k]` tokens
     /// with zero fill; the remaining channels are unchanged.
     fn shift_tokens(&mut self, h: &Value) -> Result<Value> {
+        if self.mode != SequenceMode::Fixed {
+            return self.shift_tokens_variable(h);
+        }
         let amounts = self.cfg.shift_amounts();
         let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
         let chunk = d / amounts.len();
@@ -207,7 +242,10 @@ impl Emitter {
 
     /// W · LN(z2) + b with one W and b per head: the gate channels are split into
     /// `heads` contiguous groups ([B, n, e] → [B, h, n, e/h]).
-    fn spatial_projection(&mut self, z2: &Value, p: &str) -> Result<Value> {
+    fn spatial_projection(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+        if self.mode != SequenceMode::Fixed {
+            return self.spatial_projection_rows(z2, p, i);
+        }
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (emit/dense.rs) instead of emitting it.
         let w = match self.cfg.dtype {
@@ -290,7 +328,7 @@ impl Emitter {
     }
 
     /// Tiny attention of aMLP (fig. 6): single head of size a on the block's normalized input.
-    fn attention(&mut self, p: &str, h: &Value, a: usize) -> Result<Value> {
+    fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
         // q, k, v from column slices of Wqkv (three MatMuls, no Split).
         let quantize = self.cfg.dtype == Precision::Int8;
         let mut parts = Vec::with_capacity(3);
@@ -304,17 +342,29 @@ impl Emitter {
             .g
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
         let q = self.g.mul("q_scale", &parts[0], &scale)?;
-        let kt = self.g.transpose("k_transpose", &parts[1], &[0, 2, 1])?;
+        let (keys, values) = if self.mode == SequenceMode::WithPast {
+            (
+                self.with_past(&format!("past_key.{i}"), "key", &parts[1])?,
+                self.with_past(&format!("past_value.{i}"), "value", &parts[2])?,
+            )
+        } else {
+            (parts[1].clone(), parts[2].clone())
+        };
+        let kt = self.g.transpose("k_transpose", &keys, &[0, 2, 1])?;
         let scores = self.g.matmul("scores", &q, &kt)?;
         // Mask and softmax in f32 (an f16 model casts around them).
         let mut scores = self.cast_to("scores_to_f32", &scores, ElemType::F32)?;
         if self.cfg.causal {
-            let mask = self.causal_mask()?;
+            let mask = if self.mode == SequenceMode::Fixed {
+                self.causal_mask()?
+            } else {
+                self.mask_rows()?
+            };
             scores = self.g.add("causal_mask", &scores, &mask)?;
         }
         let probs = self.g.softmax("softmax", &scores, -1)?;
         let probs = self.cast_to("probs_to_f16", &probs, elem)?;
-        let context = self.g.matmul("context", &probs, &parts[2])?;
+        let context = self.g.matmul("context", &probs, &values)?;
         self.linear(
             "out",
             &context,
@@ -345,12 +395,12 @@ impl Emitter {
             halves.push(self.g.gelu(&format!("gelu_z{}", k + 1), &z)?);
         }
         let attn = match self.cfg.attn_dim {
-            Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a))?),
+            Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a, i))?),
             None => None,
         };
         let gated = self.scoped("sgu", |s| {
             let z2 = s.layer_norm("norm", &halves[1], &format!("{p}.sgu.norm"), sgu_eps)?;
-            let mut gate = s.spatial_projection(&z2, &p)?;
+            let mut gate = s.spatial_projection(&z2, &p, i)?;
             if let Some(attn) = &attn {
                 gate = s.g.add("attn_add", &gate, attn)?;
             }
@@ -376,6 +426,9 @@ impl Emitter {
         let batch = Dim::Symbol(BATCH.into());
         match self.cfg.task.clone() {
             Task::Tokens { seq_len, .. } => {
+                if self.mode != SequenceMode::Fixed {
+                    return self.embed_variable();
+                }
                 let ids =
                     self.g
                         .input(INPUT_IDS, ElemType::I64, vec![batch, Dim::Fixed(seq_len)])?;
@@ -460,20 +513,290 @@ impl Emitter {
     }
 }
 
-/// Emits the whole network for `cfg` at `opset`, with parameter values taken from
-/// `source` when the graph is written.
-pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
-    build_graph_with_forms(cfg, source, opset, OpForms::default())
+/// Variable length and state (SPEC §6).
+impl Emitter {
+    /// `input_ids` [batch, sequence] (and the `past_*` inputs), the embedding, and the
+    /// shared row positions P..P+T−1.
+    fn embed_variable(&mut self) -> Result<(Value, Option<Value>)> {
+        let batch = Dim::Symbol(BATCH.into());
+        let seq = Dim::Symbol(SEQUENCE.into());
+        let ids = self
+            .g
+            .input(INPUT_IDS, ElemType::I64, vec![batch.clone(), seq.clone()])?;
+        if self.mode == SequenceMode::WithPast {
+            let past = Dim::Symbol(PAST_SEQUENCE.into());
+            for i in 0..self.cfg.layers {
+                for state in block_state(&self.cfg, i) {
+                    let shape = vec![batch.clone(), past.clone(), Dim::Fixed(state.width)];
+                    let v = self.g.input(&state.past, ElemType::F32, shape)?;
+                    self.past.insert(state.past.clone(), v);
+                }
+            }
+        }
+        let table = self.param("embed.weight")?;
+        let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
+        let first_past = self.past.get("past_sgu.0").cloned();
+        let positions = self.g.scoped("positions", |g| {
+            let zero = g.const_i64("zero", &[], vec![0])?;
+            let one = g.const_i64("one", &[], vec![1])?;
+            let ids_len = g.shape_of("sequence_shape", &ids, 1, 2)?;
+            let new = g.gather("sequence", &ids_len, &zero, 0)?;
+            let (start, total_dim) = match &first_past {
+                Some(past) => {
+                    let past_len = g.shape_of("past_shape", past, 1, 2)?;
+                    let start = g.gather("past_sequence", &past_len, &zero, 0)?;
+                    (start, Dim::Symbol(TOTAL_SEQUENCE.into()))
+                }
+                None => (zero.clone(), seq.clone()),
+            };
+            let total_scalar = g.add("total", &start, &new)?;
+            let rows = g.range("rows", &start, &total_scalar, &one, seq.clone())?;
+            let total = g.reshape("total_1d", &total_scalar, &[1], vec![Dim::Fixed(1)])?;
+            Ok(Positions {
+                rows,
+                total,
+                total_dim,
+                toeplitz_index: None,
+                mask: None,
+                total_scalar,
+            })
+        })?;
+        self.positions = Some(positions);
+        Ok((x, Some(table)))
+    }
+
+    fn positions(&self) -> Result<&Positions> {
+        self.positions
+            .as_ref()
+            .ok_or_else(|| Error::Internal("positions used before the embedding".into()))
+    }
+
+    /// Columns 0..P+T−1 of `x` (last axis) for rows already gathered.
+    fn first_columns(&mut self, local: &str, x: &Value) -> Result<Value> {
+        let pos = self.positions()?;
+        let (total, total_dim) = (pos.total.clone(), pos.total_dim.clone());
+        let zero = self.g.const_i64(&format!("{local}_start"), &[1], vec![0])?;
+        let last = x
+            .shape
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| Error::Internal(format!("{local}: columns of a scalar")))?;
+        let mut shape = x.shape.clone();
+        shape[last] = total_dim;
+        // A non-negative axis: candle-onnx 0.11 misreads Slice's negative axes.
+        self.g
+            .slice_dynamic(local, x, &zero, &total, &[last as i64], shape)
+    }
+
+    /// Rows P..P+T−1 of `x` along `axis` (fails at run time past n).
+    fn rows_of(&mut self, local: &str, x: &Value, axis: usize) -> Result<Value> {
+        let rows = self.positions()?.rows.clone();
+        self.g.gather(local, x, &rows, axis)
+    }
+
+    /// The shared index rows `idx[t][s] = s − (P + t) + n − 1` of the Toeplitz gather form.
+    fn toeplitz_index_rows(&mut self) -> Result<Value> {
+        if let Some(v) = &self.positions()?.toeplitz_index {
+            return Ok(v.clone());
+        }
+        let n = self.cfg.seq_len();
+        let pos = self.positions()?;
+        let (rows, total_scalar, total_dim) = (
+            pos.rows.clone(),
+            pos.total_scalar.clone(),
+            pos.total_dim.clone(),
+        );
+        let seq = rows.shape[0].clone();
+        let v = self.g.scoped("shared", |g| {
+            let zero = g.const_i64("toeplitz_zero", &[], vec![0])?;
+            let one = g.const_i64("toeplitz_one", &[], vec![1])?;
+            let cols = g.range("toeplitz_columns", &zero, &total_scalar, &one, total_dim)?;
+            let rows_col = g.reshape("toeplitz_rows", &rows, &[-1, 1], vec![seq, Dim::Fixed(1)])?;
+            let offset = g.sub("toeplitz_offset", &cols, &rows_col)?;
+            let diagonal = g.const_i64("toeplitz_diagonal", &[], vec![n as i64 - 1])?;
+            g.add("toeplitz_index", &offset, &diagonal)
+        })?;
+        if let Some(pos) = self.positions.as_mut() {
+            pos.toeplitz_index = Some(v.clone());
+        }
+        Ok(v)
+    }
+
+    /// The causal mask for the new rows: [sequence, total], shared by the blocks.
+    fn mask_rows(&mut self) -> Result<Value> {
+        if let Some(v) = &self.positions()?.mask {
+            return Ok(v.clone());
+        }
+        let full = self.causal_mask()?;
+        self.g.push_scope("shared");
+        let rows = self.rows_of("causal_mask_rows", &full, 0);
+        let v = rows.and_then(|r| self.first_columns("causal_mask_columns", &r));
+        self.g.pop_scope();
+        let v = v?;
+        if let Some(pos) = self.positions.as_mut() {
+            pos.mask = Some(v.clone());
+        }
+        Ok(v)
+    }
+
+    /// `past` (a graph input) followed by `new` along the tokens; the result is also the
+    /// `present_*` output `kind`.
+    fn with_past(&mut self, past: &str, kind: &str, new: &Value) -> Result<Value> {
+        let past_value = self
+            .past
+            .get(past)
+            .cloned()
+            .ok_or_else(|| Error::Internal(format!("no graph input {past}")))?;
+        let past_value = self.cast_to(&format!("past_{kind}_cast"), &past_value, new.elem)?;
+        let total_dim = self.positions()?.total_dim.clone();
+        let all =
+            self.g
+                .concat_symbolic(&format!("{kind}_concat"), &[&past_value, new], 1, total_dim)?;
+        let present = self.cast_to(&format!("present_{kind}_to_f32"), &all, ElemType::F32)?;
+        self.present
+            .push((past.replacen("past_", "present_", 1), present));
+        Ok(all)
+    }
+
+    /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past (if any) followed by `z2`.
+    fn spatial_projection_rows(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+        let name = format!("{p}.sgu.spatial.weight");
+        let n = self.cfg.seq_len();
+        let causal = self.cfg.causal;
+        let heads = self.cfg.heads;
+        let row_axis = usize::from(heads > 1);
+        // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
+        // (emit/dense.rs); f32/f16: W's rows P..P+T−1 (columns 0..P+T−1).
+        let int8 = self.cfg.dtype == Precision::Int8;
+        let w = match self.cfg.spatial {
+            _ if int8 => None,
+            SpatialForm::ToeplitzGather => {
+                let dims = self.head_dims(&[2 * n - 1]);
+                let vector = self.lazy_param(&name, &dims, move |mut w| {
+                    if causal {
+                        w.chunks_mut(2 * n - 1).for_each(|v| v[n..].fill(0.0));
+                    }
+                    w
+                })?;
+                let index = self.toeplitz_index_rows()?;
+                Some(
+                    self.g
+                        .gather("spatial_weight_gather", &vector, &index, dims.len() - 1)?,
+                )
+            }
+            SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
+                let full = self.spatial_weight(&name)?;
+                let rows = self.rows_of("spatial_weight_rows", &full, row_axis)?;
+                Some(self.first_columns("spatial_weight_columns", &rows)?)
+            }
+        };
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u),
+        };
+        let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
+        let b = self.rows_of("spatial_bias_rows", &b, row_axis)?;
+        let u = if self.mode == SequenceMode::WithPast {
+            self.with_past(&format!("past_sgu.{i}"), "sgu", z2)?
+        } else {
+            z2.clone()
+        };
+        if heads == 1 {
+            let mixed = mix(self, &u)?;
+            return self.g.add("spatial_bias", &mixed, &b);
+        }
+        let e = self.cfg.gate_dim();
+        let c = e / heads;
+        let (batch, total) = (u.shape[0].clone(), u.shape[1].clone());
+        let seq = z2.shape[1].clone();
+        let split = self.g.reshape(
+            "split_heads",
+            &u,
+            &[0, -1, heads as i64, c as i64],
+            vec![batch.clone(), total, Dim::Fixed(heads), Dim::Fixed(c)],
+        )?;
+        let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
+        let mixed = mix(self, &per_head)?;
+        let biased = self.g.add("spatial_bias", &mixed, &b)?;
+        let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
+        self.g.reshape(
+            "merge_heads",
+            &back,
+            &[0, -1, e as i64],
+            vec![batch, seq, Dim::Fixed(e)],
+        )
+    }
+
+    /// Token shift for a variable length (causal shifts a ≥ 0 only): pad a zeros in front,
+    /// keep the first T positions.
+    fn shift_tokens_variable(&mut self, h: &Value) -> Result<Value> {
+        let amounts = self.cfg.shift_amounts();
+        let d = self.cfg.d_model;
+        let chunk = d / amounts.len();
+        let rest = d - chunk * amounts.len();
+        let mut sizes = vec![chunk; amounts.len()];
+        if rest > 0 {
+            sizes.push(rest);
+        }
+        let parts = self.g.split("split", h, -1, &sizes)?;
+        let mut shifted = Vec::with_capacity(parts.len());
+        for (k, part) in parts.iter().enumerate() {
+            let a = amounts.get(k).copied().unwrap_or(0);
+            if a == 0 {
+                shifted.push(part.clone());
+                continue;
+            }
+            if a < 0 {
+                return Err(Error::Internal(
+                    "a variable-length token shift must be causal".into(),
+                ));
+            }
+            let a = a as usize;
+            let padded = self.g.pad_axis_symbolic(
+                &format!("shift_{k}_pad"),
+                part,
+                1,
+                (a, 0),
+                Dim::Symbol(format!("{SEQUENCE} + {a}")),
+            )?;
+            let start = self
+                .g
+                .const_i64(&format!("shift_{k}_start"), &[1], vec![0])?;
+            let end = self
+                .g
+                .const_i64(&format!("shift_{k}_end"), &[1], vec![-(a as i64)])?;
+            shifted.push(self.g.slice_dynamic(
+                &format!("shift_{k}"),
+                &padded,
+                &start,
+                &end,
+                &[1],
+                part.shape.clone(),
+            )?);
+        }
+        let refs: Vec<&Value> = shifted.iter().collect();
+        self.g.concat("concat", &refs, -1)
+    }
 }
 
-/// [`build_graph`] with the operations spelled in `forms` (a `--target` profile's).
-pub fn build_graph_with_forms(
+/// Emits the whole network for `cfg` at `opset`, with parameter values taken from
+/// `source` when the graph is written, with a fixed sequence length.
+pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
+    build_graph_in(cfg, source, opset, OpForms::default(), SequenceMode::Fixed)
+}
+
+/// [`build_graph`] with the operations spelled in `forms` (a `--target` profile's) and
+/// the sequence axis emitted as `mode` says (fixed, variable length, or variable length
+/// with the per-block state in and out).
+pub fn build_graph_in(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
     opset: i64,
     forms: OpForms,
+    mode: SequenceMode,
 ) -> Result<Graph> {
     cfg.validate()?;
+    mode.check(cfg)?;
     let specs = param_specs(cfg)
         .into_iter()
         .map(|s| (s.name.clone(), s))
@@ -485,6 +808,10 @@ pub fn build_graph_with_forms(
         source,
         toeplitz_index: None,
         causal_mask: None,
+        mode,
+        positions: None,
+        past: HashMap::new(),
+        present: Vec::new(),
     };
     let (mut x, embedding) = em.embed()?;
     for i in 0..cfg.layers {
@@ -494,5 +821,14 @@ pub fn build_graph_with_forms(
     let logits = em.head(&h, embedding)?;
     let logits = em.cast_to("logits_to_f32", &logits, ElemType::F32)?;
     let logits = em.g.rename(&logits, LOGITS)?;
-    Ok(em.g.finish("gmlp", vec![logits]))
+    let mut outputs = vec![logits];
+    // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
+    let mut present = std::mem::take(&mut em.present);
+    for state in (0..cfg.layers).flat_map(|i| block_state(cfg, i)) {
+        if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
+            let (name, value) = present.remove(k);
+            outputs.push(em.g.rename(&value, &name)?);
+        }
+    }
+    Ok(em.g.finish("gmlp", outputs))
 }

@@ -7,10 +7,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::emit::{build_graph_with_forms, HEAD_SCOPE};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
+use crate::gmlp::emit::{build_graph_in, HEAD_SCOPE};
 use crate::gmlp::metadata::{
-    config_json, CONFIG_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY,
-    WEIGHTS_KEY,
+    config_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, TARGET_KEY,
+    VERSION_KEY, WEIGHTS_KEY,
 };
 use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::weights::WeightSource;
@@ -30,6 +31,9 @@ pub struct Export {
     pub graph: Graph,
     /// Model-level fields and metadata.
     pub info: ModelInfo,
+    /// Parameter and FLOP counts as the metadata records them (for variable-length and
+    /// with-past models, those of the same model at the full length n).
+    pub counts: GraphCounts,
 }
 
 /// Counts of an emitted graph.
@@ -94,6 +98,8 @@ pub fn check_size(cfg: &GmlpConfig) -> Result<()> {
 
 /// Emits `cfg` with weights from `source` and attaches the metadata: the configuration
 /// as JSON, the tool version, where the weights came from, and the preset name if any.
+/// The sequence axis is [`SequenceMode::default_for`] the model (variable for causal token
+/// models).
 pub fn export(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
@@ -107,22 +113,38 @@ pub fn export(
         weights_description,
         preset,
         &BuildTarget::at_opset(opset),
+        SequenceMode::default_for(cfg),
     )
 }
 
-/// [`export`] for a `--target` profile: its opset and op forms, and its name in the
-/// metadata (`gmlp_onnx.target`). The spatial form is the configuration's (the caller
-/// applies the profile's with [`crate::gmlp::targets::Target::spatial_for`]).
+/// [`export`] for a `--target` profile (its opset and op forms, and its name in the
+/// metadata `gmlp_onnx.target`) with the sequence axis emitted as `mode` says;
+/// variable-length and with-past models also record [`DecodingInfo`] under
+/// [`DECODING_KEY`], and their counts are those of the same model at the full length n.
+/// The spatial form is the configuration's (the caller applies the profile's with
+/// [`crate::gmlp::targets::Target::spatial_for`]).
 pub fn export_for(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
     weights_description: &str,
     preset: Option<&str>,
     target: &BuildTarget,
+    mode: SequenceMode,
 ) -> Result<Export> {
     check_size(cfg)?;
-    let graph = build_graph_with_forms(cfg, source, target.opset, target.forms)?;
-    let c = counts(&graph);
+    let (opset, forms) = (target.opset, target.forms);
+    let graph = build_graph_in(cfg, source.clone(), opset, forms, mode)?;
+    let c = if mode == SequenceMode::Fixed {
+        counts(&graph)
+    } else {
+        counts(&build_graph_in(
+            cfg,
+            source,
+            opset,
+            forms,
+            SequenceMode::Fixed,
+        )?)
+    };
     let mut metadata = vec![
         (CONFIG_KEY.to_string(), config_json(cfg)?),
         (VERSION_KEY.to_string(), format!("{TOOL} {VERSION}")),
@@ -134,6 +156,9 @@ pub fn export_for(
         metadata.push((PRESET_KEY.to_string(), p.to_string()));
     }
     metadata.push((TARGET_KEY.to_string(), target.target.name().to_string()));
+    if let Some(info) = DecodingInfo::of(cfg, mode) {
+        metadata.push((DECODING_KEY.to_string(), info.to_json()?));
+    }
     let kind = if cfg.attn_dim.is_some() {
         "aMLP"
     } else {
@@ -151,9 +176,15 @@ pub fn export_for(
                 cfg.d_ffn,
                 cfg.seq_len(),
                 cfg.spatial.as_str(),
-                if cfg.causal { ", causal" } else { "" }
+                match (cfg.causal, mode) {
+                    (false, _) => "",
+                    (true, SequenceMode::Fixed) => ", causal",
+                    (true, SequenceMode::Variable) => ", causal, any length up to n",
+                    (true, SequenceMode::WithPast) => ", causal, with past state",
+                }
             ),
             metadata,
         },
+        counts: c,
     })
 }

@@ -21,6 +21,11 @@ pub const PRESET_KEY: &str = "gmlp_onnx.preset";
 /// [`crate::gmlp::targets`]).
 pub const TARGET_KEY: &str = "gmlp_onnx.target";
 
+/// How a causal token model's sequence axis was emitted (variable length, or with the
+/// per-block state): [`crate::gmlp::decoding::DecodingInfo`] as JSON with n, the state names
+/// and widths and the state bytes per token per block; absent for fixed-length models.
+pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
+
 /// The configuration as the JSON stored under [`CONFIG_KEY`].
 pub fn config_json(config: &GmlpConfig) -> Result<String> {
     serde_json::to_string(config).map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))

@@ -6,6 +6,7 @@
 //! knows protobuf.
 
 pub mod config;
+pub mod decoding;
 pub mod emit;
 pub mod export;
 pub mod init;
@@ -13,12 +14,14 @@ pub mod metadata;
 pub mod presets;
 pub mod quantize;
 pub mod reference;
+pub mod sampling;
 pub mod targets;
 pub mod toeplitz;
 pub mod weights;
 
 pub use config::{GmlpConfig, Precision, SpatialForm, Task};
-pub use emit::build_graph;
+pub use decoding::SequenceMode;
+pub use emit::{build_graph, build_graph_in};
 pub use init::{InitScheme, SeededInit};
 pub use presets::{preset, presets, Preset};
 pub use weights::{param_specs, ParamSpec, WeightSource};

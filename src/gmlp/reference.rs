@@ -294,3 +294,242 @@ pub fn forward_vision(
     }
     Ok(out)
 }
+
+/// The state of one block after the tokens fed so far: u_s = LN_sgu(z2_s) and, for aMLP,
+/// k_s and v_s, one row per position.
+struct BlockCache {
+    u: Array2<f64>,
+    k: Array2<f64>,
+    v: Array2<f64>,
+}
+
+/// One block on the new rows `x` (positions P..P+T−1, P = rows already in `cache`),
+/// reading the earlier positions only through `cache` (SPEC §6).
+fn block_step(
+    cfg: &GmlpConfig,
+    p: &Params,
+    i: usize,
+    ws: &[Array2<f64>],
+    x: &Array2<f64>,
+    cache: &mut BlockCache,
+) -> Result<Array2<f64>> {
+    let b = format!("blocks.{i}");
+    let e = cfg.gate_dim();
+    let start = cache.u.nrows();
+    let h = layer_norm(
+        x,
+        &p.vector(&format!("{b}.norm.weight"))?,
+        &p.vector(&format!("{b}.norm.bias"))?,
+        f64::from(cfg.norm_eps),
+    );
+    let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?)
+        + p.vector(&format!("{b}.proj_in.bias"))?)
+    .mapv(gelu);
+    let z1 = z.slice(s![.., ..e]).to_owned();
+    let u_new = layer_norm(
+        &z.slice(s![.., e..]).to_owned(),
+        &p.vector(&format!("{b}.sgu.norm.weight"))?,
+        &p.vector(&format!("{b}.sgu.norm.bias"))?,
+        f64::from(cfg.sgu_norm_eps),
+    );
+    cache
+        .u
+        .append(Axis(0), u_new.view())
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let biases = p
+        .get(&format!("{b}.sgu.spatial.bias"))?
+        .into_raw_vec_and_offset()
+        .0;
+    let (n, c, t_new) = (cfg.seq_len(), e / cfg.heads, x.nrows());
+    let mut gate = Array2::<f64>::zeros((t_new, e));
+    for (head, w) in ws.iter().enumerate() {
+        for t in 0..t_new {
+            let pos = start + t;
+            for ch in head * c..(head + 1) * c {
+                let mixed: f64 = (0..=pos).map(|s| w[[pos, s]] * cache.u[[s, ch]]).sum();
+                gate[[t, ch]] = mixed + biases[head * n + pos];
+            }
+        }
+    }
+    if let Some(a) = cfg.attn_dim {
+        let qkv = h.dot(&p.matrix(&format!("{b}.attn.qkv.weight"))?);
+        let append = |dst: &mut Array2<f64>, from: usize| {
+            dst.append(Axis(0), qkv.slice(s![.., from..from + a]))
+                .map_err(|e| Error::Internal(e.to_string()))
+        };
+        append(&mut cache.k, a)?;
+        append(&mut cache.v, 2 * a)?;
+        let mut context = Array2::<f64>::zeros((t_new, a));
+        for t in 0..t_new {
+            let pos = start + t;
+            let q = qkv.slice(s![t, ..a]);
+            let mut scores: Vec<f64> = (0..=pos)
+                .map(|s| q.dot(&cache.k.row(s)) / (a as f64).sqrt())
+                .collect();
+            let max = scores.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+            scores.iter_mut().for_each(|v| *v = (*v - max).exp());
+            let sum: f64 = scores.iter().sum();
+            for (s, w) in scores.iter().enumerate() {
+                context.row_mut(t).scaled_add(w / sum, &cache.v.row(s));
+            }
+        }
+        gate += &(context.dot(&p.matrix(&format!("{b}.attn.out.weight"))?)
+            + p.vector(&format!("{b}.attn.out.bias"))?);
+    }
+    let y = (z1 * gate).dot(&p.matrix(&format!("{b}.proj_out.weight"))?)
+        + p.vector(&format!("{b}.proj_out.bias"))?;
+    Ok(x + &y)
+}
+
+/// Logits [batch, P, vocab] of a causal token model computed incrementally, as a
+/// `--with-past` graph runs: the tokens of `ids` [batch, P] are fed in chunks of the
+/// given lengths (summing to P ≤ n), each chunk seeing the earlier ones only through the
+/// per-block state (u, and k, v for aMLP). Equal to [`forward_tokens`] on the first P
+/// positions for causal models; token shift is not supported (as with `--with-past`).
+pub fn forward_tokens_stepwise(
+    cfg: &GmlpConfig,
+    source: &dyn WeightSource,
+    ids: ArrayView2<i64>,
+    chunks: &[usize],
+) -> Result<Array3<f32>> {
+    let Task::Tokens {
+        vocab_size,
+        seq_len,
+        tied_embedding,
+    } = cfg.task
+    else {
+        return Err(Error::InvalidArgument(
+            "forward_tokens_stepwise needs a token model".into(),
+        ));
+    };
+    if !cfg.causal || cfg.shift_tokens > 0 {
+        return Err(Error::InvalidArgument(
+            "stepwise decoding needs a causal model without token shift".into(),
+        ));
+    }
+    let total = ids.ncols();
+    if chunks.iter().sum::<usize>() != total || total > seq_len || chunks.contains(&0) {
+        return Err(Error::InvalidArgument(format!(
+            "chunks {chunks:?} must be non-empty and cover the {total} tokens (at most {seq_len})"
+        )));
+    }
+    let p = Params {
+        specs: param_specs(cfg),
+        source,
+    };
+    let table = p.matrix("embed.weight")?;
+    let head_bias = p.vector("head.bias")?;
+    let head = if tied_embedding {
+        table.t().to_owned()
+    } else {
+        p.matrix("head.weight")?
+    };
+    let spatial: Vec<Vec<Array2<f64>>> = (0..cfg.layers)
+        .map(|i| {
+            Ok(spatial_matrices(
+                cfg,
+                p.get(&format!("blocks.{i}.sgu.spatial.weight"))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let (e, a) = (cfg.gate_dim(), cfg.attn_dim.unwrap_or(0));
+    let mut out = Array3::<f32>::zeros((ids.nrows(), total, vocab_size));
+    for (b, row) in ids.rows().into_iter().enumerate() {
+        let mut caches: Vec<BlockCache> = (0..cfg.layers)
+            .map(|_| BlockCache {
+                u: Array2::zeros((0, e)),
+                k: Array2::zeros((0, a)),
+                v: Array2::zeros((0, a)),
+            })
+            .collect();
+        let mut start = 0;
+        for &len in chunks {
+            let mut x = Array2::<f64>::zeros((len, cfg.d_model));
+            for t in 0..len {
+                let id = row[start + t];
+                if id < 0 || id as usize >= vocab_size {
+                    return Err(Error::BadTensor(format!(
+                        "input_ids: token {id} outside 0..{vocab_size}"
+                    )));
+                }
+                x.row_mut(t).assign(&table.row(id as usize));
+            }
+            for (i, cache) in caches.iter_mut().enumerate() {
+                x = block_step(cfg, &p, i, &spatial[i], &x, cache)?;
+            }
+            let h = layer_norm(
+                &x,
+                &p.vector("norm.weight")?,
+                &p.vector("norm.bias")?,
+                f64::from(cfg.norm_eps),
+            );
+            let logits = h.dot(&head) + &head_bias;
+            out.slice_mut(s![b, start..start + len, ..])
+                .assign(&logits.mapv(|v| v as f32));
+            start += len;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmlp::config::{Precision, SpatialForm};
+    use crate::gmlp::init::{InitScheme, SeededInit};
+
+    fn causal_tokens(attn: Option<usize>, heads: usize, spatial: SpatialForm) -> GmlpConfig {
+        GmlpConfig {
+            task: Task::Tokens {
+                vocab_size: 11,
+                seq_len: 9,
+                tied_embedding: false,
+            },
+            layers: 2,
+            d_model: 8,
+            d_ffn: 16,
+            attn_dim: attn,
+            causal: true,
+            heads,
+            shift_tokens: 0,
+            spatial,
+            norm_eps: 1e-5,
+            sgu_norm_eps: 1e-5,
+            dtype: Precision::F32,
+        }
+    }
+
+    #[test]
+    fn stepwise_equals_the_whole_sequence_at_every_position() {
+        let source = SeededInit {
+            seed: 3,
+            scheme: InitScheme::Spread,
+        };
+        let ids = Array2::from_shape_fn((2, 9), |(b, t)| ((b * 5 + t * 7) % 11) as i64);
+        for cfg in [
+            causal_tokens(None, 1, SpatialForm::ToeplitzGather),
+            causal_tokens(Some(4), 1, SpatialForm::Dense),
+            causal_tokens(Some(4), 2, SpatialForm::ToeplitzExpand),
+        ] {
+            let whole = forward_tokens(&cfg, &source, ids.view()).unwrap();
+            for chunks in [&[9][..], &[4, 1, 1, 3], &[1; 9]] {
+                let stepwise = forward_tokens_stepwise(&cfg, &source, ids.view(), chunks).unwrap();
+                let diff = (&stepwise - &whole)
+                    .mapv(f32::abs)
+                    .fold(0f32, |m, &v| m.max(v));
+                assert!(diff < 1e-5, "{chunks:?}: {diff}");
+            }
+            let prefix =
+                forward_tokens_stepwise(&cfg, &source, ids.slice(s![.., ..5]), &[2, 3]).unwrap();
+            let diff = (&prefix - &whole.slice(s![.., ..5, ..]))
+                .mapv(f32::abs)
+                .fold(0f32, |m, &v| m.max(v));
+            assert!(diff < 1e-5, "prefix: {diff}");
+        }
+        let cfg = causal_tokens(None, 1, SpatialForm::Dense);
+        assert!(forward_tokens_stepwise(&cfg, &source, ids.view(), &[4, 4]).is_err());
+        let mut bidirectional = cfg.clone();
+        bidirectional.causal = false;
+        assert!(forward_tokens_stepwise(&bidirectional, &source, ids.view(), &[9]).is_err());
+    }
+}

@@ -22,7 +22,8 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::SpatialForm;
+use crate::gmlp::config::{GmlpConfig, SpatialForm};
+use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::versions::ir_version_for;
 
@@ -104,6 +105,17 @@ impl Target {
     /// Whether the profile keeps the Toeplitz gather form (else it is stored expanded).
     pub fn allows_gather(self) -> bool {
         !matches!(self, Target::Portable | Target::Opencv4)
+    }
+
+    /// The sequence axis of a model built for the profile without `--fixed-seq` or
+    /// `--with-past`: [`SequenceMode::default_for`] the model, except that `portable` and
+    /// `opencv4` keep causal token models at the static `[batch, n]` input (OpenCV 4 dnn and
+    /// OpenCV 5's classic engine refuse the `Shape` of a dynamic input: "!isDynamicShape").
+    pub fn sequence_for(self, cfg: &GmlpConfig) -> SequenceMode {
+        match self {
+            Target::Portable | Target::Opencv4 => SequenceMode::Fixed,
+            _ => SequenceMode::default_for(cfg),
+        }
     }
 
     /// The highest opset the profile's consumers read, if it has one.
@@ -199,6 +211,23 @@ impl BuildTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opencv_profiles_keep_causal_token_models_static() {
+        let causal = crate::gmlp::presets::preset("amlp-base")
+            .unwrap()
+            .config
+            .clone();
+        let mut causal = causal;
+        causal.causal = true;
+        for t in TARGETS {
+            let expected = match t {
+                Target::Portable | Target::Opencv4 => SequenceMode::Fixed,
+                _ => SequenceMode::Variable,
+            };
+            assert_eq!(t.sequence_for(&causal), expected, "{}", t.name());
+        }
+    }
 
     #[test]
     fn names_round_trip_and_unknown_names_list_the_known_ones() {

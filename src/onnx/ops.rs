@@ -120,8 +120,10 @@ impl GraphBuilder {
     /// Exact GELU `0.5·x·(1 + erf(x/√2))`: the `Gelu` operator (approximate = "none") from
     /// opset 20, the same formula spelled with `Div`/`Erf`/`Add`/`Mul` below it, in the
     /// exact node pattern ONNX Runtime's `GeluFusion` rewrites into one `Gelu` kernel
-    /// (`Div(x, √2) → Erf → Add(1) → Mul(Mul(x, 0.5), ·)`; a `Mul` by 1/√2 is not matched),
-    /// which its `BiasGeluFusion` then merges with a preceding bias `Add`.
+    /// (`Div(x, √2) → Erf → Add(1) → Mul(x, ·) → Mul(·, 0.5)`, its "pattern 2"; a `Mul` by
+    /// 1/√2 is not matched), which its `BiasGeluFusion` then merges with a preceding bias
+    /// `Add`. The other order, `Mul(Mul(x, 0.5), ·)`, which ONNX Runtime fuses too, crashes
+    /// OpenCV 4.14 and 5.0 dnn (segmentation fault on import; found by the consumer matrix).
     ///
     /// [Gelu](https://onnx.ai/onnx/operators/onnx__Gelu.html): new in opset 20 (`approximate = "none"` is the default); below 20 the formula is spelled with [Div](https://onnx.ai/onnx/operators/onnx__Div.html) and [Erf](https://onnx.ai/onnx/operators/onnx__Erf.html) (versions 9, 13).
     pub fn gelu(&mut self, local: &str, x: &Value) -> Result<Value> {
@@ -146,8 +148,8 @@ impl GraphBuilder {
             0,
         );
         let one_plus = self.add(&format!("{local}_one_plus"), &erf, &one)?;
-        let half_x = self.mul(&format!("{local}_half_x"), x, &half)?;
-        self.mul(local, &half_x, &one_plus)
+        let x_one_plus = self.mul(&format!("{local}_x_one_plus"), x, &one_plus)?;
+        self.mul(local, &x_one_plus, &half)
     }
 
     /// `Split` along `axis` into pieces of the given sizes (sizes as an i64 input, opset ≥ 13).

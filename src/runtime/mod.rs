@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::tensor::NamedTensor;
 
+pub mod decoder;
 pub mod discovery;
 pub mod onnxruntime;
 pub mod tract;

@@ -133,6 +133,12 @@ pub fn parse_profile(text: &str) -> Result<Placement> {
     Ok(placement)
 }
 
+/// Whether ONNX Runtime's session-creation error is its refusal to place nodes on the CPU
+/// after `with_disable_cpu_fallback` (ONNX Runtime 1.31 wording).
+fn refused_cpu_fallback(message: &str) -> bool {
+    message.contains("fallback to CPU EP has been explicitly disabled")
+}
+
 fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
     Error::RuntimeFailed {
         runtime: runtime.into(),
@@ -180,9 +186,20 @@ impl OrtRuntime {
             }
             builder = register_cuda(builder, options.cuda_tf32)?;
         }
-        let session = builder
-            .commit_from_file(model)
-            .map_err(|e| failed(name, e))?;
+        let session = builder.commit_from_file(model).map_err(|e| {
+            let message = e.to_string();
+            if cuda && refused_cpu_fallback(&message) {
+                // Not the input's fault: CUDA cannot run the whole graph (exit 3, like a
+                // missing CUDA), e.g. the shape computations of a with-past graph, which
+                // ONNX Runtime keeps on the CPU, or DynamicQuantizeLinear of int8 models.
+                unavailable(format!(
+                    "--cuda-no-cpu-fallback: some nodes have no CUDA placement ({})",
+                    one_line(message)
+                ))
+            } else {
+                failed(name, message)
+            }
+        })?;
         Ok(OrtRuntime {
             session,
             name,
@@ -329,5 +346,20 @@ impl OrtRuntime {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_cpu_fallback;
+
+    #[test]
+    fn the_cpu_fallback_refusal_is_recognized_by_its_wording() {
+        // ONNX Runtime 1.31.1's message on an H100 for a with-past graph (bench/gpu_leg.sh).
+        let seen = "This session contains graph nodes that are assigned to the default CPU EP, but fallback to CPU EP has been explicitly disabled by the user.";
+        assert!(refused_cpu_fallback(seen));
+        assert!(!refused_cpu_fallback(
+            "Load model from m.onnx failed: Protobuf parsing failed."
+        ));
     }
 }

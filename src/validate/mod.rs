@@ -5,6 +5,7 @@
 //! ([`report`]).
 
 pub mod compare;
+pub mod decoding;
 pub mod inputs;
 pub mod placement;
 pub mod report;
@@ -22,10 +23,13 @@ pub use report::{
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
+use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{self, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
+use decoding::{check_decoding, DecodingPlan};
 use report::pair;
 
 /// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
@@ -54,6 +58,12 @@ pub struct ValidateOptions {
     pub tolerance: ToleranceRequest,
     /// Runtime settings.
     pub runtime: RuntimeOptions,
+    /// With-past models: tokens of the prefill of the decoding check (default n/2).
+    pub decode_prefill: Option<usize>,
+    /// With-past models: single steps after the prefill (default 8).
+    pub decode_steps: Option<usize>,
+    /// With-past models: length of the final multi-token chunk (default 4).
+    pub decode_chunk: Option<usize>,
 }
 
 impl ValidateOptions {
@@ -70,6 +80,9 @@ impl ValidateOptions {
             bench: 0,
             tolerance: ToleranceRequest::default(),
             runtime: RuntimeOptions::default(),
+            decode_prefill: None,
+            decode_steps: None,
+            decode_chunk: None,
         }
     }
 }
@@ -112,9 +125,39 @@ pub fn validate_with_progress(
         options.runtime.cuda_tf32,
     );
     let tolerance = resolved.tolerance;
+    // Variable-length and with-past models: the whole sequence (n tokens, empty past)
+    // unless --dim says otherwise; with-past models also get the decoding check.
+    let decoding = DecodingModel::of(&model);
+    let mut dims = options.dims.clone();
+    let mut plan = None;
+    if let Some(d) = &decoding {
+        for (symbol, size) in [(SEQUENCE, d.info.max_sequence), (PAST_SEQUENCE, 0)] {
+            if !dims.iter().any(|(k, _)| k == symbol) {
+                dims.push((symbol.to_string(), size));
+            }
+        }
+        if d.info.mode == SequenceMode::WithPast {
+            plan = Some(DecodingPlan::new(
+                d.info.max_sequence,
+                options.decode_prefill,
+                options.decode_steps,
+                options.decode_chunk,
+            )?);
+        }
+    }
+    if plan.is_none()
+        && (options.decode_prefill.is_some()
+            || options.decode_steps.is_some()
+            || options.decode_chunk.is_some())
+    {
+        return Err(Error::InvalidArgument(format!(
+            "--decode-prefill/--decode-steps/--decode-chunk apply to models built with --with-past, and {} is not one",
+            path.display()
+        )));
+    }
     let inputs = match &options.inputs {
         Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
-        None => make_inputs(&model, options.batch, &options.dims, options.seed)?,
+        None => make_inputs(&model, options.batch, &dims, options.seed)?,
     };
     let output_names: Vec<String> = declared_outputs(&model)
         .into_iter()
@@ -158,6 +201,7 @@ pub fn validate_with_progress(
         .collect::<Result<Vec<_>>>()?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
+    let mut opened = Vec::new();
     for (kind, mut rt, load_ms) in loaded {
         progress(&format!("running {}", kind.name()));
         let start = Instant::now();
@@ -195,7 +239,20 @@ pub fn validate_with_progress(
             bench,
         });
         results.push((rt.name().to_string(), outputs));
+        opened.push(rt);
     }
+    let decoding = match (plan, &decoding) {
+        (Some(plan), Some(model)) => Some(check_decoding(
+            opened,
+            model,
+            plan,
+            options.batch,
+            options.seed,
+            tolerance,
+            progress,
+        )?),
+        _ => None,
+    };
     if let (Some(file), Some((_, outputs))) = (&options.save_outputs, results.first()) {
         npz::save_npz(file, outputs)?;
     }
@@ -218,7 +275,7 @@ pub fn validate_with_progress(
             pairs.push(pair(EXPECTED, name, diffs));
         }
     }
-    let pass = pairs.iter().all(|p| p.pass);
+    let pass = pairs.iter().all(|p| p.pass) && decoding.as_ref().is_none_or(|d| d.pass);
     Ok(ValidationReport {
         schema: REPORT_SCHEMA,
         model: path.to_path_buf(),
@@ -240,6 +297,7 @@ pub fn validate_with_progress(
         pairs,
         tolerance,
         precision: resolved.precision,
+        decoding,
         pass,
     })
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::gmlp::Precision;
 use crate::runtime::Placement;
 use crate::validate::compare::{OutputDiff, Tolerance};
+use crate::validate::decoding::DecodingReport;
 
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
@@ -91,7 +92,10 @@ pub struct ValidationReport {
     /// The model's precision from our metadata (`"f32"`, `"f16"`), which chose the
     /// default tolerances; `null` for a file without it.
     pub precision: Option<Precision>,
-    /// True when every pair agrees.
+    /// With-past models: the stepwise decoding check (absent for other models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decoding: Option<DecodingReport>,
+    /// True when every pair agrees (and the decoding check passes).
     pub pass: bool,
 }
 
@@ -158,6 +162,9 @@ impl ValidationReport {
                     o.bound
                 );
             }
+        }
+        if let Some(d) = &self.decoding {
+            s += &d.render();
         }
         s
     }

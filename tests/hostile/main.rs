@@ -8,6 +8,7 @@ mod common;
 
 mod checkpoints;
 mod cli_args;
+mod generation;
 mod models;
 mod outputs;
 mod pytorch;

@@ -170,6 +170,50 @@ impl Emitter {
         weight: &str,
         u: &Value,
     ) -> Result<Value> {
+        let (q, scales) = self.spatial_int8_weights(weight)?;
+        self.spatial_int8_transposed(local, u, &q, &scales)
+    }
+
+    /// [`Self::spatial_matmul_int8`] for the new positions P..P+T−1 of a variable-length
+    /// or with-past graph, `u` holding positions 0..P+T−1: Wᵀ's columns P..P+T−1 and
+    /// their scales are gathered, and its rows cut to 0..P+T−1 (never n×n per step).
+    pub(super) fn spatial_matmul_int8_rows(
+        &mut self,
+        local: &str,
+        weight: &str,
+        u: &Value,
+    ) -> Result<Value> {
+        let (q, scales) = self.spatial_int8_weights(weight)?;
+        let last = q.shape.len() - 1;
+        let rows = self.positions()?.rows.clone();
+        let (total, total_dim) = {
+            let pos = self.positions()?;
+            (pos.total.clone(), pos.total_dim.clone())
+        };
+        let q_cols = self
+            .g
+            .gather(&format!("{local}_weight_columns"), &q, &rows, last)?;
+        let zero = self
+            .g
+            .const_i64(&format!("{local}_weight_rows_start"), &[1], vec![0])?;
+        let mut shape = q_cols.shape.clone();
+        shape[last - 1] = total_dim;
+        let q_rows = self.g.slice_dynamic(
+            &format!("{local}_weight_rows"),
+            &q_cols,
+            &zero,
+            &total,
+            &[last as i64 - 1],
+            shape,
+        )?;
+        let scales = self
+            .g
+            .gather(&format!("{local}_scale_columns"), &scales, &rows, last)?;
+        self.spatial_int8_transposed(local, u, &q_rows, &scales)
+    }
+
+    /// The int8 Wᵀ `[heads?, n, n]` and its per-column scales `[heads?, 1, n]`.
+    fn spatial_int8_weights(&mut self, weight: &str) -> Result<(Value, Value)> {
         self.require_int8_opset()?;
         let n = self.cfg.seq_len();
         let (causal, dense) = (self.cfg.causal, self.cfg.spatial == SpatialForm::Dense);
@@ -221,6 +265,17 @@ impl Emitter {
                     .collect()
             },
         )?;
+        Ok((q, scales))
+    }
+
+    /// `(uᵀ · q)ᵀ` rescaled: the spatial mixing with the int8 Wᵀ as the second operand.
+    fn spatial_int8_transposed(
+        &mut self,
+        local: &str,
+        u: &Value,
+        q: &Value,
+        scales: &Value,
+    ) -> Result<Value> {
         let rank = u.shape.len();
         let mut perm: Vec<usize> = (0..rank).collect();
         perm.swap(rank - 2, rank - 1);
@@ -232,7 +287,7 @@ impl Emitter {
         let uq_t = self
             .g
             .transpose(&format!("{local}_transpose_in"), &uq, &perm)?;
-        let mixed_t = self.quantized_matmul(local, &uq_t, &u_scale, &u_zero, &q, &scales)?;
+        let mixed_t = self.quantized_matmul(local, &uq_t, &u_scale, &u_zero, q, scales)?;
         self.g
             .transpose(&format!("{local}_transpose_out"), &mixed_t, &perm)
     }

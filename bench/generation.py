@@ -1,0 +1,102 @@
+"""Generation benchmark (issue 11): prints one Markdown section (in BENCHMARKS.md).
+
+amlp-base --layers 6 --causal (n = 512, vocabulary 32000), prompt of 448 tokens, then 64
+new tokens (greedy), measured side by side in one run with the release binary:
+  (a) the --with-past graph: the prompt once, then one token per step with the state fed back;
+  (b) the variable-length graph without state, re-run on the whole prefix for every token;
+in ONNX Runtime CPU and tract (`gmlp-onnx generate --json`), plus one whole-sequence
+forward at n = 512 (`gmlp-onnx validate --bench`, batch 1) to compare a single step with.
+Both ways must generate the same tokens (checked). The state size comes from `inspect`.
+
+Usage: python3 bench/generation.py [--work DIR] [--new-tokens 64] [--prompt 448] > section.md
+The product is Rust; this script only drives the CLI (Python stdlib only).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXE = os.path.join(ROOT, "target", "release", "gmlp-onnx")
+CONFIG = ["--preset", "amlp-base", "--layers", "6", "--causal"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd):
+    log("$ " + " ".join(cmd)[:200])
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def generate(model, runtime, prompt, new_tokens):
+    out = run([EXE, "generate", model, "--runtime", runtime, "--prompt-ids",
+               ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--json", "-q"])
+    return json.loads(out)[0]
+
+
+def whole_forward(model, runtimes, runs):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        report = f.name
+    try:
+        run([EXE, "validate", model, "--runtimes", runtimes, "--batch", "1",
+             "--bench", str(runs), "--report", report])
+        with open(report) as f:
+            data = json.load(f)
+    finally:
+        os.unlink(report)
+    return {r["name"]: r["bench"]["median_ms"] for r in data["runtimes"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--prompt", type=int, default=448)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--runtimes", default="ort-cpu,tract")
+    ap.add_argument("--forward-runs", type=int, default=5)
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="gmlp-gen-bench-")
+    past = os.path.join(work, "amlp6-past.onnx")
+    variable = os.path.join(work, "amlp6-variable.onnx")
+    run([EXE, "build", *CONFIG, "--with-past", "-q", "-o", past])
+    run([EXE, "build", *CONFIG, "-q", "-o", variable])
+    state_line = next(l for l in run([EXE, "inspect", past]).splitlines() if l.startswith("state"))
+    prompt = [(7919 * i + 13) % 32000 for i in range(a.prompt)]
+    runtimes = a.runtimes.split(",")
+    forward = whole_forward(variable, ",".join(runtimes), a.forward_runs)
+    rows = []
+    for rt in runtimes:
+        with_past = generate(past, rt, prompt, a.new_tokens)
+        rerun = generate(variable, rt, prompt, a.new_tokens)
+        if with_past["tokens"] != rerun["tokens"]:
+            raise SystemExit(f"{rt}: the two ways generated different tokens")
+        rows.append((rt, with_past, rerun))
+    print("## Generation: with-past state vs re-running the prefix (issue 11)\n")
+    print(f"amlp-base `--layers 6 --causal` (n = 512, vocabulary 32000), batch 1, prompt {a.prompt} "
+          f"tokens then {a.new_tokens} new tokens (greedy), `gmlp-onnx generate --json`; "
+          f"(a) `--with-past` graph, (b) the variable-length graph re-run on the whole prefix for "
+          f"every token. Both generated the same tokens in every runtime. \"Steps\" are the "
+          f"{a.new_tokens - 1} runs after the prompt (the last new token needs no run). Whole "
+          f"forward: the variable-length graph at sequence = 512, median of "
+          f"{a.forward_runs} `validate --bench` runs.\n")
+    print("| runtime | (a) prefill ms | (a) steps ms | (a) median step ms | (b) prefill ms | "
+          "(b) steps ms | (b) median step ms | steps (b) / (a) | total (b) / (a) | "
+          "whole forward n=512 ms | step / forward |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for rt, p, r in rows:
+        total_a = p["prefill_ms"] + p["steps_ms"]
+        total_b = r["prefill_ms"] + r["steps_ms"]
+        fwd = forward[rt]
+        print(f"| {rt} | {p['prefill_ms']:.1f} | {p['steps_ms']:.1f} | {p['step_median_ms']:.2f} | "
+              f"{r['prefill_ms']:.1f} | {r['steps_ms']:.1f} | {r['step_median_ms']:.1f} | "
+              f"{r['steps_ms'] / p['steps_ms']:.0f}x | {total_b / total_a:.1f}x | {fwd:.1f} | "
+              f"1/{fwd / p['step_median_ms']:.0f} |")
+    print(f"\nState (`inspect`): {state_line.split(None, 1)[1]}\n")
+
+
+if __name__ == "__main__":
+    main()

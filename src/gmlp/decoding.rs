@@ -1,0 +1,211 @@
+//! Causal token models as generators (SPEC §6): how the sequence axis is emitted
+//! ([`SequenceMode`]), the names and shapes of the per-block state of a `--with-past`
+//! graph, and the description of it stored in the model's metadata.
+//!
+//! At position t a causal block needs only u_s = LN_sgu(z2_s) for s ≤ t (and, for aMLP, the
+//! keys and values k_s, v_s); everything else is per token. So the state of block i after
+//! P tokens is `past_sgu.{i}` [batch, P, e] (+ `past_key.{i}`, `past_value.{i}`
+//! [batch, P, a]); a run on T new tokens returns `present_*` = past followed by the T new
+//! positions, and the position offset is P = `past_sequence`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::gmlp::config::{GmlpConfig, Task};
+
+/// Symbol of the number of new tokens in `input_ids` [batch, sequence].
+pub const SEQUENCE: &str = "sequence";
+/// Symbol of the number of tokens already in the state.
+pub const PAST_SEQUENCE: &str = "past_sequence";
+/// Symbol of past plus new tokens (the length of the `present_*` outputs).
+pub const TOTAL_SEQUENCE: &str = "past_sequence + sequence";
+
+/// How the sequence axis of a token model is emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SequenceMode {
+    /// `input_ids` [batch, n]: the whole sequence, every time (vision and bidirectional
+    /// models, and causal ones built with `--fixed-seq`).
+    Fixed,
+    /// `input_ids` [batch, sequence], 1 ≤ sequence ≤ n; W and b sliced to the length
+    /// (the default for causal token models).
+    Variable,
+    /// Variable length plus the per-block state in and out (`--with-past`).
+    WithPast,
+}
+
+impl SequenceMode {
+    /// The mode a build gets without `--fixed-seq` or `--with-past`: variable for causal
+    /// token models, fixed otherwise.
+    pub fn default_for(cfg: &GmlpConfig) -> SequenceMode {
+        if cfg.causal && matches!(cfg.task, Task::Tokens { .. }) {
+            SequenceMode::Variable
+        } else {
+            SequenceMode::Fixed
+        }
+    }
+
+    /// The spelling in metadata and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SequenceMode::Fixed => "fixed",
+            SequenceMode::Variable => "variable",
+            SequenceMode::WithPast => "with-past",
+        }
+    }
+
+    /// Refuses a mode the model cannot have: a variable length or state for a vision or
+    /// bidirectional model (position i of a bidirectional model depends on positions
+    /// after it, so a prefix is not a shorter input), state with token shift.
+    pub fn check(self, cfg: &GmlpConfig) -> Result<()> {
+        let flag = match self {
+            SequenceMode::Fixed => return Ok(()),
+            SequenceMode::Variable => "a variable sequence length",
+            SequenceMode::WithPast => "--with-past",
+        };
+        if !matches!(cfg.task, Task::Tokens { .. }) {
+            return Err(Error::InvalidArgument(format!(
+                "{flag} applies to causal token models, and this is a vision model"
+            )));
+        }
+        if !cfg.causal {
+            return Err(Error::InvalidArgument(format!(
+                "{flag} needs a causal model (--causal): in a bidirectional model every position depends on the tokens after it"
+            )));
+        }
+        if self == SequenceMode::WithPast && cfg.shift_tokens > 0 {
+            return Err(Error::InvalidArgument(
+                "--with-past does not support --shift-tokens (the shifted block inputs are not carried as state); build without --with-past".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One state tensor of a `--with-past` graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateTensor {
+    /// Block index i.
+    pub block: usize,
+    /// Graph input: `past_sgu.{i}`, `past_key.{i}` or `past_value.{i}`.
+    pub past: String,
+    /// Graph output: `present_sgu.{i}`, ...
+    pub present: String,
+    /// Channels per token (e for the gate, a for keys and values); the shape is
+    /// [batch, past_sequence, width], float32.
+    pub width: usize,
+}
+
+/// The state of block `i`: what a `--with-past` graph takes and returns for it.
+pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
+    let one = |kind: &str, width: usize| StateTensor {
+        block: i,
+        past: format!("past_{kind}.{i}"),
+        present: format!("present_{kind}.{i}"),
+        width,
+    };
+    let mut out = vec![one("sgu", cfg.gate_dim())];
+    if let Some(a) = cfg.attn_dim {
+        out.push(one("key", a));
+        out.push(one("value", a));
+    }
+    out
+}
+
+/// What the metadata key `gmlp_onnx.decoding` holds for a variable-length or with-past model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecodingInfo {
+    /// `variable` or `with-past`.
+    pub mode: SequenceMode,
+    /// Largest past_sequence + sequence (n).
+    pub max_sequence: usize,
+    /// State tensors in graph order (empty for `variable`).
+    pub state: Vec<StateTensor>,
+    /// Bytes of state per token per block (f32), for one example.
+    pub state_bytes_per_token_per_block: usize,
+}
+
+impl DecodingInfo {
+    /// The description of `cfg` emitted in `mode` (None for fixed models).
+    pub fn of(cfg: &GmlpConfig, mode: SequenceMode) -> Option<DecodingInfo> {
+        if mode == SequenceMode::Fixed {
+            return None;
+        }
+        let state = if mode == SequenceMode::WithPast {
+            (0..cfg.layers).flat_map(|i| block_state(cfg, i)).collect()
+        } else {
+            Vec::new()
+        };
+        let per_block: usize = block_state(cfg, 0).iter().map(|s| s.width * 4).sum();
+        Some(DecodingInfo {
+            mode,
+            max_sequence: cfg.seq_len(),
+            state,
+            state_bytes_per_token_per_block: per_block,
+        })
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self)
+            .map_err(|e| Error::InvalidConfig(format!("decoding info to JSON: {e}")))
+    }
+
+    /// From the JSON stored in a model, if it is one.
+    pub fn parse(json: &str) -> Option<DecodingInfo> {
+        serde_json::from_str(json).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmlp::presets::preset;
+
+    #[test]
+    fn modes_default_and_refuse_what_cannot_decode() {
+        let mut cfg = preset("amlp-base").unwrap().config;
+        assert_eq!(SequenceMode::default_for(&cfg), SequenceMode::Fixed);
+        let err = SequenceMode::WithPast.check(&cfg).unwrap_err();
+        assert!(err.to_string().contains("needs a causal model"), "{err}");
+        cfg.causal = true;
+        assert_eq!(SequenceMode::default_for(&cfg), SequenceMode::Variable);
+        SequenceMode::WithPast.check(&cfg).unwrap();
+        cfg.shift_tokens = 1;
+        assert!(SequenceMode::WithPast.check(&cfg).is_err());
+        SequenceMode::Variable.check(&cfg).unwrap();
+        let mut vision = preset("gmlp-ti16").unwrap().config;
+        vision.causal = true;
+        assert_eq!(SequenceMode::default_for(&vision), SequenceMode::Fixed);
+        assert!(SequenceMode::Variable.check(&vision).is_err());
+    }
+
+    #[test]
+    fn state_names_and_bytes_follow_the_block() {
+        let mut cfg = preset("amlp-base").unwrap().config;
+        cfg.causal = true;
+        cfg.layers = 2;
+        let info = DecodingInfo::of(&cfg, SequenceMode::WithPast).unwrap();
+        let names: Vec<&str> = info.state.iter().map(|s| s.past.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "past_sgu.0",
+                "past_key.0",
+                "past_value.0",
+                "past_sgu.1",
+                "past_key.1",
+                "past_value.1"
+            ]
+        );
+        assert_eq!(info.state[4].present, "present_key.1");
+        // e = 1536 and a = 64: (1536 + 2·64)·4 bytes.
+        assert_eq!(info.state_bytes_per_token_per_block, 6656);
+        assert_eq!(info.max_sequence, 512);
+        let back = DecodingInfo::parse(&info.to_json().unwrap()).unwrap();
+        assert_eq!(back, info);
+        assert!(DecodingInfo::of(&cfg, SequenceMode::Fixed).is_none());
+        let variable = DecodingInfo::of(&cfg, SequenceMode::Variable).unwrap();
+        assert!(variable.state.is_empty());
+    }
+}
