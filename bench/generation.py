@@ -8,7 +8,8 @@ in ONNX Runtime CPU and tract (`gmlp-onnx generate --json`), plus one whole-sequ
 forward at n = 512 (`gmlp-onnx validate --bench`, batch 1) to compare a single step with.
 Both ways must generate the same tokens (checked). The state size comes from `inspect`.
 
-Usage: python3 bench/generation.py [--work DIR] [--new-tokens 64] [--prompt 448] > section.md
+Usage: python3 bench/generation.py [--work DIR] [--new-tokens 64] [--prompt 448]
+       [--exe BIN] [--threads N] > section.md
 The product is Rust; this script only drives the CLI (Python stdlib only).
 """
 import argparse
@@ -32,9 +33,13 @@ def run(cmd):
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
+THREADS = []
+
+
 def generate(model, runtime, prompt, new_tokens):
     out = run([EXE, "generate", model, "--runtime", runtime, "--prompt-ids",
-               ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--json", "-q"])
+               ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--json", "-q",
+               *THREADS])
     return json.loads(out)[0]
 
 
@@ -43,7 +48,7 @@ def whole_forward(model, runtimes, runs):
         report = f.name
     try:
         run([EXE, "validate", model, "--runtimes", runtimes, "--batch", "1",
-             "--bench", str(runs), "--report", report])
+             "--bench", str(runs), "--report", report, *THREADS])
         with open(report) as f:
             data = json.load(f)
     finally:
@@ -58,7 +63,14 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runtimes", default="ort-cpu,tract")
     ap.add_argument("--forward-runs", type=int, default=5)
+    ap.add_argument("--exe", default=None, help="gmlp-onnx binary (default: target/release)")
+    ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads")
     a = ap.parse_args()
+    global EXE
+    if a.exe:
+        EXE = a.exe
+    if a.threads:
+        THREADS.extend(["--threads", str(a.threads)])
     work = a.work or tempfile.mkdtemp(prefix="gmlp-gen-bench-")
     past = os.path.join(work, "amlp6-past.onnx")
     variable = os.path.join(work, "amlp6-variable.onnx")

@@ -54,6 +54,9 @@ pub struct GenerateArgs {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +124,7 @@ fn generate_on(
 ) -> anyhow::Result<Generation> {
     let options = RuntimeOptions {
         ort_library: a.ort_lib.clone(),
+        threads: a.threads,
         ..Default::default()
     };
     let mut decoder = Decoder::open(kind, &a.model, &options, 1)?;

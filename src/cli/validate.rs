@@ -59,6 +59,9 @@ pub struct ValidateArgs {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
+    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// With-past models: tokens fed by the prefill of the decoding check [default: n/2].
     #[arg(long)]
     pub decode_prefill: Option<usize>,
@@ -125,6 +128,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         .check()?,
         runtime: RuntimeOptions {
             ort_library: a.ort_lib,
+            threads: a.threads,
             cuda_tf32: a.tf32,
             cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
             ..Default::default()

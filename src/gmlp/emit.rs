@@ -202,15 +202,11 @@ impl Emitter {
         }
     }
 
-    /// g-mlp-pytorch's token shift of the normalized block input (see
-    /// [`GmlpConfig::shift_amounts`]): chunk k of the channels moves by `amounts[k]` tokens
-    /// with zero fill; the remaining channels are unchanged.
-    fn shift_tokens(&mut self, h: &Value) -> Result<Value> {
-        if self.mode != SequenceMode::Fixed {
-            return self.shift_tokens_variable(h);
-        }
+    /// The token shift's channel chunks of `h` (`Split` on the last axis; chunk k moves by
+    /// `amounts[k]` tokens, a remainder chunk, if any, stays) and the amounts.
+    fn shift_chunks(&mut self, h: &Value) -> Result<(Vec<i64>, Vec<Value>)> {
         let amounts = self.cfg.shift_amounts();
-        let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
+        let d = self.cfg.d_model;
         let chunk = d / amounts.len();
         let rest = d - chunk * amounts.len();
         let mut sizes = vec![chunk; amounts.len()];
@@ -218,6 +214,18 @@ impl Emitter {
             sizes.push(rest);
         }
         let parts = self.g.split("split", h, -1, &sizes)?;
+        Ok((amounts, parts))
+    }
+
+    /// g-mlp-pytorch's token shift of the normalized block input (see
+    /// [`GmlpConfig::shift_amounts`]): chunk k of the channels moves by `amounts[k]` tokens
+    /// with zero fill; the remaining channels are unchanged.
+    fn shift_tokens(&mut self, h: &Value) -> Result<Value> {
+        if self.mode != SequenceMode::Fixed {
+            return self.shift_tokens_variable(h);
+        }
+        let n = self.cfg.seq_len();
+        let (amounts, parts) = self.shift_chunks(h)?;
         let mut shifted = Vec::with_capacity(parts.len());
         for (k, part) in parts.iter().enumerate() {
             let a = amounts.get(k).copied().unwrap_or(0);
@@ -730,15 +738,7 @@ impl Emitter {
     /// Token shift for a variable length (causal shifts a ≥ 0 only): pad a zeros in front,
     /// keep the first T positions.
     fn shift_tokens_variable(&mut self, h: &Value) -> Result<Value> {
-        let amounts = self.cfg.shift_amounts();
-        let d = self.cfg.d_model;
-        let chunk = d / amounts.len();
-        let rest = d - chunk * amounts.len();
-        let mut sizes = vec![chunk; amounts.len()];
-        if rest > 0 {
-            sizes.push(rest);
-        }
-        let parts = self.g.split("split", h, -1, &sizes)?;
+        let (amounts, parts) = self.shift_chunks(h)?;
         let mut shifted = Vec::with_capacity(parts.len());
         for (k, part) in parts.iter().enumerate() {
             let a = amounts.get(k).copied().unwrap_or(0);

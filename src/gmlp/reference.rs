@@ -117,28 +117,44 @@ fn shift_tokens(cfg: &GmlpConfig, h: &Array2<f64>) -> Array2<f64> {
     out
 }
 
-fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Array2<f64>> {
-    let b = format!("blocks.{i}");
+/// The block's input LayerNorm, `LN(x)` (paper eq. 1).
+fn block_norm(cfg: &GmlpConfig, p: &Params, b: &str, x: &Array2<f64>) -> Result<Array2<f64>> {
+    Ok(layer_norm(
+        x,
+        &p.vector(&format!("{b}.norm.weight"))?,
+        &p.vector(&format!("{b}.norm.bias"))?,
+        f64::from(cfg.norm_eps),
+    ))
+}
+
+/// The per-token half of a block on its normalized input `h`: `z = GELU(h·U + b_U)`, then
+/// `z1 = z[:, :e]` and `u = LN_sgu(z[:, e:])` (paper eq. 1–3; u is what the spatial
+/// projection mixes and what a with-past graph keeps as state).
+fn gate_halves(
+    cfg: &GmlpConfig,
+    p: &Params,
+    b: &str,
+    h: &Array2<f64>,
+) -> Result<(Array2<f64>, Array2<f64>)> {
     let e = cfg.gate_dim();
-    let h = shift_tokens(
-        cfg,
-        &layer_norm(
-            x,
-            &p.vector(&format!("{b}.norm.weight"))?,
-            &p.vector(&format!("{b}.norm.bias"))?,
-            f64::from(cfg.norm_eps),
-        ),
-    );
     let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?)
         + p.vector(&format!("{b}.proj_in.bias"))?)
     .mapv(gelu);
     let z1 = z.slice(s![.., ..e]).to_owned();
-    let z2 = layer_norm(
+    let u = layer_norm(
         &z.slice(s![.., e..]).to_owned(),
         &p.vector(&format!("{b}.sgu.norm.weight"))?,
         &p.vector(&format!("{b}.sgu.norm.bias"))?,
         f64::from(cfg.sgu_norm_eps),
     );
+    Ok((z1, u))
+}
+
+fn block(cfg: &GmlpConfig, p: &Params, i: usize, x: &Array2<f64>) -> Result<Array2<f64>> {
+    let b = format!("blocks.{i}");
+    let e = cfg.gate_dim();
+    let h = shift_tokens(cfg, &block_norm(cfg, p, &b, x)?);
+    let (z1, z2) = gate_halves(cfg, p, &b, &h)?;
     let ws = spatial_matrices(cfg, p.get(&format!("{b}.sgu.spatial.weight"))?);
     let biases = p
         .get(&format!("{b}.sgu.spatial.bias"))?
@@ -316,22 +332,8 @@ fn block_step(
     let b = format!("blocks.{i}");
     let e = cfg.gate_dim();
     let start = cache.u.nrows();
-    let h = layer_norm(
-        x,
-        &p.vector(&format!("{b}.norm.weight"))?,
-        &p.vector(&format!("{b}.norm.bias"))?,
-        f64::from(cfg.norm_eps),
-    );
-    let z = (h.dot(&p.matrix(&format!("{b}.proj_in.weight"))?)
-        + p.vector(&format!("{b}.proj_in.bias"))?)
-    .mapv(gelu);
-    let z1 = z.slice(s![.., ..e]).to_owned();
-    let u_new = layer_norm(
-        &z.slice(s![.., e..]).to_owned(),
-        &p.vector(&format!("{b}.sgu.norm.weight"))?,
-        &p.vector(&format!("{b}.sgu.norm.bias"))?,
-        f64::from(cfg.sgu_norm_eps),
-    );
+    let h = block_norm(cfg, p, &b, x)?;
+    let (z1, u_new) = gate_halves(cfg, p, &b, &h)?;
     cache
         .u
         .append(Axis(0), u_new.view())
