@@ -4,7 +4,8 @@ so that the load of a shared machine hits every model alike.
 Usage: python bench/ab.py MODEL.onnx [MODEL2.onnx ...] [--runs 10] [--threads 2] [--batch 1]
        [--json]
 Prints, per model: load time, median and min latency of the timed runs (after one warm-up),
-and the ratio of each median to the first model's. Bench helper only (onnxruntime, numpy).
+the ratio of each median to the first model's, and the spread of the per-run ratios (run k of
+a model over run k of the first model, neighbours in time): their 25th-75th percentiles. Bench helper only (onnxruntime, numpy).
 """
 import argparse
 import json
@@ -46,16 +47,19 @@ def main():
             times[k].append(time.perf_counter() - t0)
     rows = []
     for m, load, t in zip(a.models, loads, times):
+        paired = np.array(t) / np.array(times[0])
         rows.append({"model": m, "load_ms": 1e3 * load, "median_ms": 1e3 * float(np.median(t)),
-                     "min_ms": 1e3 * min(t), "runs": len(t)})
+                     "min_ms": 1e3 * min(t), "runs": len(t),
+                     "paired_q1": float(np.percentile(paired, 25)),
+                     "paired_q3": float(np.percentile(paired, 75))})
     if a.json:
         json.dump(rows, sys.stdout, indent=1)
         return
-    print("| model | load ms | median ms | min ms | median / first |")
-    print("|---|---|---|---|---|")
+    print("| model | load ms | median ms | min ms | median / first | per-run ratio 25-75% |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {os.path.basename(r['model'])} | {r['load_ms']:.0f} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | "
-              f"{r['median_ms'] / rows[0]['median_ms']:.2f} |")
+              f"{r['median_ms'] / rows[0]['median_ms']:.3f} | {r['paired_q1']:.3f}-{r['paired_q3']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub mod params;
+
 use crate::error::Result;
 use crate::gmlp::decoding::DecodingInfo;
-use crate::gmlp::metadata::{CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
+use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
+use crate::gmlp::weights::param_specs;
 use crate::onnx::dtype::{self, type_name};
 use crate::onnx::graph::Dim;
+use crate::onnx::proto::tensor_proto::DataType;
 use crate::onnx::proto::{tensor_proto::DataLocation, GraphProto, ModelProto, TensorProto};
 use crate::onnx::reader::{
     declared_inputs, declared_outputs, element_count, external_reference, metadata_value,
@@ -67,10 +71,22 @@ pub struct ModelSummary {
     pub outputs: Vec<TensorInfo>,
     /// Number of initializers of the main graph.
     pub initializers: usize,
-    /// Elements of the floating-point initializers (the parameters).
+    /// Model parameters, each counted once in its logical shape: float initializers, and
+    /// integer weights as the parameters they quantize (an int8 file has its f32 file's
+    /// count; see [`params`]).
     pub parameters: u64,
-    /// Bytes of the floating-point initializers.
+    /// Bytes of the initializers that hold parameters (float and integer weights).
     pub parameter_bytes: u64,
+    /// Elements of integer weights (parameters stored quantized), as stored.
+    pub quantized_values: u64,
+    /// Elements of integer copies of parameters also stored as float (a tied int8 head).
+    pub quantized_copy_values: u64,
+    /// The parameters that have such an integer copy.
+    pub quantized_copies_of: Vec<String>,
+    /// Elements of the scales and zero points of integer weights.
+    pub quantization_scale_values: u64,
+    /// Elements of all initializers (parameters, copies, scales, index tables).
+    pub stored_values: u64,
     /// Bytes of all initializers (any type).
     pub initializer_bytes: u64,
     /// Nodes per operator (`domain::Op` outside the default domain), subgraphs included.
@@ -137,22 +153,39 @@ pub fn inspect(path: &Path) -> Result<ModelSummary> {
 pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     let empty = GraphProto::default();
     let graph = model.graph.as_ref().unwrap_or(&empty);
-    let (mut parameters, mut parameter_bytes, mut initializer_bytes) = (0u64, 0u64, 0u64);
+    let mut initializer_bytes = 0u64;
     let mut external: BTreeMap<String, usize> = BTreeMap::new();
+    let mut stored = Vec::with_capacity(graph.initializer.len());
     for t in &graph.initializer {
         let n = elements(t);
         let bytes = n.saturating_mul(dtype::bits(t.data_type())).div_ceil(8);
         initializer_bytes = initializer_bytes.saturating_add(bytes);
-        if dtype::is_float(t.data_type()) {
-            parameters = parameters.saturating_add(n);
-            parameter_bytes = parameter_bytes.saturating_add(bytes);
-        }
+        stored.push(params::Stored {
+            name: t.name(),
+            is_float: dtype::is_float(t.data_type()),
+            is_int8: [DataType::Int8, DataType::Uint8]
+                .map(|d| d as i32)
+                .contains(&t.data_type()),
+            elements: n,
+            bytes,
+        });
         if t.data_location == Some(DataLocation::External as i32) {
             let location =
                 external_reference(t).map_or_else(|_| "(no location)".to_string(), |r| r.location);
             *external.entry(location).or_insert(0) += 1;
         }
     }
+    // Logical parameter sizes from the recorded configuration, when there is one.
+    let logical: BTreeMap<String, u64> = metadata_value(model, CONFIG_KEY)
+        .and_then(parse_config)
+        .map(|cfg| {
+            param_specs(&cfg)
+                .into_iter()
+                .map(|p| (p.name.clone(), p.len() as u64))
+                .collect()
+        })
+        .unwrap_or_default();
+    let counts = params::count(&stored, |p| logical.get(p).copied());
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut ops = BTreeMap::new();
     let mut nodes = 0;
@@ -180,8 +213,13 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
             .map(tensor_info)
             .collect(),
         initializers: graph.initializer.len(),
-        parameters,
-        parameter_bytes,
+        parameters: counts.parameters,
+        parameter_bytes: counts.parameter_bytes,
+        quantized_values: counts.quantized_values,
+        quantized_copy_values: counts.quantized_copy_values,
+        quantized_copies_of: counts.quantized_copies_of,
+        quantization_scale_values: counts.quantization_scale_values,
+        stored_values: counts.stored_values,
         initializer_bytes,
         ops,
         nodes,
@@ -280,6 +318,23 @@ impl ModelSummary {
             self.parameter_bytes as f64 / 1e6,
             self.initializer_bytes
         );
+        if self.quantized_values + self.quantized_copy_values + self.quantization_scale_values > 0 {
+            let copies = if self.quantized_copies_of.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} values of quantized copies of {}",
+                    self.quantized_copy_values,
+                    self.quantized_copies_of.join(", ")
+                )
+            };
+            s += &format!(
+                "stored      {} values: {} quantized weight values{copies}, {} quantization scales and zero points\n",
+                self.stored_values,
+                self.quantized_values,
+                self.quantization_scale_values
+            );
+        }
         if let Some(f) = self.flops_per_example {
             s += &format!("flops       {f} per example ({})\n", human_flops(f));
         }

@@ -110,3 +110,98 @@ fn inspect_lists_external_data_files() {
         text(&o)
     );
 }
+
+/// An int8 file has its f32 file's parameter count (as the onnx package counts the f32
+/// file's float initializers), whether it is ours or ONNX Runtime's `quantize_dynamic` of
+/// the f32 file; the int8 copy of the tied embedding (the vocabulary head) and the scales
+/// are stored values, not parameters.
+#[test]
+fn int8_files_count_the_parameters_of_their_f32_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f32_path = amlp(dir.path());
+    let int8_path = dir.path().join("t8.onnx");
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "1",
+        "--seq-len",
+        "32",
+        "--vocab-size",
+        "300",
+        "--init",
+        "spread",
+        "--dtype",
+        "int8",
+        "-q",
+        "-o",
+        s(&int8_path),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let qd_path = dir.path().join("qd.onnx");
+    // The onnx package's reading of the files: parameters of the f32 file, and of the int8
+    // file every initializer, the head's int8 copy and the scales by the names our build uses.
+    let py_view = py(
+        "import sys, json, onnx, numpy as np\n\
+         from onnxruntime.quantization import quantize_dynamic, QuantType\n\
+         size = lambda t: int(np.prod(t.dims))\n\
+         f = onnx.load(sys.argv[1])\n\
+         q = onnx.load(sys.argv[2])\n\
+         quantize_dynamic(sys.argv[1], sys.argv[3], weight_type=QuantType.QInt8, per_channel=True)\n\
+         print(json.dumps({\n\
+           'f32_params': sum(size(t) for t in f.graph.initializer if t.data_type == onnx.TensorProto.FLOAT),\n\
+           'int8_stored': sum(size(t) for t in q.graph.initializer),\n\
+           'int8_copy': sum(size(t) for t in q.graph.initializer if t.name == 'embed.weight.transposed.int8'),\n\
+           'int8_scales': sum(size(t) for t in q.graph.initializer if t.name.endswith('.scale')),\n\
+           'int8_tensors': sum(1 for t in q.graph.initializer if t.data_type == onnx.TensorProto.INT8),\n\
+         }))\n",
+        &[&f32_path, &int8_path, &qd_path],
+    );
+    let py_view: serde_json::Value = serde_json::from_str(&py_view).unwrap();
+    let f32_json = inspect_json(&f32_path);
+    let int8_json = inspect_json(&int8_path);
+    let qd_json = inspect_json(&qd_path);
+    assert_eq!(f32_json["parameters"], py_view["f32_params"]);
+    assert!(py_view["int8_tensors"].as_u64().unwrap() >= 6, "{py_view}");
+    assert_eq!(int8_json["parameters"], f32_json["parameters"]);
+    assert_eq!(int8_json["stored_values"], py_view["int8_stored"]);
+    assert_eq!(
+        int8_json["metadata"]["gmlp_onnx.stored_params"],
+        py_view["int8_stored"].to_string()
+    );
+    assert_eq!(int8_json["quantized_copy_values"], py_view["int8_copy"]);
+    assert_eq!(
+        int8_json["quantized_copies_of"],
+        serde_json::json!(["embed.weight"])
+    );
+    assert_eq!(
+        int8_json["quantization_scale_values"],
+        py_view["int8_scales"]
+    );
+    assert_eq!(qd_json["parameters"], f32_json["parameters"]);
+    assert!(
+        qd_json["quantized_values"].as_u64().unwrap() > 0,
+        "{qd_json}"
+    );
+    // A file without integer weights has nothing but parameters.
+    assert_eq!(f32_json["stored_values"], f32_json["parameters"]);
+    assert_eq!(f32_json["quantized_values"], 0);
+    let o = gmlp(&["inspect", s(&int8_path)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains(&format!(
+            "parameters  {} (",
+            f32_json["parameters"].as_u64().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "values of quantized copies of embed.weight, {} quantization scales",
+            py_view["int8_scales"]
+        )),
+        "{out}"
+    );
+}

@@ -279,10 +279,15 @@ impl Emitter {
         let rank = u.shape.len();
         let mut perm: Vec<usize> = (0..rank).collect();
         perm.swap(rank - 2, rank - 1);
-        let u_t = self
+        // Quantize first (per tensor, so it commutes with the transpose), then transpose the
+        // u8 tensor: a quarter of the bytes an f32 transpose moves.
+        let (uq, u_scale, u_zero) = self
             .g
-            .transpose(&format!("{local}_transpose_in"), u, &perm)?;
-        let mixed_t = self.int8_matmul(local, &u_t, q, scales)?;
+            .dynamic_quantize_linear(&format!("{local}_quantize"), u)?;
+        let uq_t = self
+            .g
+            .transpose(&format!("{local}_transpose_in"), &uq, &perm)?;
+        let mixed_t = self.quantized_matmul(local, &uq_t, &u_scale, &u_zero, q, scales)?;
         self.g
             .transpose(&format!("{local}_transpose_out"), &mixed_t, &perm)
     }
@@ -295,8 +300,22 @@ impl Emitter {
         let (xq, x_scale, x_zero) = self
             .g
             .dynamic_quantize_linear(&format!("{local}_quantize"), x)?;
-        let scale = self.g.mul(&format!("{local}_scale"), &x_scale, scales)?;
-        let acc = self.g.matmul_integer(local, &xq, q, &x_zero)?;
+        self.quantized_matmul(local, &xq, &x_scale, &x_zero, q, scales)
+    }
+
+    /// `dequant(x_q) · dequant(q)` for an activation already quantized to (`xq`, `x_scale`,
+    /// `x_zero`): `MatMulInteger`, `Cast` to f32, `Mul` by `x_scale · scales`.
+    fn quantized_matmul(
+        &mut self,
+        local: &str,
+        xq: &Value,
+        x_scale: &Value,
+        x_zero: &Value,
+        q: &Value,
+        scales: &Value,
+    ) -> Result<Value> {
+        let scale = self.g.mul(&format!("{local}_scale"), x_scale, scales)?;
+        let acc = self.g.matmul_integer(local, xq, q, x_zero)?;
         let acc = self
             .g
             .cast(&format!("{local}_to_f32"), &acc, ElemType::F32)?;
