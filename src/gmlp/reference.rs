@@ -205,6 +205,18 @@ fn trunk(cfg: &GmlpConfig, p: &Params, mut x: Array2<f64>) -> Result<Array2<f64>
     ))
 }
 
+/// The embedding table [vocab, d] and the output head (weight [d, vocab] — the table
+/// transposed when tied, `head.weight` otherwise — and bias [vocab]).
+fn token_ends(p: &Params, tied_embedding: bool) -> Result<(Array2<f64>, Array2<f64>, Array1<f64>)> {
+    let table = p.matrix("embed.weight")?;
+    let head = if tied_embedding {
+        table.t().to_owned()
+    } else {
+        p.matrix("head.weight")?
+    };
+    Ok((table, head, p.vector("head.bias")?))
+}
+
 /// Logits [batch, n, vocab] of a token model for `ids` [batch, n].
 pub fn forward_tokens(
     cfg: &GmlpConfig,
@@ -231,13 +243,7 @@ pub fn forward_tokens(
         specs: param_specs(cfg),
         source,
     };
-    let table = p.matrix("embed.weight")?;
-    let head_bias = p.vector("head.bias")?;
-    let head = if tied_embedding {
-        table.t().to_owned()
-    } else {
-        p.matrix("head.weight")?
-    };
+    let (table, head, head_bias) = token_ends(&p, tied_embedding)?;
     let mut out = Array3::<f32>::zeros((ids.nrows(), seq_len, vocab_size));
     for (b, row) in ids.rows().into_iter().enumerate() {
         let mut x = Array2::<f64>::zeros((seq_len, cfg.d_model));
@@ -419,13 +425,7 @@ pub fn forward_tokens_stepwise(
         specs: param_specs(cfg),
         source,
     };
-    let table = p.matrix("embed.weight")?;
-    let head_bias = p.vector("head.bias")?;
-    let head = if tied_embedding {
-        table.t().to_owned()
-    } else {
-        p.matrix("head.weight")?
-    };
+    let (table, head, head_bias) = token_ends(&p, tied_embedding)?;
     let spatial: Vec<Vec<Array2<f64>>> = (0..cfg.layers)
         .map(|i| {
             Ok(spatial_matrices(
