@@ -171,6 +171,10 @@ def run_with_past(args):
     # are then in flight together.
     started = [threading.Event() for _ in sequences]
     started[0].set()
+    # Sequence 0 sends its last token only once every other sequence has had an answer (or
+    # after a timeout): a server that served sequences one after another could not give
+    # those answers, so the spans below then show it; a busy machine cannot fake it.
+    answered = [threading.Event() for _ in sequences]
     before = statistics(args.url, args.name)
 
     def sequence_thread(k):
@@ -181,6 +185,9 @@ def run_with_past(args):
             for t in range(args.steps):
                 if k == 0 and 0 < t < len(started):
                     started[t].set()
+                if k == 0 and t == args.steps - 1:
+                    for ev in answered[1:]:
+                        ev.wait(timeout=60)
                 got = infer(client, args.name, {"input_ids": sequences[k][:, t:t + 1]}, ["logits"],
                             sequence_id=1000 + k, sequence_start=(t == 0),
                             sequence_end=(t == args.steps - 1))["logits"]
@@ -188,10 +195,11 @@ def run_with_past(args):
                 now = time.monotonic()
                 spans[k][0] = spans[k][0] or now
                 spans[k][1] = now
+                answered[k].set()
         except Exception as e:
             errors.append(f"sequence {k}: {type(e).__name__}: {e}")
         finally:
-            for ev in started:
+            for ev in started + answered:
                 ev.set()
 
     threads = [threading.Thread(target=sequence_thread, args=(k,)) for k in range(args.sequences)]
