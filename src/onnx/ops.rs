@@ -274,20 +274,14 @@ impl GraphBuilder {
         before: usize,
         after: usize,
     ) -> Result<Value> {
-        let rank = x.shape.len();
         let Some(Dim::Fixed(n)) = x.shape.get(axis) else {
             return Err(shape_error(
                 "Pad",
                 format!("axis {axis} of {}", fmt_shape(&x.shape)),
             ));
         };
-        let mut pads = vec![0i64; 2 * rank];
-        pads[axis] = before as i64;
-        pads[rank + axis] = after as i64;
-        let mut shape = x.shape.clone();
-        shape[axis] = Dim::Fixed(n + before + after);
-        let pads = self.const_i64(&format!("{local}_pads"), &[2 * rank], pads)?;
-        Ok(self.single(local, "Pad", &[x, &pads], vec![], (x.elem, shape), 0))
+        let padded = Dim::Fixed(n + before + after);
+        self.pad_axis_symbolic(local, x, axis, (before, after), padded)
     }
 
     /// `Concat` along `axis` (negative counts from the end).
