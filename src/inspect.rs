@@ -355,14 +355,26 @@ impl ModelSummary {
                     .state
                     .iter()
                     .filter(|t| t.block == 0)
-                    .map(|t| format!("{} [batch, past_sequence, {}]", t.past, t.width))
+                    .map(|t| match t.window {
+                        Some(w) => {
+                            format!("{} [batch, min(past_sequence, {w}), {}]", t.past, t.width)
+                        }
+                        None => format!("{} [batch, past_sequence, {}]", t.past, t.width),
+                    })
                     .collect();
                 s += &format!(
-                    "state       per block: {}; {} bytes per token per block (f32), {} bytes per token for all {blocks} blocks\n",
+                    "state       per block: {}; {} bytes per token per block (f32), {} bytes per token for all {blocks} blocks",
                     per_block.join(", "),
                     d.state_bytes_per_token_per_block,
                     d.state_bytes_per_token_per_block * blocks
                 );
+                if d.window_bytes_per_block > 0 {
+                    s += &format!(
+                        ", plus the token-shift window: {} bytes per block once full",
+                        d.window_bytes_per_block
+                    );
+                }
+                s += "\n";
             }
         }
         for (key, value) in &self.metadata {

@@ -84,17 +84,31 @@ fn rel(a: &Array3<f32>, b: &Array3<f32>) -> f64 {
 }
 
 /// The small causal models every check runs on: gMLP and aMLP, the three spatial forms,
-/// heads 1 and 2, untied head.
+/// heads 1 and 2, untied head, token shift 2 (its window state).
 fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
     let mut out = Vec::new();
-    for (name, spatial, attn, heads) in [
-        ("gmlp-gather", SpatialForm::ToeplitzGather, None, 1),
-        ("amlp-gather", SpatialForm::ToeplitzGather, Some(8), 1),
-        ("amlp-dense-heads2", SpatialForm::Dense, Some(8), 2),
-        ("gmlp-expand-heads2", SpatialForm::ToeplitzExpand, None, 2),
+    for (name, spatial, attn, heads, shift) in [
+        ("gmlp-gather", SpatialForm::ToeplitzGather, None, 1, 0),
+        ("amlp-gather", SpatialForm::ToeplitzGather, Some(8), 1, 0),
+        ("amlp-dense-heads2", SpatialForm::Dense, Some(8), 2, 0),
+        (
+            "gmlp-expand-heads2",
+            SpatialForm::ToeplitzExpand,
+            None,
+            2,
+            0,
+        ),
+        (
+            "amlp-gather-shift2",
+            SpatialForm::ToeplitzGather,
+            Some(8),
+            1,
+            2,
+        ),
     ] {
         let mut cfg = tiny_tokens(spatial, attn, true);
         cfg.heads = heads;
+        cfg.shift_tokens = shift;
         if heads > 1 {
             if let gmlp_onnx::gmlp::Task::Tokens { tied_embedding, .. } = &mut cfg.task {
                 *tied_embedding = false;
@@ -109,9 +123,9 @@ fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
 fn variable_length_models_equal_the_fixed_models_first_positions() {
     let dir = tempfile::tempdir().unwrap();
     let mut shifted = tiny_tokens(SpatialForm::Dense, None, true);
-    shifted.shift_tokens = 2;
+    shifted.shift_tokens = 3;
     let mut configs = causal_configs();
-    configs.push(("gmlp-shift2", shifted));
+    configs.push(("gmlp-dense-shift3", shifted));
     for (name, cfg) in configs {
         let source: Arc<dyn WeightSource> = Arc::new(spread(5));
         let fixed = write_in(
@@ -187,7 +201,7 @@ fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
             let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
             // One run on the whole sequence (past empty) ...
             let whole = decode(&mut decoder, &ids, &[12]);
-            let whole_state = decoder.state().to_vec();
+            let whole_state = decoder.state().unwrap();
             // ... and the same tokens fed in pieces, present fed back as past.
             decoder.reset();
             let stepwise = decode(&mut decoder, &ids, &chunks);
@@ -199,11 +213,21 @@ fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
                 "{name} {} vs reference: {d:e}",
                 kind.name()
             );
-            for (a, b) in decoder.state().iter().zip(&whole_state) {
+            let described = decoder.model().info.state.clone();
+            assert_eq!(described.len(), whole_state.len());
+            for ((a, b), info) in decoder
+                .state()
+                .unwrap()
+                .iter()
+                .zip(&whole_state)
+                .zip(&described)
+            {
                 let (TensorValue::F32(a), TensorValue::F32(b)) = (&a.value, &b.value) else {
                     panic!("f32 state")
                 };
-                assert_eq!(a.shape()[1], 12, "{name}: {}", b.shape()[1]);
+                // 12 positions, or the last s of them for a token-shift window.
+                let rows = info.window.map_or(12, |w| w.min(12));
+                assert_eq!(a.shape()[1], rows, "{name} {}: {}", info.past, b.shape()[1]);
                 let d = rel_diff(a, b);
                 assert!(d <= 1e-5, "{name} {} state: {d:e}", kind.name());
             }
@@ -214,7 +238,7 @@ fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
                     .contains("would pass the model's 12 positions"),
                 "{err}"
             );
-            states.push(decoder.state().to_vec());
+            states.push(decoder.state().unwrap());
         }
         // tract and ONNX Runtime end in the same state.
         for (a, b) in states[0].iter().zip(&states[1]) {
@@ -301,9 +325,16 @@ fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
 #[test]
 fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["lucid_tokens_causal", "lucid_amlp_causal"] {
+    // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
+    // import is told, as `--shift-tokens 2` tells the CLI).
+    for (name, shift_tokens) in [
+        ("lucid_tokens_causal", 0),
+        ("lucid_amlp_causal", 0),
+        ("lucid_shift_causal", 2),
+    ] {
         let hints = ImportHints {
             causal: true,
+            shift_tokens,
             ..ImportHints::default()
         };
         let import = Import::open(&fixture(name).join("model.safetensors"), &hints).unwrap();

@@ -375,6 +375,25 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let work = dir.path().join("real");
     std::fs::create_dir(&work).expect("mkdir");
     check_with_past_model(&env, &real, 50, &work);
+    // And the g-mlp-pytorch aMLP trained with shift_tokens = 2: its token-shift window
+    // (`past_shift.{i}`, at most 2 rows) is an implicit state like the growing ones.
+    let shifted = dir.path().join("shift-with-past.onnx");
+    let checkpoint =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lucid_shift_causal/model.safetensors");
+    gmlp_ok(&[
+        "build",
+        "--weights",
+        path_str(&checkpoint),
+        "--causal",
+        "--shift-tokens",
+        "2",
+        "--with-past",
+        "-o",
+        path_str(&shifted),
+    ]);
+    let work = dir.path().join("shift");
+    std::fs::create_dir(&work).expect("mkdir");
+    check_with_past_model(&env, &shifted, 256, &work);
 }
 
 /// Every file and folder under `dir`, for "nothing was written" checks.

@@ -6,7 +6,10 @@
 //! keys and values k_s, v_s); everything else is per token. So the state of block i after
 //! P tokens is `past_sgu.{i}` [batch, P, e] (+ `past_key.{i}`, `past_value.{i}`
 //! [batch, P, a]); a run on T new tokens returns `present_*` = past followed by the T new
-//! positions, and the position offset is P = `past_sequence`.
+//! positions, and the position offset is P = `past_sequence`. With token shift
+//! (`shift_tokens` = s), block i also needs its last s normalized inputs h = LN(x): the
+//! window `past_shift.{i}` [batch, min(P, s), d] in, `present_shift.{i}` = the last
+//! min(P + T, s) rows of past followed by the new ones out.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +22,10 @@ pub const SEQUENCE: &str = "sequence";
 pub const PAST_SEQUENCE: &str = "past_sequence";
 /// Symbol of past plus new tokens (the length of the `present_*` outputs).
 pub const TOTAL_SEQUENCE: &str = "past_sequence + sequence";
+/// Symbol of the rows in a token-shift window input, min(past_sequence, s).
+pub const PAST_SHIFT_SEQUENCE: &str = "past_shift_sequence";
+/// Symbol of the rows in a token-shift window output, min(past_sequence + sequence, s).
+pub const PRESENT_SHIFT_SEQUENCE: &str = "present_shift_sequence";
 
 /// How the sequence axis of a token model is emitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +63,7 @@ impl SequenceMode {
 
     /// Refuses a mode the model cannot have: a variable length or state for a vision or
     /// bidirectional model (position i of a bidirectional model depends on positions
-    /// after it, so a prefix is not a shorter input), state with token shift.
+    /// after it, so a prefix is not a shorter input).
     pub fn check(self, cfg: &GmlpConfig) -> Result<()> {
         let flag = match self {
             SequenceMode::Fixed => return Ok(()),
@@ -73,11 +80,6 @@ impl SequenceMode {
                 "{flag} needs a causal model (--causal): in a bidirectional model every position depends on the tokens after it"
             )));
         }
-        if self == SequenceMode::WithPast && cfg.shift_tokens > 0 {
-            return Err(Error::InvalidArgument(
-                "--with-past does not support --shift-tokens (the shifted block inputs are not carried as state); build without --with-past".into(),
-            ));
-        }
         Ok(())
     }
 }
@@ -87,27 +89,36 @@ impl SequenceMode {
 pub struct StateTensor {
     /// Block index i.
     pub block: usize,
-    /// Graph input: `past_sgu.{i}`, `past_key.{i}` or `past_value.{i}`.
+    /// Graph input: `past_sgu.{i}`, `past_key.{i}`, `past_value.{i}` or `past_shift.{i}`.
     pub past: String,
     /// Graph output: `present_sgu.{i}`, ...
     pub present: String,
-    /// Channels per token (e for the gate, a for keys and values); the shape is
-    /// [batch, past_sequence, width], float32.
+    /// Channels per token (e for the gate, a for keys and values, d for the token-shift
+    /// window); the shape is [batch, past_sequence, width], float32 (or
+    /// [batch, min(past_sequence, window), width] for a window).
     pub width: usize,
+    /// For the token-shift state: the most positions it keeps (s); `None` for state that
+    /// grows with every token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
 }
 
 /// The state of block `i`: what a `--with-past` graph takes and returns for it.
 pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
-    let one = |kind: &str, width: usize| StateTensor {
+    let one = |kind: &str, width: usize, window: Option<usize>| StateTensor {
         block: i,
         past: format!("past_{kind}.{i}"),
         present: format!("present_{kind}.{i}"),
         width,
+        window,
     };
-    let mut out = vec![one("sgu", cfg.gate_dim())];
+    let mut out = vec![one("sgu", cfg.gate_dim(), None)];
     if let Some(a) = cfg.attn_dim {
-        out.push(one("key", a));
-        out.push(one("value", a));
+        out.push(one("key", a, None));
+        out.push(one("value", a, None));
+    }
+    if cfg.shift_tokens > 0 {
+        out.push(one("shift", cfg.d_model, Some(cfg.shift_tokens)));
     }
     out
 }
@@ -123,6 +134,14 @@ pub struct DecodingInfo {
     pub state: Vec<StateTensor>,
     /// Bytes of state per token per block (f32), for one example.
     pub state_bytes_per_token_per_block: usize,
+    /// Bytes of the token-shift window per block (f32, one example) once it is full;
+    /// 0 without token shift.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_bytes_per_block: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl DecodingInfo {
@@ -136,12 +155,22 @@ impl DecodingInfo {
         } else {
             Vec::new()
         };
-        let per_block: usize = block_state(cfg, 0).iter().map(|s| s.width * 4).sum();
+        let block = block_state(cfg, 0);
+        let per_token: usize = block
+            .iter()
+            .filter(|s| s.window.is_none())
+            .map(|s| s.width * 4)
+            .sum();
+        let window: usize = block
+            .iter()
+            .filter_map(|s| s.window.map(|w| w * s.width * 4))
+            .sum();
         Some(DecodingInfo {
             mode,
             max_sequence: cfg.seq_len(),
             state,
-            state_bytes_per_token_per_block: per_block,
+            state_bytes_per_token_per_block: per_token,
+            window_bytes_per_block: window,
         })
     }
 
@@ -172,7 +201,7 @@ mod tests {
         assert_eq!(SequenceMode::default_for(&cfg), SequenceMode::Variable);
         SequenceMode::WithPast.check(&cfg).unwrap();
         cfg.shift_tokens = 1;
-        assert!(SequenceMode::WithPast.check(&cfg).is_err());
+        SequenceMode::WithPast.check(&cfg).unwrap();
         SequenceMode::Variable.check(&cfg).unwrap();
         let mut vision = preset("gmlp-ti16").unwrap().config;
         vision.causal = true;
@@ -207,5 +236,27 @@ mod tests {
         assert!(DecodingInfo::of(&cfg, SequenceMode::Fixed).is_none());
         let variable = DecodingInfo::of(&cfg, SequenceMode::Variable).unwrap();
         assert!(variable.state.is_empty());
+        // Without token shift the JSON has no window fields (files built before them
+        // keep their bytes).
+        assert!(!info.to_json().unwrap().contains("window"));
+    }
+
+    #[test]
+    fn token_shift_adds_a_window_per_block() {
+        let mut cfg = preset("amlp-base").unwrap().config;
+        cfg.causal = true;
+        cfg.layers = 2;
+        cfg.shift_tokens = 2;
+        let info = DecodingInfo::of(&cfg, SequenceMode::WithPast).unwrap();
+        let shift: Vec<&StateTensor> = info.state.iter().filter(|s| s.window.is_some()).collect();
+        assert_eq!(shift.len(), 2);
+        assert_eq!(shift[1].past, "past_shift.1");
+        assert_eq!(shift[1].present, "present_shift.1");
+        assert_eq!((shift[1].width, shift[1].window), (512, Some(2)));
+        // The window does not grow with the tokens: 2 rows of d = 512 floats.
+        assert_eq!(info.state_bytes_per_token_per_block, 6656);
+        assert_eq!(info.window_bytes_per_block, 2 * 512 * 4);
+        let back = DecodingInfo::parse(&info.to_json().unwrap()).unwrap();
+        assert_eq!(back, info);
     }
 }

@@ -29,7 +29,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
-use crate::gmlp::decoding::{block_state, SequenceMode, PAST_SEQUENCE, SEQUENCE, TOTAL_SEQUENCE};
+use crate::gmlp::decoding::{
+    block_state, SequenceMode, PAST_SEQUENCE, PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE,
+    SEQUENCE, TOTAL_SEQUENCE,
+};
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::gmlp::weights::{check_values, param_specs, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
@@ -219,10 +222,13 @@ impl Emitter {
 
     /// g-mlp-pytorch's token shift of the normalized block input (see
     /// [`GmlpConfig::shift_amounts`]): chunk k of the channels moves by `amounts[k]` tokens
-    /// with zero fill; the remaining channels are unchanged.
-    fn shift_tokens(&mut self, h: &Value) -> Result<Value> {
-        if self.mode != SequenceMode::Fixed {
-            return self.shift_tokens_variable(h);
+    /// with zero fill; the remaining channels are unchanged. `i` is the block (its state
+    /// in a with-past graph).
+    fn shift_tokens(&mut self, h: &Value, i: usize) -> Result<Value> {
+        match self.mode {
+            SequenceMode::Fixed => {}
+            SequenceMode::Variable => return self.shift_tokens_variable(h),
+            SequenceMode::WithPast => return self.shift_tokens_with_past(h, i),
         }
         let n = self.cfg.seq_len();
         let (amounts, parts) = self.shift_chunks(h)?;
@@ -387,7 +393,7 @@ impl Emitter {
         let (eps, sgu_eps) = (self.cfg.norm_eps, self.cfg.sgu_norm_eps);
         let mut h = self.layer_norm("norm", x, &format!("{p}.norm"), eps)?;
         if self.cfg.shift_tokens > 0 {
-            h = self.scoped("token_shift", |s| s.shift_tokens(&h))?;
+            h = self.scoped("token_shift", |s| s.shift_tokens(&h, i))?;
         }
         let quantize = self.cfg.dtype == Precision::Int8;
         let mut halves = Vec::with_capacity(2);
@@ -535,7 +541,11 @@ impl Emitter {
             let past = Dim::Symbol(PAST_SEQUENCE.into());
             for i in 0..self.cfg.layers {
                 for state in block_state(&self.cfg, i) {
-                    let shape = vec![batch.clone(), past.clone(), Dim::Fixed(state.width)];
+                    let rows = match state.window {
+                        Some(_) => Dim::Symbol(PAST_SHIFT_SEQUENCE.into()),
+                        None => past.clone(),
+                    };
+                    let shape = vec![batch.clone(), rows, Dim::Fixed(state.width)];
                     let v = self.g.input(&state.past, ElemType::F32, shape)?;
                     self.past.insert(state.past.clone(), v);
                 }
@@ -772,6 +782,74 @@ impl Emitter {
                 &end,
                 &[1],
                 part.shape.clone(),
+            )?);
+        }
+        let refs: Vec<&Value> = shifted.iter().collect();
+        self.g.concat("concat", &refs, -1)
+    }
+    /// Token shift with state (causal shifts a ≥ 0): `past_shift.{i}` holds the block's
+    /// last L = min(P, s) normalized inputs, `full` = past ‖ h has L + T rows, and chunk k
+    /// of new row t reads full's row L + t − a, zero before position 0: pad a zeros in
+    /// front of the chunk and keep rows L..L+T. `present_shift.{i}` = the last
+    /// min(L + T, s) rows of `full`.
+    fn shift_tokens_with_past(&mut self, h: &Value, i: usize) -> Result<Value> {
+        let name = format!("past_shift.{i}");
+        let past = self
+            .past
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| Error::Internal(format!("no graph input {name}")))?;
+        let past = self.cast_to("past_shift_cast", &past, h.elem)?;
+        let full_rows = format!("{PAST_SHIFT_SEQUENCE} + {SEQUENCE}");
+        let full = self.g.concat_symbolic(
+            "past_concat",
+            &[&past, h],
+            1,
+            Dim::Symbol(full_rows.clone()),
+        )?;
+        let kept = self.g.shape_of("past_rows", &past, 1, 2)?;
+        let len = self.g.shape_of("all_rows", &full, 1, 2)?;
+        let window = self
+            .g
+            .const_i64("window", &[1], vec![self.cfg.shift_tokens as i64])?;
+        let zero = self.g.const_i64("window_zero", &[1], vec![0])?;
+        let over = self.g.sub("window_over", &len, &window)?;
+        let start = self.g.max("window_start", &over, &zero)?;
+        let mut window_shape = full.shape.clone();
+        window_shape[1] = Dim::Symbol(PRESENT_SHIFT_SEQUENCE.into());
+        let present =
+            self.g
+                .slice_dynamic("window_rows", &full, &start, &len, &[1], window_shape)?;
+        let present = self.cast_to("present_shift_to_f32", &present, ElemType::F32)?;
+        self.present.push((format!("present_shift.{i}"), present));
+        let (amounts, parts) = self.shift_chunks(&full)?;
+        let mut shifted = Vec::with_capacity(parts.len());
+        for (k, part) in parts.iter().enumerate() {
+            let a = amounts.get(k).copied().unwrap_or(0);
+            let source = match usize::try_from(a) {
+                Ok(0) => part.clone(),
+                Ok(a) => self.g.pad_axis_symbolic(
+                    &format!("shift_{k}_pad"),
+                    part,
+                    1,
+                    (a, 0),
+                    Dim::Symbol(format!("{full_rows} + {a}")),
+                )?,
+                Err(_) => {
+                    return Err(Error::Internal(
+                        "a token shift with state must be causal".into(),
+                    ))
+                }
+            };
+            let mut rows = part.shape.clone();
+            rows[1] = h.shape[1].clone();
+            shifted.push(self.g.slice_dynamic(
+                &format!("shift_{k}"),
+                &source,
+                &kept,
+                &len,
+                &[1],
+                rows,
             )?);
         }
         let refs: Vec<&Value> = shifted.iter().collect();

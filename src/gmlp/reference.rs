@@ -317,12 +317,14 @@ pub fn forward_vision(
     Ok(out)
 }
 
-/// The state of one block after the tokens fed so far: u_s = LN_sgu(z2_s) and, for aMLP,
-/// k_s and v_s, one row per position.
+/// The state of one block after the tokens fed so far: u_s = LN_sgu(z2_s), for aMLP k_s
+/// and v_s, and with token shift the normalized inputs h_s = LN(x_s), one row per position
+/// (the reference keeps every row; a with-past graph keeps only the last s of h).
 struct BlockCache {
     u: Array2<f64>,
     k: Array2<f64>,
     v: Array2<f64>,
+    h: Array2<f64>,
 }
 
 /// One block on the new rows `x` (positions P..P+T−1, P = rows already in `cache`),
@@ -338,7 +340,17 @@ fn block_step(
     let b = format!("blocks.{i}");
     let e = cfg.gate_dim();
     let start = cache.u.nrows();
-    let h = block_norm(cfg, p, &b, x)?;
+    let mut h = block_norm(cfg, p, &b, x)?;
+    if cfg.shift_tokens > 0 {
+        // Causal shifts read only earlier rows: shift the whole history, keep the new rows.
+        cache
+            .h
+            .append(Axis(0), h.view())
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        h = shift_tokens(cfg, &cache.h)
+            .slice(s![start.., ..])
+            .to_owned();
+    }
     let (z1, u_new) = gate_halves(cfg, p, &b, &h)?;
     cache
         .u
@@ -392,8 +404,8 @@ fn block_step(
 /// Logits [batch, P, vocab] of a causal token model computed incrementally, as a
 /// `--with-past` graph runs: the tokens of `ids` [batch, P] are fed in chunks of the
 /// given lengths (summing to P ≤ n), each chunk seeing the earlier ones only through the
-/// per-block state (u, and k, v for aMLP). Equal to [`forward_tokens`] on the first P
-/// positions for causal models; token shift is not supported (as with `--with-past`).
+/// per-block state (u, k and v for aMLP, the normalized inputs with token shift). Equal
+/// to [`forward_tokens`] on the first P positions for causal models.
 pub fn forward_tokens_stepwise(
     cfg: &GmlpConfig,
     source: &dyn WeightSource,
@@ -410,9 +422,9 @@ pub fn forward_tokens_stepwise(
             "forward_tokens_stepwise needs a token model".into(),
         ));
     };
-    if !cfg.causal || cfg.shift_tokens > 0 {
+    if !cfg.causal {
         return Err(Error::InvalidArgument(
-            "stepwise decoding needs a causal model without token shift".into(),
+            "stepwise decoding needs a causal model".into(),
         ));
     }
     let total = ids.ncols();
@@ -442,6 +454,7 @@ pub fn forward_tokens_stepwise(
                 u: Array2::zeros((0, e)),
                 k: Array2::zeros((0, a)),
                 v: Array2::zeros((0, a)),
+                h: Array2::zeros((0, cfg.d_model)),
             })
             .collect();
         let mut start = 0;
@@ -508,10 +521,13 @@ mod tests {
             scheme: InitScheme::Spread,
         };
         let ids = Array2::from_shape_fn((2, 9), |(b, t)| ((b * 5 + t * 7) % 11) as i64);
+        let mut shifted = causal_tokens(Some(4), 1, SpatialForm::Dense);
+        shifted.shift_tokens = 2;
         for cfg in [
             causal_tokens(None, 1, SpatialForm::ToeplitzGather),
             causal_tokens(Some(4), 1, SpatialForm::Dense),
             causal_tokens(Some(4), 2, SpatialForm::ToeplitzExpand),
+            shifted,
         ] {
             let whole = forward_tokens(&cfg, &source, ids.view()).unwrap();
             for chunks in [&[9][..], &[4, 1, 1, 3], &[1; 9]] {

@@ -18,6 +18,13 @@ impl GraphBuilder {
         self.binary(local, "Sub", a, b)
     }
 
+    /// Elementwise `Max` of two values with broadcasting (used on i64 sizes).
+    ///
+    /// [Max](https://onnx.ai/onnx/operators/onnx__Max.html): versions 1, 6, 8 (multidirectional broadcasting), 12 (integer types), 13 (bfloat16); the two-input form with i64 operands is valid over the whole range here.
+    pub fn max(&mut self, local: &str, a: &Value, b: &Value) -> Result<Value> {
+        self.binary(local, "Max", a, b)
+    }
+
     /// Elementwise `Div` with broadcasting.
     ///
     /// [Div](https://onnx.ai/onnx/operators/onnx__Div.html): versions 1, 6, 7 (multidirectional broadcasting), 13, 14 (types); the same form since 7.

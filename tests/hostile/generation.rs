@@ -88,26 +88,6 @@ fn with_past_is_refused_where_state_cannot_be_carried() {
     ] {
         assert_refused(d, args, 2, needle);
     }
-    let shift = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/lucid_shift_causal/model.safetensors"
-    );
-    assert_refused(
-        d,
-        &[
-            "build",
-            "--weights",
-            shift,
-            "--causal",
-            "--shift-tokens",
-            "2",
-            "--with-past",
-            "-o",
-            o,
-        ],
-        2,
-        "--with-past does not support --shift-tokens",
-    );
 }
 
 #[test]
