@@ -16,7 +16,7 @@ use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY};
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, read_model};
-use crate::runtime::{open, Runtime, RuntimeKind, RuntimeOptions};
+use crate::runtime::{open, CarriedState, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// What a model says about decoding: how it was emitted and its vocabulary.
@@ -58,8 +58,10 @@ pub struct Decoder {
     runtime: Box<dyn Runtime>,
     model: DecodingModel,
     batch: usize,
-    /// `past_*` tensors to feed next (with-past models).
-    state: Vec<NamedTensor>,
+    /// `past_*` values to feed next (with-past models), in the runtime's own form.
+    state: CarriedState,
+    /// (present, past) name pairs of the state.
+    carry: Vec<(String, String)>,
     /// Every token fed so far, [batch, P] (re-run for models without state).
     history: Array2<i64>,
 }
@@ -79,11 +81,18 @@ impl Decoder {
 
     /// A decoder over an already loaded runtime.
     pub fn new(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
+        let carry = model
+            .info
+            .state
+            .iter()
+            .map(|s| (s.present.clone(), s.past.clone()))
+            .collect();
         let mut d = Decoder {
             runtime,
             model,
             batch,
-            state: Vec::new(),
+            state: CarriedState::default(),
+            carry,
             history: Array2::zeros((batch, 0)),
         };
         d.reset();
@@ -93,16 +102,17 @@ impl Decoder {
     /// Forgets every token: the next [`Decoder::feed`] is a prompt (empty past).
     pub fn reset(&mut self) {
         self.history = Array2::zeros((self.batch, 0));
-        self.state = self
-            .model
-            .info
-            .state
-            .iter()
-            .map(|s| NamedTensor {
-                name: s.past.clone(),
-                value: TensorValue::F32(ArrayD::zeros(IxDyn(&[self.batch, 0, s.width]))),
-            })
-            .collect();
+        self.state = CarriedState::host(
+            self.model
+                .info
+                .state
+                .iter()
+                .map(|s| NamedTensor {
+                    name: s.past.clone(),
+                    value: TensorValue::F32(ArrayD::zeros(IxDyn(&[self.batch, 0, s.width]))),
+                })
+                .collect(),
+        );
     }
 
     /// Tokens fed so far (the position of the next token).
@@ -120,10 +130,10 @@ impl Decoder {
         self.runtime.name()
     }
 
-    /// The current state (`past_*` tensors, the last run's `present_*`); empty for models
-    /// without state.
-    pub fn state(&self) -> &[NamedTensor] {
-        &self.state
+    /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
+    /// for models without state.
+    pub fn state(&self) -> Result<Vec<NamedTensor>> {
+        self.state.to_host()
     }
 
     /// Checks `ids` [batch, T] against the batch, the vocabulary and the n − P positions left.
@@ -164,47 +174,35 @@ impl Decoder {
         } else {
             history.clone()
         };
-        let mut inputs = vec![NamedTensor {
+        let inputs = [NamedTensor {
             name: INPUT_IDS.into(),
             value: TensorValue::I64(fed.into_dyn()),
         }];
-        if with_past {
-            // Moved, not copied (the state is most of the bytes a step moves); put back
-            // below if the run fails.
-            inputs.append(&mut self.state);
-        }
-        let outputs = self.runtime.run(&inputs);
-        if with_past && self.state.is_empty() {
-            self.state = inputs.split_off(1);
-        }
-        let mut outputs = outputs?;
+        let outputs = if with_past {
+            // The state stays in the runtime's own form (ONNX Runtime: its output values,
+            // fed back without a copy).
+            self.runtime
+                .run_carrying(&inputs, &mut self.state, &self.carry)?
+        } else {
+            self.runtime.run(&inputs)?
+        };
         let logits = outputs
-            .iter()
+            .into_iter()
             .find(|o| o.name == LOGITS)
             .ok_or_else(|| self.missing(LOGITS))?;
-        let TensorValue::F32(logits) = &logits.value else {
+        let TensorValue::F32(logits) = logits.value else {
             return Err(self.missing(LOGITS));
         };
-        let logits: Array3<f32> = logits.clone().into_dimensionality().map_err(internal)?;
+        let logits: Array3<f32> = logits.into_dimensionality().map_err(internal)?;
         let total = logits.dim().1;
         if total < t {
             return Err(self.missing(LOGITS));
         }
-        let new_logits = logits.slice(s![.., total - t.., ..]).to_owned();
-        if with_past {
-            let mut next = Vec::with_capacity(self.state.len());
-            for s in &self.model.info.state {
-                let k = outputs
-                    .iter()
-                    .position(|o| o.name == s.present)
-                    .ok_or_else(|| self.missing(&s.present))?;
-                next.push(NamedTensor {
-                    name: s.past.clone(),
-                    value: outputs.swap_remove(k).value,
-                });
-            }
-            self.state = next;
-        }
+        let new_logits = if total == t {
+            logits
+        } else {
+            logits.slice(s![.., total - t.., ..]).to_owned()
+        };
         self.history = history;
         Ok(new_logits)
     }

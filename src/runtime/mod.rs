@@ -1,10 +1,11 @@
 //! Runtimes that execute an ONNX file behind one small trait: tract (CPU) and ONNX
 //! Runtime through `ort` (CPU or CUDA execution provider).
 
+use std::any::Any;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::tensor::NamedTensor;
+use crate::tensor::{NamedTensor, TensorValue};
 
 pub mod decoder;
 pub mod discovery;
@@ -89,8 +90,140 @@ pub trait Runtime {
     fn placement(&mut self) -> Result<Option<Placement>> {
         Ok(None)
     }
+    /// One run of a model with state: `inputs` plus the values held in `state`, matched
+    /// by name. Each output named as the `present` of a pair in `carry` (present, past)
+    /// is not returned: it becomes `state`'s value under the `past` name, fed by the next
+    /// call. On error `state` is unchanged. This default moves the state through host
+    /// arrays; ONNX Runtime overrides it to feed its own output values back without
+    /// copying them (the state is most of the bytes a decoding step moves).
+    fn run_carrying(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[(String, String)],
+    ) -> Result<Vec<NamedTensor>> {
+        let mut feed = inputs.to_vec();
+        let given = feed.len();
+        feed.extend(state.take_host()?);
+        match self
+            .run(&feed)
+            .and_then(|outputs| split_carried(outputs, carry))
+        {
+            Ok((kept, rest)) => {
+                state.values = kept;
+                Ok(rest)
+            }
+            Err(e) => {
+                *state = CarriedState::host(feed.split_off(given));
+                Err(e)
+            }
+        }
+    }
 }
 
+/// One value a [`CarriedState`] holds.
+pub enum StateValue {
+    /// A host array (the empty state of a prompt, and any runtime without its own form).
+    Host(TensorValue),
+    /// A runtime's own value (ONNX Runtime: an output `Value`), with the function that
+    /// copies it into a host array when the state is inspected.
+    Native {
+        /// The value, for the runtime that made it to downcast.
+        value: Box<dyn Any>,
+        /// Copies it to the host.
+        to_host: fn(&dyn Any) -> Result<TensorValue>,
+    },
+}
+
+/// (input name, value) pairs of a [`CarriedState`].
+pub type StateValues = Vec<(String, StateValue)>;
+
+/// The `past_*` values a decoding run feeds next, by input name, in the form the
+/// runtime produced them (see [`Runtime::run_carrying`]).
+#[derive(Default)]
+pub struct CarriedState {
+    /// (input name, value) in model order.
+    pub values: StateValues,
+}
+
+impl CarriedState {
+    /// A state of host arrays (e.g. the empty `[batch, 0, width]` past of a prompt).
+    pub fn host(tensors: Vec<NamedTensor>) -> CarriedState {
+        CarriedState {
+            values: tensors
+                .into_iter()
+                .map(|t| (t.name, StateValue::Host(t.value)))
+                .collect(),
+        }
+    }
+
+    /// Copies every value to the host (for comparisons and reports).
+    pub fn to_host(&self) -> Result<Vec<NamedTensor>> {
+        self.values
+            .iter()
+            .map(|(name, v)| {
+                let value = match v {
+                    StateValue::Host(t) => t.clone(),
+                    StateValue::Native { value, to_host } => to_host(value.as_ref())?,
+                };
+                Ok(NamedTensor {
+                    name: name.clone(),
+                    value,
+                })
+            })
+            .collect()
+    }
+
+    /// Moves the values out as host arrays (copying only native ones), leaving the state
+    /// empty; on error the state is unchanged.
+    pub fn take_host(&mut self) -> Result<Vec<NamedTensor>> {
+        let mut copies = Vec::with_capacity(self.values.len());
+        for (_, v) in &self.values {
+            copies.push(match v {
+                StateValue::Host(_) => None,
+                StateValue::Native { value, to_host } => Some(to_host(value.as_ref())?),
+            });
+        }
+        Ok(std::mem::take(&mut self.values)
+            .into_iter()
+            .zip(copies)
+            .map(|((name, v), copy)| {
+                let value = match (v, copy) {
+                    (StateValue::Host(t), _) => t,
+                    (StateValue::Native { .. }, Some(t)) => t,
+                    (StateValue::Native { .. }, None) => TensorValue::F32(Default::default()),
+                };
+                NamedTensor { name, value }
+            })
+            .collect())
+    }
+}
+
+/// Splits a run's `outputs` into the carried ones (renamed present → past, in `carry`
+/// order, as host values) and the rest (in their order).
+fn split_carried(
+    outputs: Vec<NamedTensor>,
+    carry: &[(String, String)],
+) -> Result<(StateValues, Vec<NamedTensor>)> {
+    let mut rest = outputs;
+    let mut kept = Vec::with_capacity(carry.len());
+    for (present, past) in carry {
+        let k = rest
+            .iter()
+            .position(|o| o.name == *present)
+            .ok_or_else(|| missing_output(present))?;
+        kept.push((past.clone(), StateValue::Host(rest.remove(k).value)));
+    }
+    Ok((kept, rest))
+}
+
+/// The error for a model that did not return a state output it declares.
+pub fn missing_output(name: &str) -> Error {
+    Error::RuntimeFailed {
+        runtime: "decoder".into(),
+        reason: format!("the model returned no output {name}"),
+    }
+}
 /// Loads `model` in the runtime `kind`.
 pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
     match kind {

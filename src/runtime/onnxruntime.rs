@@ -7,17 +7,20 @@
 //! without CUDA gets an error instead of `ort`'s silent fallback to the CPU, and with
 //! TF32 off unless asked for (the CUDA EP enables it by default, which breaks f32 parity).
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
-use ort::value::TensorRef;
+use ort::value::{DynValue, TensorRef};
 
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::discovery::{discover, SearchContext};
-use crate::runtime::{Placement, Runtime, RuntimeOptions};
+use crate::runtime::{
+    missing_output, CarriedState, Placement, Runtime, RuntimeOptions, StateValue,
+};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
@@ -282,34 +285,100 @@ impl Runtime for OrtRuntime {
         let name = self.name;
         contain_panic(name, || self.run_unguarded(inputs))
     }
+
+    fn run_carrying(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[(String, String)],
+    ) -> Result<Vec<NamedTensor>> {
+        let name = self.name;
+        contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
+    }
+}
+
+/// A host array as an input view (no copy).
+fn host_input<'a>(name: &str, value: &'a TensorValue) -> Result<SessionInputValue<'a>> {
+    Ok(match value {
+        TensorValue::F32(a) => TensorRef::from_array_view(a.view())
+            .map_err(|e| failed(name, e))?
+            .into(),
+        TensorValue::F64(a) => TensorRef::from_array_view(a.view())
+            .map_err(|e| failed(name, e))?
+            .into(),
+        TensorValue::I32(a) => TensorRef::from_array_view(a.view())
+            .map_err(|e| failed(name, e))?
+            .into(),
+        TensorValue::I64(a) => TensorRef::from_array_view(a.view())
+            .map_err(|e| failed(name, e))?
+            .into(),
+    })
+}
+
+/// Copies an output value into a host array of the types compared.
+fn host_value(name: &str, out_name: &str, v: &DynValue) -> Result<TensorValue> {
+    Ok(if let Ok(a) = v.try_extract_array::<f32>() {
+        TensorValue::F32(a.to_owned())
+    } else if let Ok(a) = v.try_extract_array::<f64>() {
+        TensorValue::F64(a.to_owned())
+    } else if let Ok(a) = v.try_extract_array::<i32>() {
+        TensorValue::I32(a.to_owned())
+    } else if let Ok(a) = v.try_extract_array::<i64>() {
+        TensorValue::I64(a.to_owned())
+    } else {
+        return Err(failed(
+            name,
+            format!(
+                "output {out_name} is not float32, float64, int32 or int64, the types compared"
+            ),
+        ));
+    })
+}
+
+/// [`StateValue::Native`]'s copy to the host for an ONNX Runtime value.
+fn native_to_host(value: &dyn Any) -> Result<TensorValue> {
+    let v = value
+        .downcast_ref::<DynValue>()
+        .ok_or_else(|| Error::Internal("state value of another runtime".into()))?;
+    host_value("ort", "state", v)
 }
 
 impl OrtRuntime {
     fn run_unguarded(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+        let mut empty = CarriedState::default();
+        self.run_carrying_unguarded(inputs, &mut empty, &[])
+    }
+
+    /// Feeds `inputs` and `state` by name; outputs in `carry` become the next state as
+    /// ONNX Runtime's own values (no copy), the others come back as host arrays.
+    fn run_carrying_unguarded(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[(String, String)],
+    ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
         for outlet in self.session.inputs() {
-            let input = inputs
-                .iter()
-                .find(|t| t.name == outlet.name())
-                .ok_or_else(|| {
-                    Error::BadTensor(format!("no value given for model input {}", outlet.name()))
-                })?;
-            let value: SessionInputValue<'_> = match &input.value {
-                TensorValue::F32(a) => TensorRef::from_array_view(a.view())
-                    .map_err(|e| failed(name, e))?
-                    .into(),
-                TensorValue::F64(a) => TensorRef::from_array_view(a.view())
-                    .map_err(|e| failed(name, e))?
-                    .into(),
-                TensorValue::I32(a) => TensorRef::from_array_view(a.view())
-                    .map_err(|e| failed(name, e))?
-                    .into(),
-                TensorValue::I64(a) => TensorRef::from_array_view(a.view())
-                    .map_err(|e| failed(name, e))?
-                    .into(),
+            let wanted = outlet.name();
+            let value = if let Some(t) = inputs.iter().find(|t| t.name == wanted) {
+                host_input(name, &t.value)?
+            } else if let Some((_, v)) = state.values.iter().find(|(n, _)| n == wanted) {
+                match v {
+                    StateValue::Host(t) => host_input(name, t)?,
+                    StateValue::Native { value, .. } => value
+                        .downcast_ref::<DynValue>()
+                        .ok_or_else(|| {
+                            Error::Internal(format!("state {wanted} belongs to another runtime"))
+                        })?
+                        .into(),
+                }
+            } else {
+                return Err(Error::BadTensor(format!(
+                    "no value given for model input {wanted}"
+                )));
             };
-            feed.push((Cow::Owned(outlet.name().to_string()), value));
+            feed.push((Cow::Owned(wanted.to_string()), value));
         }
         let output_names: Vec<String> = self
             .session
@@ -317,35 +386,37 @@ impl OrtRuntime {
             .iter()
             .map(|o| o.name().to_string())
             .collect();
-        let outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
-        output_names
+        let mut outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
+        let mut kept = Vec::with_capacity(carry.len());
+        for (present, past) in carry {
+            let v = outputs
+                .remove(present.as_str())
+                .ok_or_else(|| missing_output(present))?;
+            kept.push((
+                past.clone(),
+                StateValue::Native {
+                    value: Box::new(v),
+                    to_host: native_to_host,
+                },
+            ));
+        }
+        let rest = output_names
             .iter()
+            .filter(|n| !carry.iter().any(|(present, _)| present == *n))
             .map(|out_name| {
                 let v = outputs.get(out_name.as_str()).ok_or_else(|| {
                     failed(name, format!("the run returned no output named {out_name}"))
                 })?;
-                let value = if let Ok(a) = v.try_extract_array::<f32>() {
-                    TensorValue::F32(a.to_owned())
-                } else if let Ok(a) = v.try_extract_array::<f64>() {
-                    TensorValue::F64(a.to_owned())
-                } else if let Ok(a) = v.try_extract_array::<i32>() {
-                    TensorValue::I32(a.to_owned())
-                } else if let Ok(a) = v.try_extract_array::<i64>() {
-                    TensorValue::I64(a.to_owned())
-                } else {
-                    return Err(failed(
-                        name,
-                        format!(
-                            "output {out_name} is not float32, float64, int32 or int64, the types compared"
-                        ),
-                    ));
-                };
                 Ok(NamedTensor {
                     name: out_name.clone(),
-                    value,
+                    value: host_value(name, out_name, v)?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if !carry.is_empty() {
+            state.values = kept;
+        }
+        Ok(rest)
     }
 }
 

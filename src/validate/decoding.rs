@@ -137,7 +137,7 @@ pub fn check_decoding(
         progress(&format!("decoding {name}"));
         let mut decoder = Decoder::new(rt, model.clone(), batch);
         let whole = decoder.feed(ids.view())?;
-        let whole_state = decoder.state().to_vec();
+        let whole_state = decoder.state()?;
         decoder.reset();
         let mut against_whole = Vec::new();
         let mut all_logits = Vec::new();
@@ -160,7 +160,8 @@ pub fn check_decoding(
             )?);
             all_logits.push(logits);
         }
-        for (state, whole) in decoder.state().iter().zip(&whole_state) {
+        let final_state = decoder.state()?;
+        for (state, whole) in final_state.iter().zip(&whole_state) {
             against_whole.push(compare(whole, state, tolerance)?);
         }
         step_ms.sort_by(f64::total_cmp);
@@ -171,7 +172,7 @@ pub fn check_decoding(
             name: "logits[stepwise]".into(),
             value: TensorValue::F32(logits.into_dyn()),
         }];
-        results.extend(decoder.state().iter().cloned());
+        results.extend(final_state);
         stepwise_results.push((name.clone(), results));
         reports.push(DecodingRuntimeReport {
             name,
