@@ -61,5 +61,19 @@ PY
 done
 build lucid_tokens-gather --weights fixtures/lucid_tokens_causal/model.safetensors --causal \
   --spatial toeplitz-gather --toeplitz-tol 1
+# --with-past graphs (skipped by versions without it): presets in each precision, a
+# target, and the causal fixtures (the token-shift one has a window state).
+if "$bin" build --help | grep -q -- '--with-past'; then
+  build amlp-base-with-past --preset amlp-base --layers 2 --causal --with-past
+  build amlp-base-with-past-int8 --preset amlp-base --layers 2 --causal --with-past --dtype int8
+  build gmlp-base-with-past-f16 --preset gmlp-base --layers 2 --causal --with-past --dtype f16
+  build amlp-base-with-past-portable --preset amlp-base --layers 2 --causal --with-past \
+    --target portable
+  build lucid_amlp_causal-with-past --weights fixtures/lucid_amlp_causal/model.safetensors \
+    --causal --with-past
+  # Refused before the token-shift window state existed.
+  build lucid_shift_causal-with-past --weights fixtures/lucid_shift_causal/model.safetensors \
+    --causal --shift-tokens 2 --with-past 2>/dev/null || echo "(refused)" >"$out/lucid_shift_causal-with-past.onnx"
+fi
 
 (cd "$out" && sha256sum -- * | sort -k2)

@@ -161,10 +161,14 @@ impl DecodingInfo {
             .filter(|s| s.window.is_none())
             .map(|s| s.width * 4)
             .sum();
-        let window: usize = block
-            .iter()
-            .filter_map(|s| s.window.map(|w| w * s.width * 4))
-            .sum();
+        // Only a with-past graph has the window (files without state keep their bytes).
+        let window: usize = match mode {
+            SequenceMode::WithPast => block
+                .iter()
+                .filter_map(|s| s.window.map(|w| w * s.width * 4))
+                .sum(),
+            _ => 0,
+        };
         Some(DecodingInfo {
             mode,
             max_sequence: cfg.seq_len(),
@@ -258,5 +262,7 @@ mod tests {
         assert_eq!(info.window_bytes_per_block, 2 * 512 * 4);
         let back = DecodingInfo::parse(&info.to_json().unwrap()).unwrap();
         assert_eq!(back, info);
+        let variable = DecodingInfo::of(&cfg, SequenceMode::Variable).unwrap();
+        assert_eq!(variable.window_bytes_per_block, 0);
     }
 }
