@@ -382,6 +382,55 @@ fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position(
     }
 }
 
+/// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past`: validate's
+/// whole-sequence run and decoding check (the window state starts empty too), inspect's
+/// window line, and generate in both runtimes.
+#[test]
+fn cli_validates_and_generates_a_token_shift_model_with_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("shift-past.onnx");
+    let checkpoint = fixture("lucid_shift_causal").join("model.safetensors");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&checkpoint),
+        "--causal",
+        "--shift-tokens",
+        "2",
+        "--with-past",
+        "-q",
+        "-o",
+        path_str(&model),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["validate", path_str(&model), "--decode-steps", "3"]);
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("decode prefill 16 + 3 single steps"),
+        "{text}"
+    );
+    let o = gmlp(&["inspect", path_str(&model)]);
+    let text = output_text(&o);
+    // d = 24: the window keeps 2 rows of 24 floats per block.
+    assert!(
+        text.contains("past_shift.0 [batch, min(past_sequence, 2), 24]")
+            && text.contains("token-shift window: 192 bytes per block"),
+        "{text}"
+    );
+    let o = gmlp(&[
+        "generate",
+        path_str(&model),
+        "--prompt-text",
+        "Permission is",
+        "--max-new-tokens",
+        "8",
+        "--compare",
+        "tract,ort-cpu",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+}
+
 #[test]
 fn cli_builds_validates_and_generates_with_past() {
     let dir = tempfile::tempdir().unwrap();
