@@ -261,15 +261,15 @@ def consumers(gmlp):
 def make_inputs(model_path, out_path, seed=0, batch=2):
     """Seeded inputs for every graph input: floats in [−1, 1), token ids in [0, vocab).
     Symbolic dimensions: `batch` = 2, `sequence` (causal token models) = n − 3 (a length
-    the graph must slice W for), `past_sequence` (with-past models) = 0 (empty state, as
-    for a prompt)."""
+    the graph must slice W for), `past_sequence` (with-past models) and
+    `past_shift_sequence` (token-shift windows) = 0 (empty state, as for a prompt)."""
     proto = onnx.load(model_path, load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
     config = json.loads(meta.get("gmlp_onnx.config", "{}"))
     tokens = config.get("task", {}).get("Tokens") or {}
     vocab = tokens.get("vocab_size") or 2
     symbols = {"batch": batch, "sequence": max(1, (tokens.get("seq_len") or 4) - 3),
-               "past_sequence": 0}
+               "past_sequence": 0, "past_shift_sequence": 0}
     rng = np.random.default_rng(seed)
     arrays = {}
     for value in proto.graph.input:
