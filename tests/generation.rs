@@ -84,7 +84,7 @@ fn rel(a: &Array3<f32>, b: &Array3<f32>) -> f64 {
 }
 
 /// The small causal models every check runs on: gMLP and aMLP, the three spatial forms,
-/// heads 1 and 2, untied head, token shift 2 (its window state).
+/// heads 1 and 2, untied head, token shift 1 and 2 (its window state).
 fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
     let mut out = Vec::new();
     for (name, spatial, attn, heads, shift) in [
@@ -105,6 +105,7 @@ fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
             1,
             2,
         ),
+        ("gmlp-dense-heads2-shift1", SpatialForm::Dense, None, 2, 1),
     ] {
         let mut cfg = tiny_tokens(spatial, attn, true);
         cfg.heads = heads;
