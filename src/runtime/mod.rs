@@ -175,27 +175,21 @@ impl CarriedState {
     }
 
     /// Moves the values out as host arrays (copying only native ones), leaving the state
-    /// empty; on error the state is unchanged.
+    /// empty; on error the state holds the same values.
     pub fn take_host(&mut self) -> Result<Vec<NamedTensor>> {
-        let mut copies = Vec::with_capacity(self.values.len());
-        for (_, v) in &self.values {
-            copies.push(match v {
-                StateValue::Host(_) => None,
-                StateValue::Native { value, to_host } => Some(to_host(value.as_ref())?),
-            });
+        // Native values become host copies first, so that an error loses nothing.
+        for (_, v) in &mut self.values {
+            if let StateValue::Native { value, to_host } = v {
+                *v = StateValue::Host(to_host(value.as_ref())?);
+            }
         }
-        Ok(std::mem::take(&mut self.values)
-            .into_iter()
-            .zip(copies)
-            .map(|((name, v), copy)| {
-                let value = match (v, copy) {
-                    (StateValue::Host(t), _) => t,
-                    (StateValue::Native { .. }, Some(t)) => t,
-                    (StateValue::Native { .. }, None) => TensorValue::F32(Default::default()),
-                };
-                NamedTensor { name, value }
-            })
-            .collect())
+        let mut out = Vec::with_capacity(self.values.len());
+        for (name, v) in std::mem::take(&mut self.values) {
+            if let StateValue::Host(value) = v {
+                out.push(NamedTensor { name, value });
+            }
+        }
+        Ok(out)
     }
 }
 
