@@ -49,8 +49,8 @@ pub fn check_model_name(name: &str) -> Result<()> {
 }
 
 /// Triton's data type for an ONNX element type code, for the types the ONNX Runtime
-/// backend exchanges (`None`: bfloat16, complex, float8, 4-bit and undefined types,
-/// which the backend refuses).
+/// backend exchanges (`None`: bfloat16, complex, float8, float6, float4, 4- and 2-bit
+/// integer and undefined types, which the backend refuses).
 pub fn triton_data_type(onnx_elem_type: i32) -> Option<&'static str> {
     Some(match DataType::try_from(onnx_elem_type).ok()? {
         DataType::Float => "TYPE_FP32",
@@ -164,8 +164,10 @@ fn refused_type_name(code: i32) -> &'static str {
             | DataType::Float8e5m2fnuz
             | DataType::Float8e8m0,
         ) => "float8",
-        Ok(DataType::Uint4 | DataType::Int4 | DataType::Uint2) => "4-bit integer",
+        Ok(DataType::Uint4 | DataType::Int4) => "4-bit integer",
+        Ok(DataType::Uint2 | DataType::Int2) => "2-bit integer",
         Ok(DataType::Float4e2m1) => "float4",
+        Ok(DataType::Float6e2m3 | DataType::Float6e3m2) => "float6",
         _ => "unknown",
     }
 }
@@ -359,6 +361,8 @@ mod tests {
             (DataType::Complex64, "complex64"),
             (DataType::Bfloat16, "bfloat16"),
             (DataType::Float8e4m3fn, "float8"),
+            (DataType::Uint2, "2-bit integer"),
+            (DataType::Float6e2m3, "float6"),
         ] {
             let m = model(
                 &[tensor("x", elem, &["batch", "4"])],
