@@ -1,7 +1,8 @@
 //! Output files that appear whole or not at all: each is written under a temporary name
 //! beside its target and renamed into place when complete; a registry of the temporary
 //! files lets an interrupt handler remove them (no partial output survives an error or a
-//! Ctrl-C).
+//! Ctrl-C). Directories created for an output are removed again unless it is complete
+//! ([`CreatedDirs`]).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -95,6 +96,13 @@ impl PendingFile {
             .expect("writer present until persisted")
     }
 
+    /// Copies the whole file `source` into the temporary file.
+    pub fn copy_from(&mut self, source: &Path) -> Result<()> {
+        let mut file = File::open(source).map_err(|e| Error::io(source, e))?;
+        std::io::copy(&mut file, self.writer()).map_err(|e| Error::io(source, e))?;
+        Ok(())
+    }
+
     /// Flushes and syncs the temporary file.
     pub fn sync(&mut self) -> Result<()> {
         let w = self.writer.take().expect("writer present until persisted");
@@ -154,4 +162,69 @@ pub fn write_atomically(
     let mut pending = PendingFile::create(path)?;
     write(pending.writer())?;
     pending.persist()
+}
+
+/// Directories created for an output, removed again (those still empty, innermost first)
+/// when dropped before [`CreatedDirs::commit`], so that an error leaves no empty directory
+/// behind.
+#[derive(Debug, Default)]
+pub struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// Nothing created yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates `dir` and each missing parent, remembering every directory created.
+    pub fn create(&mut self, dir: &Path) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut d = Some(dir);
+        while let Some(p) = d {
+            if p.as_os_str().is_empty() || p.is_dir() {
+                break;
+            }
+            missing.push(p.to_path_buf());
+            d = p.parent();
+        }
+        for p in missing.into_iter().rev() {
+            std::fs::create_dir(&p).map_err(|e| Error::io(&p, e))?;
+            self.0.push(p);
+        }
+        Ok(())
+    }
+
+    /// Keeps the directories created.
+    pub fn commit(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_directories_go_unless_committed_and_kept_ones_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let deep = root.join("a/b/c");
+        let mut dirs = CreatedDirs::new();
+        dirs.create(&deep).unwrap();
+        assert!(deep.is_dir());
+        drop(dirs);
+        assert!(!root.join("a").exists() && root.is_dir());
+        let mut dirs = CreatedDirs::new();
+        dirs.create(&deep).unwrap();
+        dirs.commit();
+        assert!(deep.is_dir());
+    }
 }

@@ -7,7 +7,7 @@
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
 //! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
-//! [`triton`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
+//! [`serve`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
 pub mod error;
@@ -27,7 +27,7 @@ pub mod inspect;
 
 pub mod runtime;
 
-pub mod triton;
+pub mod serve;
 
 pub mod validate;
 

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["checkpoint"],
     &["inspect"],
     &["runtime"],
-    &["triton"],
+    &["serve"],
     &["validate"],
 ];
 

@@ -15,6 +15,7 @@ use gmlp_onnx::gmlp::{
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
+use gmlp_onnx::serve::triton::{check_target, write_repository};
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
@@ -388,7 +389,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         Some(repo) => {
             let default_name = a.preset.clone().unwrap_or_else(|| file_stem(&a.output));
             let options = a.triton.options(&default_name);
-            gmlp_onnx::triton::check_target(repo, &options)?;
+            check_target(repo, &options)?;
             Some((repo.clone(), options))
         }
         None => {
@@ -521,7 +522,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         println!("wrote {} (native layout)", path.display());
     }
     if let Some((repo, options)) = &triton {
-        match gmlp_onnx::triton::write_repository(&a.output, repo, options) {
+        match write_repository(&a.output, repo, options) {
             Ok(w) => print_repository(&w),
             Err(e) => {
                 // No partial result: the model (and weights) written just before go too.

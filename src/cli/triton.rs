@@ -4,6 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use gmlp_onnx::serve::triton::{
+    write_repository, InstanceKind, RepositoryWritten, TensorRtPrecision, TritonOptions,
+};
 
 #[derive(Args)]
 pub struct TritonArgs {
@@ -83,8 +86,7 @@ impl TritonFlags {
     }
 
     /// The repository options, with `default_name` when no --triton-name is given.
-    pub fn options(&self, default_name: &str) -> gmlp_onnx::triton::TritonOptions {
-        use gmlp_onnx::triton::{InstanceKind, TensorRtPrecision, TritonOptions};
+    pub fn options(&self, default_name: &str) -> TritonOptions {
         let mut o = TritonOptions::new(self.triton_name.as_deref().unwrap_or(default_name));
         o.version = self.triton_version.unwrap_or(o.version);
         o.max_batch_size = self.triton_max_batch_size;
@@ -112,7 +114,7 @@ pub fn file_stem(path: &Path) -> String {
 }
 
 /// Prints what was written.
-pub fn print_repository(w: &gmlp_onnx::triton::RepositoryWritten) {
+pub fn print_repository(w: &RepositoryWritten) {
     println!(
         "wrote Triton model {} (max_batch_size {}{}): {} and {}{}",
         w.config.options.name,
@@ -134,7 +136,7 @@ pub fn print_repository(w: &gmlp_onnx::triton::RepositoryWritten) {
 /// Runs `triton`.
 pub fn run(a: TritonArgs) -> anyhow::Result<()> {
     let options = a.flags.options(&file_stem(&a.model));
-    let written = gmlp_onnx::triton::write_repository(&a.model, &a.repo, &options)?;
+    let written = write_repository(&a.model, &a.repo, &options)?;
     print_repository(&written);
     Ok(())
 }

@@ -1,13 +1,14 @@
 //! Everything ONNX, and nothing about any one model: the protobuf types ([`proto`]), element
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
 //! helper per operator in [`ops`], [`primitive`] and [`quant_ops`], and, for sizes known only at
-//! run time, [`dynamic`]; the shape rules in [`shape`]), the streaming writer ([`writer`]) and the
-//! reader ([`reader`]); the opset range and IR version table ([`versions`]) and the op forms a
-//! target can ask for ([`forms`]).
+//! run time, [`dynamic`]; the shape rules in [`shape`]), the streaming writer ([`writer`]), the
+//! reader ([`reader`]) and in-place edits of a read model ([`edit`]); the opset range and IR
+//! version table ([`versions`]) and the op forms a target can ask for ([`forms`]).
 
 pub mod builder;
 pub mod dtype;
 pub mod dynamic;
+pub mod edit;
 pub mod forms;
 pub mod graph;
 pub mod ops;

@@ -111,6 +111,24 @@ pub fn external_reference(t: &onnx::TensorProto) -> Result<ExternalReference, St
     })
 }
 
+/// The external data files of a decoded model (`path` names it in messages), in order of
+/// first use by its initializers.
+pub fn external_locations(model: &onnx::ModelProto, path: &Path) -> Result<Vec<String>> {
+    let mut locations: Vec<String> = Vec::new();
+    if let Some(graph) = &model.graph {
+        for t in external_tensors(graph) {
+            let r = external_reference(t).map_err(|reason| Error::BadModel {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+            if !locations.contains(&r.location) {
+                locations.push(r.location);
+            }
+        }
+    }
+    Ok(locations)
+}
+
 /// Checks every external data reference of a decoded model against the files beside
 /// `path`: each file exists and each byte range lies inside it and holds exactly the
 /// tensor's declared size. Runs before a model is handed to a runtime.

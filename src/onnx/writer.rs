@@ -14,7 +14,9 @@ use prost::Message;
 
 use crate::error::{Error, Result};
 use crate::fs::{write_atomically, PendingFile};
-use crate::onnx::graph::{Attr, ConstData, Dim, ElemType, Graph, Initializer, TensorData, Value};
+use crate::onnx::graph::{
+    Attr, ConstData, Dim, ElemType, Graph, Initializer, Node, TensorData, Value,
+};
 use crate::onnx::proto as onnx;
 
 /// Protobuf messages cannot exceed 2 GiB; larger models need external data.
@@ -114,6 +116,19 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
     a
 }
 
+/// A node as a `NodeProto` with its `domain` field unset (the default domain, which the
+/// writer also spells out as `""`; [`crate::onnx::edit`] leaves it unset).
+pub(crate) fn node_proto(n: &Node) -> onnx::NodeProto {
+    onnx::NodeProto {
+        name: Some(n.name.clone()),
+        op_type: Some(n.op_type.clone()),
+        input: n.inputs.clone(),
+        output: n.outputs.clone(),
+        attribute: n.attributes.iter().map(|(k, a)| attribute(k, a)).collect(),
+        ..Default::default()
+    }
+}
+
 fn tensor_header(init: &Initializer) -> onnx::TensorProto {
     onnx::TensorProto {
         dims: init.dims.iter().map(|&d| d as i64).collect(),
@@ -200,13 +215,8 @@ impl Layout {
                 .nodes
                 .iter()
                 .map(|n| onnx::NodeProto {
-                    name: Some(n.name.clone()),
-                    op_type: Some(n.op_type.clone()),
                     domain: Some(String::new()),
-                    input: n.inputs.clone(),
-                    output: n.outputs.clone(),
-                    attribute: n.attributes.iter().map(|(k, a)| attribute(k, a)).collect(),
-                    ..Default::default()
+                    ..node_proto(n)
                 })
                 .collect(),
             input: graph.inputs.iter().map(value_info).collect(),

@@ -1,0 +1,301 @@
+//! Editing a decoded model in place, to wrap a graph read back from a file rather than built
+//! here: nodes in the builder's [`Node`] form placed before and after the graph's own nodes,
+//! i64 initializers, renames of values inside the graph (its inputs and outputs keep their
+//! names), symbolic dimensions of its interface, external data locations and metadata.
+//!
+//! The operator helpers ([`slice_node`], [`concat_node`]) document what they emit like those
+//! of [`crate::onnx::ops`], but take value names instead of shaped values: a read graph
+//! declares shapes only at its interface. Nodes become `NodeProto`s through the writer's
+//! conversion.
+
+use std::collections::HashSet;
+
+use crate::onnx::dtype::DataType;
+use crate::onnx::graph::{Attr, Node};
+use crate::onnx::proto as onnx;
+use crate::onnx::writer::node_proto;
+
+/// A decoded model's main graph and metadata, open for editing.
+pub struct ModelEdit<'m> {
+    graph: &'m mut onnx::GraphProto,
+    metadata: &'m mut Vec<onnx::StringStringEntryProto>,
+}
+
+impl<'m> ModelEdit<'m> {
+    /// Opens `model` for editing; `None` when it has no graph.
+    pub fn new(model: &'m mut onnx::ModelProto) -> Option<Self> {
+        Some(ModelEdit {
+            graph: model.graph.as_mut()?,
+            metadata: &mut model.metadata_props,
+        })
+    }
+
+    /// Every value name the graph reads or defines: node inputs and outputs, initializers
+    /// and graph inputs (the names a value added by an edit must avoid).
+    pub fn value_names(&self) -> HashSet<String> {
+        let g = &*self.graph;
+        g.node
+            .iter()
+            .flat_map(|n| n.input.iter().chain(&n.output).cloned())
+            .chain(g.initializer.iter().map(|t| t.name().to_string()))
+            .chain(g.input.iter().map(|v| v.name().to_string()))
+            .collect()
+    }
+
+    /// True when a node carries a subgraph (`If`, `Loop`, `Scan`), whose values the renames
+    /// here do not reach.
+    pub fn has_subgraphs(&self) -> bool {
+        self.graph.node.iter().any(|n| {
+            n.attribute
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+        })
+    }
+
+    /// True when a node of the graph computes `value`.
+    pub fn is_computed(&self, value: &str) -> bool {
+        self.graph
+            .node
+            .iter()
+            .any(|n| n.output.iter().any(|o| o == value))
+    }
+
+    /// Makes every node that reads `from` read `to` instead; a graph input `from` keeps its
+    /// name (a node added before the graph then computes `to` from it).
+    pub fn redirect_reads(&mut self, from: &str, to: &str) {
+        for i in self.graph.node.iter_mut().flat_map(|n| n.input.iter_mut()) {
+            if i == from {
+                *i = to.to_string();
+            }
+        }
+    }
+
+    /// Renames the computed value `from` to `to` inside the graph: in the node that computes
+    /// it, the nodes that read it and its `value_info`. A graph output `from` keeps its
+    /// name (a node added after the graph then computes it from `to`).
+    pub fn rename_computed(&mut self, from: &str, to: &str) {
+        for n in &mut self.graph.node {
+            for v in n.input.iter_mut().chain(n.output.iter_mut()) {
+                if v == from {
+                    *v = to.to_string();
+                }
+            }
+        }
+        for v in &mut self.graph.value_info {
+            if v.name() == from {
+                v.name = Some(to.to_string());
+            }
+        }
+    }
+
+    /// Declares axis `axis` of graph input `name` as the symbol `symbol` (nothing happens
+    /// when the input has no such declared axis).
+    pub fn set_input_dim(&mut self, name: &str, axis: usize, symbol: &str) {
+        for v in self.graph.input.iter_mut().filter(|v| v.name() == name) {
+            set_dim_param(v, axis, symbol);
+        }
+    }
+
+    /// Declares axis `axis` of graph output `name` as the symbol `symbol` (nothing happens
+    /// when the output has no such declared axis).
+    pub fn set_output_dim(&mut self, name: &str, axis: usize, symbol: &str) {
+        for v in self.graph.output.iter_mut().filter(|v| v.name() == name) {
+            set_dim_param(v, axis, symbol);
+        }
+    }
+
+    /// Adds the i64 vector `values` as the initializer `name` (stored in `int64_data`).
+    pub fn add_i64_initializer(&mut self, name: &str, values: &[i64]) {
+        self.graph.initializer.push(onnx::TensorProto {
+            name: Some(name.to_string()),
+            data_type: Some(DataType::Int64 as i32),
+            dims: vec![i64::try_from(values.len()).unwrap_or(i64::MAX)],
+            int64_data: values.to_vec(),
+            ..Default::default()
+        });
+    }
+
+    /// Places `before` ahead of the graph's own nodes and `after` behind them, in order
+    /// (the caller keeps the node list topologically sorted: `before` may read only graph
+    /// inputs and initializers).
+    pub fn wrap_nodes(&mut self, before: &[Node], after: &[Node]) {
+        let own = std::mem::take(&mut self.graph.node);
+        self.graph.node = before
+            .iter()
+            .map(node_proto)
+            .chain(own)
+            .chain(after.iter().map(node_proto))
+            .collect();
+    }
+
+    /// Points every initializer's external data at the file `location` beside the model.
+    pub fn relocate_external_data(&mut self, location: &str) {
+        for t in &mut self.graph.initializer {
+            for entry in &mut t.external_data {
+                if entry.key() == "location" {
+                    entry.value = Some(location.to_string());
+                }
+            }
+        }
+    }
+
+    /// Appends the metadata property `key` = `value`.
+    pub fn add_metadata(&mut self, key: &str, value: &str) {
+        self.metadata.push(onnx::StringStringEntryProto {
+            key: Some(key.to_string()),
+            value: Some(value.to_string()),
+        });
+    }
+}
+
+fn set_dim_param(v: &mut onnx::ValueInfoProto, axis: usize, symbol: &str) {
+    use onnx::tensor_shape_proto::dimension::Value as DimValue;
+    if let Some(onnx::type_proto::Value::TensorType(t)) =
+        v.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
+            d.value = Some(DimValue::DimParam(symbol.to_string()));
+        }
+    }
+}
+
+/// The node `name` computing `output` as `data[starts:ends]` on `axes`, each of the three
+/// an i64 vector value (one entry per sliced axis).
+///
+/// [Slice](https://onnx.ai/onnx/operators/onnx__Slice.html): versions 1, 10 (`starts`/`ends`/`axes` become inputs), 11, 13; the input form is valid from 10 on.
+pub fn slice_node(
+    name: &str,
+    data: &str,
+    starts: &str,
+    ends: &str,
+    axes: &str,
+    output: &str,
+) -> Node {
+    node(name, "Slice", &[data, starts, ends, axes], vec![], output)
+}
+
+/// The node `name` computing `output` as the concatenation of `parts` along `axis`.
+///
+/// [Concat](https://onnx.ai/onnx/operators/onnx__Concat.html): versions 1, 4, 11 (negative axis), 13; the same form in every opset here.
+pub fn concat_node(name: &str, parts: &[&str], axis: i64, output: &str) -> Node {
+    let attributes = vec![("axis".to_string(), Attr::Int(axis))];
+    node(name, "Concat", parts, attributes, output)
+}
+
+fn node(
+    name: &str,
+    op_type: &str,
+    inputs: &[&str],
+    attributes: Vec<(String, Attr)>,
+    output: &str,
+) -> Node {
+    Node {
+        name: name.to_string(),
+        op_type: op_type.to_string(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.to_string()],
+        attributes,
+        flops: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::builder::GraphBuilder;
+    use crate::onnx::graph::{Dim, ElemType};
+    use crate::onnx::reader::{declared_inputs, declared_outputs, metadata_value};
+    use crate::onnx::writer::{encode_model_to_vec, ModelInfo};
+    use prost::Message;
+
+    /// `y = x + x` read back from its bytes.
+    fn read_model() -> onnx::ModelProto {
+        let mut g = GraphBuilder::new(17).unwrap();
+        let x = g
+            .input(
+                "x",
+                ElemType::F32,
+                vec![Dim::Symbol("batch".into()), Dim::Fixed(4)],
+            )
+            .unwrap();
+        let sum = g.add("sum", &x, &x).unwrap();
+        let y = g.rename(&sum, "y").unwrap();
+        let bytes = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap();
+        onnx::ModelProto::decode(bytes.as_slice()).unwrap()
+    }
+
+    #[test]
+    fn a_read_graph_is_wrapped_between_added_nodes() {
+        let mut m = read_model();
+        let mut e = ModelEdit::new(&mut m).unwrap();
+        assert!(!e.has_subgraphs());
+        assert!(e.is_computed("y") && !e.is_computed("x"));
+        assert!(e.value_names().contains("x") && !e.value_names().contains("k"));
+        e.redirect_reads("x", "x_inner");
+        e.rename_computed("y", "y_inner");
+        e.add_i64_initializer("k", &[0, 2]);
+        e.wrap_nodes(
+            &[slice_node("cut", "x", "k", "k", "k", "x_inner")],
+            &[concat_node("join", &["y_inner", "y_inner"], 1, "y")],
+        );
+        e.set_input_dim("x", 1, "n");
+        e.set_output_dim("y", 0, "b");
+        e.add_metadata("key", "value");
+        let g = m.graph.as_ref().unwrap();
+        let nodes: Vec<(&str, &str, Vec<&str>, Vec<&str>)> = g
+            .node
+            .iter()
+            .map(|n| {
+                (
+                    n.name(),
+                    n.op_type(),
+                    n.input.iter().map(String::as_str).collect(),
+                    n.output.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            nodes,
+            vec![
+                ("cut", "Slice", vec!["x", "k", "k", "k"], vec!["x_inner"]),
+                ("sum", "Add", vec!["x_inner", "x_inner"], vec!["y_inner"]),
+                ("join", "Concat", vec!["y_inner", "y_inner"], vec!["y"]),
+            ]
+        );
+        assert_eq!(g.node[2].attribute[0].i, Some(1));
+        assert_eq!(g.node[0].domain, None);
+        let k = &g.initializer[0];
+        assert_eq!(
+            (k.dims.as_slice(), k.int64_data.as_slice()),
+            (&[2][..], &[0, 2][..])
+        );
+        assert_eq!(k.data_type, Some(DataType::Int64 as i32));
+        assert_eq!(declared_inputs(&m)[0].shape[1], Dim::Symbol("n".into()));
+        assert_eq!(declared_outputs(&m)[0].shape[0], Dim::Symbol("b".into()));
+        assert_eq!(metadata_value(&m, "key"), Some("value"));
+    }
+
+    #[test]
+    fn external_data_is_relocated_and_a_model_without_graph_is_not_opened() {
+        let mut m = read_model();
+        let entry = |k: &str, v: &str| onnx::StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v.into()),
+        };
+        m.graph
+            .as_mut()
+            .unwrap()
+            .initializer
+            .push(onnx::TensorProto {
+                external_data: vec![entry("location", "a.data"), entry("offset", "0")],
+                ..Default::default()
+            });
+        ModelEdit::new(&mut m)
+            .unwrap()
+            .relocate_external_data("b.data");
+        let t = &m.graph.as_ref().unwrap().initializer[0];
+        assert_eq!(t.external_data[0].value(), "b.data");
+        assert_eq!(t.external_data[1].value(), "0");
+        assert!(ModelEdit::new(&mut onnx::ModelProto::default()).is_none());
+    }
+}

@@ -1,0 +1,4 @@
+//! Serving built models: [`triton`] puts an ONNX file into a Triton Inference Server model
+//! repository (configuration, the with-past state adapter, the atomic write).
+
+pub mod triton;

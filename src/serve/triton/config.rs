@@ -1,0 +1,418 @@
+//! The configuration of a repository entry: Triton's model name rules, the plan derived
+//! from an ONNX model's declared inputs and outputs ([`plan`]), and its rendering as
+//! `config.pbtxt` ([`TritonConfig::to_pbtxt`]).
+
+use std::collections::BTreeMap;
+
+use super::{invalid, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
+use crate::error::Result;
+use crate::onnx::dtype::DataType;
+use crate::onnx::graph::Dim;
+use crate::onnx::proto as onnx;
+use crate::onnx::reader::{declared_inputs, declared_outputs, DeclaredTensor};
+
+/// How many sequences Triton's `oldest` sequence batcher tracks at once per model.
+pub const MAX_CANDIDATE_SEQUENCES: u32 = 64;
+/// How long a sequence of a with-past model may stay idle before Triton frees its state.
+pub const SEQUENCE_IDLE_US: u64 = 60_000_000;
+/// Prefix of a with-past model's state inputs.
+pub const PAST_PREFIX: &str = "past_";
+/// Prefix of the outputs that carry the next state.
+pub const PRESENT_PREFIX: &str = "present_";
+
+/// Checks a Triton model name. The name is a directory of the repository, a path segment
+/// of every HTTP URL (`/v2/models/NAME/infer`) and the `name` field of `config.pbtxt`, so
+/// it is limited to letters, digits, `_`, `-` and `.`, at most 128 characters, and may not
+/// start with `.` (Triton skips hidden directories of a repository) or `-`.
+pub fn check_model_name(name: &str) -> Result<()> {
+    let bad = |why: &str| invalid(format!("Triton model name {name:?} {why}"));
+    if name.is_empty() {
+        return Err(bad("is empty"));
+    }
+    if name.len() > 128 {
+        return Err(bad("is longer than 128 characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(bad(&format!(
+            "contains {c:?}; use letters, digits, '_', '-' and '.' (the name is a directory and a URL path segment)"
+        )));
+    }
+    if name.starts_with('.') || name.starts_with('-') {
+        return Err(bad(
+            "starts with '.' or '-' (Triton skips hidden directories; '-' reads as an option)",
+        ));
+    }
+    Ok(())
+}
+
+/// Triton's data type for an ONNX element type code, for the types the ONNX Runtime
+/// backend exchanges (`None`: bfloat16, complex, float8, float6, float4, 4- and 2-bit
+/// integer and undefined types, which the backend refuses).
+pub fn triton_data_type(onnx_elem_type: i32) -> Option<&'static str> {
+    Some(match DataType::try_from(onnx_elem_type).ok()? {
+        DataType::Float => "TYPE_FP32",
+        DataType::Uint8 => "TYPE_UINT8",
+        DataType::Int8 => "TYPE_INT8",
+        DataType::Uint16 => "TYPE_UINT16",
+        DataType::Int16 => "TYPE_INT16",
+        DataType::Int32 => "TYPE_INT32",
+        DataType::Int64 => "TYPE_INT64",
+        DataType::String => "TYPE_STRING",
+        DataType::Bool => "TYPE_BOOL",
+        DataType::Float16 => "TYPE_FP16",
+        DataType::Double => "TYPE_FP64",
+        DataType::Uint32 => "TYPE_UINT32",
+        DataType::Uint64 => "TYPE_UINT64",
+        _ => return None,
+    })
+}
+
+/// One input or output of the configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TritonTensor {
+    /// Tensor name in the ONNX graph.
+    pub name: String,
+    /// Triton data type (`TYPE_FP32`, ...).
+    pub data_type: &'static str,
+    /// Dimensions without the batch dimension when batching; −1 for a variable size.
+    pub dims: Vec<i64>,
+}
+
+/// An implicit state of a with-past model: Triton feeds `input` from the `output` of the
+/// previous request of the same sequence, starting from one zero slot (see
+/// [`adapt_with_past`](super::adapt_with_past)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImplicitState {
+    /// The `past_*` input (name, type, dims as in [`TritonTensor`]).
+    pub input: TritonTensor,
+    /// The matching `present_*` output.
+    pub output_name: String,
+    /// The axis of the full ONNX shape (batch included) along which the state grows.
+    pub sequence_axis: usize,
+}
+
+/// A configuration ready to render as `config.pbtxt`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TritonConfig {
+    /// The options it was made with.
+    pub options: TritonOptions,
+    /// The `max_batch_size` written (the option, or its default for this model).
+    pub max_batch_size: u32,
+    /// Inputs the client sends (state inputs excluded).
+    pub inputs: Vec<TritonTensor>,
+    /// Outputs the client can request (state outputs excluded).
+    pub outputs: Vec<TritonTensor>,
+    /// Implicit states (empty for a stateless model).
+    pub states: Vec<ImplicitState>,
+}
+
+fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<TritonTensor> {
+    let data_type = triton_data_type(t.elem_type).ok_or_else(|| {
+        invalid(format!(
+            "{role} {} has ONNX element type {} ({}), which Triton's ONNX Runtime backend cannot carry",
+            t.name,
+            t.elem_type,
+            refused_type_name(t.elem_type)
+        ))
+    })?;
+    let mut shape = t.shape.as_slice();
+    if batched {
+        match shape.first() {
+            Some(Dim::Symbol(_)) => shape = &shape[1..],
+            Some(Dim::Fixed(n)) => {
+                return Err(invalid(format!(
+                    "{role} {} has a fixed first dimension {n}; Triton batching needs a variable batch dimension there (use --triton-max-batch-size 0)",
+                    t.name
+                )))
+            }
+            None => {
+                return Err(invalid(format!(
+                    "{role} {} is a scalar or has no declared shape; Triton batching needs a batch dimension (use --triton-max-batch-size 0)",
+                    t.name
+                )))
+            }
+        }
+    }
+    let dims = shape
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(n) => i64::try_from(*n).unwrap_or(i64::MAX),
+            Dim::Symbol(_) => -1,
+        })
+        .collect();
+    Ok(TritonTensor {
+        name: t.name.clone(),
+        data_type,
+        dims,
+    })
+}
+
+/// The kind of an element type Triton's ONNX Runtime backend refuses, for messages.
+fn refused_type_name(code: i32) -> &'static str {
+    match DataType::try_from(code) {
+        Ok(DataType::Undefined) => "undefined",
+        Ok(DataType::Complex64) => "complex64",
+        Ok(DataType::Complex128) => "complex128",
+        Ok(DataType::Bfloat16) => "bfloat16",
+        Ok(
+            DataType::Float8e4m3fn
+            | DataType::Float8e4m3fnuz
+            | DataType::Float8e5m2
+            | DataType::Float8e5m2fnuz
+            | DataType::Float8e8m0,
+        ) => "float8",
+        Ok(DataType::Uint4 | DataType::Int4) => "4-bit integer",
+        Ok(DataType::Uint2 | DataType::Int2) => "2-bit integer",
+        Ok(DataType::Float4e2m1) => "float4",
+        Ok(DataType::Float6e2m3 | DataType::Float6e3m2) => "float6",
+        _ => "unknown",
+    }
+}
+
+/// Derives the configuration of a decoded model: each graph input and output with
+/// Triton's type and dims, and for a with-past model the implicit states pairing each
+/// `past_*` input with its `present_*` output.
+pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonConfig> {
+    options.check()?;
+    let declared_in = declared_inputs(model);
+    let declared_out = declared_outputs(model);
+    for t in declared_in.iter().chain(&declared_out) {
+        if t.name.is_empty() || t.name.chars().any(|c| c.is_control()) {
+            return Err(invalid(format!(
+                "tensor name {:?} cannot be written in config.pbtxt",
+                t.name
+            )));
+        }
+    }
+    let outputs_by_name: BTreeMap<&str, &DeclaredTensor> =
+        declared_out.iter().map(|t| (t.name.as_str(), t)).collect();
+    let with_past = declared_in.iter().any(|t| t.name.starts_with(PAST_PREFIX));
+    let max_batch_size = match (options.max_batch_size, with_past) {
+        (None, false) => DEFAULT_MAX_BATCH_SIZE,
+        (None, true) | (Some(WITH_PAST_MAX_BATCH_SIZE), true) => WITH_PAST_MAX_BATCH_SIZE,
+        (Some(n), true) => {
+            return Err(invalid(format!(
+                "a with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (see README, Serving with Triton)"
+            )))
+        }
+        (Some(n), false) => n,
+    };
+    let batched = max_batch_size > 0;
+    let mut inputs = Vec::new();
+    let mut states = Vec::new();
+    let mut state_outputs = Vec::new();
+    for t in &declared_in {
+        let Some(suffix) = t.name.strip_prefix(PAST_PREFIX) else {
+            inputs.push(triton_tensor(t, batched, "input")?);
+            continue;
+        };
+        let present = format!("{PRESENT_PREFIX}{suffix}");
+        let Some(out) = outputs_by_name.get(present.as_str()) else {
+            return Err(invalid(format!(
+                "input {} looks like a with-past state but the model has no output {present} to carry it to the next request",
+                t.name
+            )));
+        };
+        let input = triton_tensor(t, batched, "state input")?;
+        let output = triton_tensor(out, batched, "state output")?;
+        if input.data_type != output.data_type || input.dims.len() != output.dims.len() {
+            return Err(invalid(format!(
+                "state input {} ({} {:?}) and output {present} ({} {:?}) differ in type or rank",
+                t.name, input.data_type, input.dims, output.data_type, output.dims
+            )));
+        }
+        let variable: Vec<usize> = (0..input.dims.len())
+            .filter(|&i| input.dims[i] == -1)
+            .collect();
+        if variable.len() != 1 || output.dims[variable[0]] != -1 {
+            return Err(invalid(format!(
+                "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
+                t.name, input.dims
+            )));
+        }
+        state_outputs.push(present.clone());
+        states.push(ImplicitState {
+            input,
+            output_name: present,
+            sequence_axis: variable[0] + 1,
+        });
+    }
+    if inputs.is_empty() {
+        return Err(invalid("the model has no input besides its states"));
+    }
+    let outputs = declared_out
+        .iter()
+        .filter(|t| !state_outputs.contains(&t.name))
+        .map(|t| triton_tensor(t, batched, "output"))
+        .collect::<Result<Vec<_>>>()?;
+    if outputs.is_empty() {
+        return Err(invalid("the model has no output besides its states"));
+    }
+    Ok(TritonConfig {
+        options: options.clone(),
+        max_batch_size,
+        inputs,
+        outputs,
+        states,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::triton::testing::{model, tensor};
+
+    #[test]
+    fn variable_dimensions_become_minus_one() {
+        let m = model(
+            &[tensor("x", DataType::Float, &["batch", "sequence", "16"])],
+            &[tensor("y", DataType::Float, &["batch", "sequence", "?"])],
+        );
+        let config = plan(&m, &TritonOptions::new("m")).unwrap();
+        assert_eq!(config.inputs[0].dims, vec![-1, 16]);
+        assert_eq!(config.outputs[0].dims, vec![-1, -1]);
+    }
+
+    #[test]
+    fn with_past_models_get_implicit_states_starting_empty() {
+        let m = model(
+            &[
+                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
+                tensor(
+                    "past_sgu.0",
+                    DataType::Float,
+                    &["batch", "past_sequence", "16"],
+                ),
+                tensor(
+                    "past_key.0",
+                    DataType::Float,
+                    &["batch", "past_sequence", "8"],
+                ),
+            ],
+            &[
+                tensor("logits", DataType::Float, &["batch", "sequence", "50"]),
+                tensor(
+                    "present_sgu.0",
+                    DataType::Float,
+                    &["batch", "total_sequence", "16"],
+                ),
+                tensor(
+                    "present_key.0",
+                    DataType::Float,
+                    &["batch", "total_sequence", "8"],
+                ),
+            ],
+        );
+        let config = plan(&m, &TritonOptions::new("lm")).unwrap();
+        assert_eq!(config.inputs.len(), 1);
+        assert_eq!(config.outputs.len(), 1);
+        assert_eq!(config.states.len(), 2);
+        assert_eq!(config.states[0].input.dims, vec![-1, 16]);
+        assert_eq!(config.states[1].output_name, "present_key.0");
+        let text = config.to_pbtxt();
+        assert!(text.contains("sequence_batching {"), "{text}");
+        assert!(!text.contains("dynamic_batching"), "{text}");
+        assert!(
+            text.contains(
+                "input_name: \"past_sgu.0\"\n      output_name: \"present_sgu.0\"\n      data_type: TYPE_FP32\n      dims: [ -1, 16 ]"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("dims: [ 1, 16 ]\n        zero_data: true"),
+            "{text}"
+        );
+        assert!(text.contains("max_batch_size: 1\n"), "{text}");
+        assert!(text.contains("oldest {"), "{text}");
+        let mut options = TritonOptions::new("lm");
+        options.max_batch_size = Some(8);
+        let e = plan(&m, &options).unwrap_err().to_string();
+        assert!(e.contains("max_batch_size 1, not 8"), "{e}");
+    }
+
+    #[test]
+    fn a_past_input_without_its_present_output_is_refused() {
+        let m = model(
+            &[
+                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
+                tensor(
+                    "past_sgu.0",
+                    DataType::Float,
+                    &["batch", "past_sequence", "16"],
+                ),
+            ],
+            &[tensor(
+                "logits",
+                DataType::Float,
+                &["batch", "sequence", "50"],
+            )],
+        );
+        let e = plan(&m, &TritonOptions::new("lm")).unwrap_err().to_string();
+        assert!(e.contains("no output present_sgu.0"), "{e}");
+    }
+
+    #[test]
+    fn types_triton_cannot_carry_are_refused() {
+        for (elem, name) in [
+            (DataType::Undefined, "undefined"),
+            (DataType::Complex64, "complex64"),
+            (DataType::Bfloat16, "bfloat16"),
+            (DataType::Float8e4m3fn, "float8"),
+            (DataType::Uint2, "2-bit integer"),
+            (DataType::Float6e2m3, "float6"),
+        ] {
+            let m = model(
+                &[tensor("x", elem, &["batch", "4"])],
+                &[tensor("y", DataType::Float, &["batch", "4"])],
+            );
+            let e = plan(&m, &TritonOptions::new("m")).unwrap_err().to_string();
+            assert!(e.contains("cannot carry"), "{e}");
+            assert!(e.contains(&format!("({name})")), "{e}");
+            assert!(!e.contains('\n'));
+        }
+        assert_eq!(
+            triton_data_type(DataType::Float16 as i32),
+            Some("TYPE_FP16")
+        );
+        assert_eq!(triton_data_type(DataType::Bool as i32), Some("TYPE_BOOL"));
+    }
+
+    #[test]
+    fn a_fixed_batch_dimension_needs_batching_off() {
+        let m = model(
+            &[tensor("x", DataType::Float, &["1", "4"])],
+            &[tensor("y", DataType::Float, &["1", "4"])],
+        );
+        let e = plan(&m, &TritonOptions::new("m")).unwrap_err().to_string();
+        assert!(e.contains("--triton-max-batch-size 0"), "{e}");
+        let mut options = TritonOptions::new("m");
+        options.max_batch_size = Some(0);
+        assert_eq!(plan(&m, &options).unwrap().inputs[0].dims, vec![1, 4]);
+    }
+
+    #[test]
+    fn model_names() {
+        for ok in ["gmlp", "gmlp-ti16", "a.b_c-1", "_x"] {
+            check_model_name(ok).unwrap();
+        }
+        for bad in [
+            "",
+            ".hidden",
+            "-x",
+            "a/b",
+            "a b",
+            "ü",
+            "a?b",
+            "..",
+            &"x".repeat(129),
+        ] {
+            assert!(check_model_name(bad).is_err(), "{bad:?} accepted");
+        }
+        let mut options = TritonOptions::new("m");
+        options.version = 0;
+        assert!(options.check().is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! Triton Inference Server model repositories: a `config.pbtxt` derived from an ONNX
+//! model's declared inputs and outputs, and the standard layout
+//! `REPO/NAME/config.pbtxt` + `REPO/NAME/VERSION/model.onnx` (+ `model.onnx.data`),
+//! written atomically like every other output.
+//!
+//! The configuration targets Triton's ONNX Runtime backend (`platform:
+//! "onnxruntime_onnx"`). A stateless model gets `dynamic_batching`; a with-past model
+//! (inputs `past_*` each answered by an output `present_*`) gets `sequence_batching`
+//! with one implicit `state` per pair, so that Triton keeps the state between the
+//! requests of a sequence and a client sends only the new token.
+//!
+//! Two limits of Triton r24.10 shape the with-past form (evidence in README, "Serving
+//! with Triton"): the first state of a sequence always has size 1 in each variable
+//! dimension, whatever `initial_state` says (a zero-length initial state fails with "not
+//! enough space: expected 16, got 0"), and a batch of sequences whose states differ in
+//! length is concatenated wrongly by the ONNX Runtime backend. So the repository holds
+//! the model behind a small adapter ([`adapt_with_past`]): Triton's state carries one
+//! leading zero slot that the adapter slices off before the model and puts back in
+//! front of its `present_*` output; and `max_batch_size` is 1 with the `oldest`
+//! strategy, so that sequences interleave request by request without being batched.
+//!
+//! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`state`] holds
+//! the adapter, [`repository`] writes the entry; everything is re-exported here.
+
+use crate::error::{Error, Result};
+
+pub mod config;
+mod pbtxt;
+pub mod repository;
+pub mod state;
+#[cfg(test)]
+mod testing;
+
+pub use config::{
+    check_model_name, plan, triton_data_type, ImplicitState, TritonConfig, TritonTensor,
+    MAX_CANDIDATE_SEQUENCES, PAST_PREFIX, PRESENT_PREFIX, SEQUENCE_IDLE_US,
+};
+pub use repository::{
+    check_target, write_repository, RepositoryPaths, RepositoryWritten, DATA_FILE, MODEL_FILE,
+};
+pub use state::{adapt_with_past, ADAPTER_METADATA_KEY};
+
+/// Default `max_batch_size` of a generated configuration for a stateless model.
+pub const DEFAULT_MAX_BATCH_SIZE: u32 = 8;
+/// The only `max_batch_size` a with-past model can be served with (see the module doc).
+pub const WITH_PAST_MAX_BATCH_SIZE: u32 = 1;
+/// Default `max_queue_delay_microseconds` of the dynamic batcher.
+pub const DEFAULT_MAX_QUEUE_DELAY_US: u64 = 100;
+
+/// Where Triton runs the model instances (`instance_group.kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceKind {
+    /// `KIND_CPU`.
+    Cpu,
+    /// `KIND_GPU` (the backend uses ONNX Runtime's CUDA execution provider).
+    Gpu,
+}
+
+/// Precision of the optional TensorRT accelerator on GPU instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorRtPrecision {
+    /// `precision_mode: "FP16"`.
+    Fp16,
+    /// `precision_mode: "FP32"`.
+    Fp32,
+}
+
+/// What the generated repository looks like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TritonOptions {
+    /// Model name: the directory under the repository and the name clients use.
+    pub name: String,
+    /// Version directory (a positive integer).
+    pub version: u64,
+    /// `max_batch_size`; 0 turns batching off and keeps the batch dimension in `dims`.
+    /// `None`: [`DEFAULT_MAX_BATCH_SIZE`], or [`WITH_PAST_MAX_BATCH_SIZE`] for a
+    /// with-past model.
+    pub max_batch_size: Option<u32>,
+    /// `instance_group.kind`.
+    pub kind: InstanceKind,
+    /// `instance_group.count`: model instances (each an ONNX Runtime session).
+    pub instance_count: u32,
+    /// TensorRT execution accelerator (GPU instances only).
+    pub tensorrt: Option<TensorRtPrecision>,
+    /// `max_queue_delay_microseconds`: how long the batcher waits to fill a batch.
+    pub max_queue_delay_us: u64,
+}
+
+impl TritonOptions {
+    /// Defaults for a model called `name`: version 1, default batch size, one CPU instance.
+    pub fn new(name: &str) -> Self {
+        TritonOptions {
+            name: name.to_string(),
+            version: 1,
+            max_batch_size: None,
+            kind: InstanceKind::Cpu,
+            instance_count: 1,
+            tensorrt: None,
+            max_queue_delay_us: DEFAULT_MAX_QUEUE_DELAY_US,
+        }
+    }
+
+    /// Checks the options on their own (name, version, counts, accelerator).
+    pub fn check(&self) -> Result<()> {
+        check_model_name(&self.name)?;
+        if self.version == 0 {
+            return Err(invalid(
+                "--triton-version must be >= 1 (Triton ignores a version directory named 0)",
+            ));
+        }
+        if self.instance_count == 0 {
+            return Err(invalid("--triton-instances must be >= 1"));
+        }
+        if self.tensorrt.is_some() && self.kind != InstanceKind::Gpu {
+            return Err(invalid(
+                "--triton-tensorrt needs --triton-kind gpu (TensorRT runs on GPU instances only)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::InvalidArgument(message.into())
+}

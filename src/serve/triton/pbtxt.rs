@@ -1,0 +1,210 @@
+//! `config.pbtxt`: a [`TritonConfig`] in the protobuf text format of Triton's
+//! `ModelConfig` (model_config.proto of triton-inference-server/common).
+
+use std::fmt::Write as _;
+
+use super::config::{TritonConfig, TritonTensor, MAX_CANDIDATE_SEQUENCES, SEQUENCE_IDLE_US};
+use super::{InstanceKind, TensorRtPrecision};
+
+/// A string literal of the protobuf text format.
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn dims_text(dims: &[i64]) -> String {
+    let list: Vec<String> = dims.iter().map(i64::to_string).collect();
+    format!("[ {} ]", list.join(", "))
+}
+
+fn tensor_list(out: &mut String, field: &str, tensors: &[TritonTensor]) {
+    let _ = writeln!(out, "{field} [");
+    for (i, t) in tensors.iter().enumerate() {
+        let _ = writeln!(out, "  {{");
+        let _ = writeln!(out, "    name: {}", quoted(&t.name));
+        let _ = writeln!(out, "    data_type: {}", t.data_type);
+        let _ = writeln!(out, "    dims: {}", dims_text(&t.dims));
+        let comma = if i + 1 < tensors.len() { "," } else { "" };
+        let _ = writeln!(out, "  }}{comma}");
+    }
+    let _ = writeln!(out, "]");
+}
+
+impl TritonConfig {
+    /// The configuration as `config.pbtxt` text (protobuf text format of Triton's
+    /// `ModelConfig`).
+    pub fn to_pbtxt(&self) -> String {
+        let o = &self.options;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Written by gmlp-onnx for Triton's ONNX Runtime backend."
+        );
+        let _ = writeln!(out, "name: {}", quoted(&o.name));
+        let _ = writeln!(out, "platform: \"onnxruntime_onnx\"");
+        let _ = writeln!(out, "max_batch_size: {}", self.max_batch_size);
+        tensor_list(&mut out, "input", &self.inputs);
+        tensor_list(&mut out, "output", &self.outputs);
+        if self.states.is_empty() {
+            if self.max_batch_size > 0 {
+                let _ = writeln!(out, "dynamic_batching {{");
+                let _ = writeln!(
+                    out,
+                    "  max_queue_delay_microseconds: {}",
+                    o.max_queue_delay_us
+                );
+                let _ = writeln!(out, "}}");
+            }
+        } else {
+            let _ = writeln!(out, "sequence_batching {{");
+            let _ = writeln!(out, "  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}");
+            let _ = writeln!(out, "  oldest {{");
+            let _ = writeln!(
+                out,
+                "    max_candidate_sequences: {MAX_CANDIDATE_SEQUENCES}"
+            );
+            let _ = writeln!(out, "    max_queue_delay_microseconds: 0");
+            let _ = writeln!(out, "  }}");
+            let _ = writeln!(out, "  state [");
+            for (i, s) in self.states.iter().enumerate() {
+                // The one zero slot the adapter slices off (see adapt_with_past).
+                let initial: Vec<i64> = s
+                    .input
+                    .dims
+                    .iter()
+                    .map(|&d| if d == -1 { 1 } else { d })
+                    .collect();
+                let _ = writeln!(out, "    {{");
+                let _ = writeln!(out, "      input_name: {}", quoted(&s.input.name));
+                let _ = writeln!(out, "      output_name: {}", quoted(&s.output_name));
+                let _ = writeln!(out, "      data_type: {}", s.input.data_type);
+                let _ = writeln!(out, "      dims: {}", dims_text(&s.input.dims));
+                let _ = writeln!(out, "      initial_state: {{");
+                let _ = writeln!(out, "        name: \"slot\"");
+                let _ = writeln!(out, "        data_type: {}", s.input.data_type);
+                let _ = writeln!(out, "        dims: {}", dims_text(&initial));
+                let _ = writeln!(out, "        zero_data: true");
+                let _ = writeln!(out, "      }}");
+                let comma = if i + 1 < self.states.len() { "," } else { "" };
+                let _ = writeln!(out, "    }}{comma}");
+            }
+            let _ = writeln!(out, "  ]");
+            let _ = writeln!(out, "}}");
+        }
+        let kind = match o.kind {
+            InstanceKind::Cpu => "KIND_CPU",
+            InstanceKind::Gpu => "KIND_GPU",
+        };
+        let _ = writeln!(out, "instance_group [");
+        let _ = writeln!(out, "  {{");
+        let _ = writeln!(out, "    count: {}", o.instance_count);
+        let _ = writeln!(out, "    kind: {kind}");
+        let _ = writeln!(out, "  }}");
+        let _ = writeln!(out, "]");
+        if let Some(precision) = o.tensorrt {
+            let mode = match precision {
+                TensorRtPrecision::Fp16 => "FP16",
+                TensorRtPrecision::Fp32 => "FP32",
+            };
+            let _ = writeln!(out, "optimization {{");
+            let _ = writeln!(out, "  execution_accelerators {{");
+            let _ = writeln!(out, "    gpu_execution_accelerator [");
+            let _ = writeln!(out, "      {{");
+            let _ = writeln!(out, "        name: \"tensorrt\"");
+            let _ = writeln!(
+                out,
+                "        parameters {{ key: \"precision_mode\" value: \"{mode}\" }}"
+            );
+            let _ = writeln!(out, "      }}");
+            let _ = writeln!(out, "    ]");
+            let _ = writeln!(out, "  }}");
+            let _ = writeln!(out, "}}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::triton::testing::token_model;
+    use crate::serve::triton::{plan, TritonOptions};
+
+    #[test]
+    fn a_token_model_gets_a_batched_config_without_the_batch_dimension() {
+        let config = plan(&token_model(), &TritonOptions::new("tiny")).unwrap();
+        let expected = r#"# Written by gmlp-onnx for Triton's ONNX Runtime backend.
+name: "tiny"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "input_ids"
+    data_type: TYPE_INT64
+    dims: [ 12 ]
+  }
+]
+output [
+  {
+    name: "logits"
+    data_type: TYPE_FP32
+    dims: [ 12, 50 ]
+  }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 100
+}
+instance_group [
+  {
+    count: 1
+    kind: KIND_CPU
+  }
+]
+"#;
+        assert_eq!(config.to_pbtxt(), expected);
+    }
+
+    #[test]
+    fn without_batching_the_batch_dimension_stays_and_no_dynamic_batcher_is_written() {
+        let mut options = TritonOptions::new("tiny");
+        options.max_batch_size = Some(0);
+        let text = plan(&token_model(), &options).unwrap().to_pbtxt();
+        assert!(text.contains("dims: [ -1, 12 ]"), "{text}");
+        assert!(text.contains("dims: [ -1, 12, 50 ]"), "{text}");
+        assert!(!text.contains("dynamic_batching"), "{text}");
+    }
+
+    #[test]
+    fn gpu_instances_with_tensorrt_fp16() {
+        let mut options = TritonOptions::new("tiny");
+        options.kind = InstanceKind::Gpu;
+        options.instance_count = 2;
+        options.tensorrt = Some(TensorRtPrecision::Fp16);
+        let text = plan(&token_model(), &options).unwrap().to_pbtxt();
+        assert!(text.contains("count: 2\n    kind: KIND_GPU"), "{text}");
+        assert!(text.contains("name: \"tensorrt\""), "{text}");
+        assert!(
+            text.contains("key: \"precision_mode\" value: \"FP16\""),
+            "{text}"
+        );
+        options.kind = InstanceKind::Cpu;
+        assert!(plan(&token_model(), &options)
+            .unwrap_err()
+            .to_string()
+            .contains("--triton-kind gpu"));
+    }
+
+    #[test]
+    fn names_are_quoted_for_the_text_format() {
+        assert_eq!(quoted(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}

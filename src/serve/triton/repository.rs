@@ -1,0 +1,184 @@
+//! Writing a repository entry atomically: `REPO/NAME/config.pbtxt` and
+//! `REPO/NAME/VERSION/model.onnx` (+ external data), all renamed into place together.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::config::{plan, TritonConfig};
+use super::state::{adapt_with_past, ADAPTER_METADATA_KEY};
+use super::{invalid, TritonOptions};
+use crate::error::{Error, Result};
+use crate::fs::{CreatedDirs, PendingFile};
+use crate::onnx::edit::ModelEdit;
+use crate::onnx::reader::{check_external_data, external_locations, metadata_value, read_model};
+
+/// File name of the model inside a version directory (what the ONNX Runtime backend loads).
+pub const MODEL_FILE: &str = "model.onnx";
+/// File name of the external data beside [`MODEL_FILE`].
+pub const DATA_FILE: &str = "model.onnx.data";
+
+/// The paths of a repository entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepositoryPaths {
+    /// `REPO/NAME`.
+    pub model_dir: PathBuf,
+    /// `REPO/NAME/config.pbtxt`.
+    pub config: PathBuf,
+    /// `REPO/NAME/VERSION`.
+    pub version_dir: PathBuf,
+    /// `REPO/NAME/VERSION/model.onnx`.
+    pub model: PathBuf,
+}
+
+impl RepositoryPaths {
+    /// The layout for `options` under `repo`.
+    pub fn new(repo: &Path, options: &TritonOptions) -> Self {
+        let model_dir = repo.join(&options.name);
+        let version_dir = model_dir.join(options.version.to_string());
+        RepositoryPaths {
+            config: model_dir.join("config.pbtxt"),
+            model: version_dir.join(MODEL_FILE),
+            model_dir,
+            version_dir,
+        }
+    }
+}
+
+/// Checks, before anything is written, that the entry can be created: valid options, the
+/// repository is a directory (or can be created), the version directory is absent or
+/// empty. Cheap; run it before a long build.
+pub fn check_target(repo: &Path, options: &TritonOptions) -> Result<RepositoryPaths> {
+    options.check()?;
+    if repo.exists() && !repo.is_dir() {
+        return Err(invalid(format!(
+            "model repository {} is not a directory",
+            repo.display()
+        )));
+    }
+    let paths = RepositoryPaths::new(repo, options);
+    for dir in [&paths.model_dir, &paths.version_dir] {
+        if dir.exists() && !dir.is_dir() {
+            return Err(invalid(format!("{} is not a directory", dir.display())));
+        }
+    }
+    if paths.version_dir.is_dir() {
+        let mut entries =
+            std::fs::read_dir(&paths.version_dir).map_err(|e| Error::io(&paths.version_dir, e))?;
+        if entries.next().is_some() {
+            return Err(invalid(format!(
+                "{} already exists and is not empty; pick another --triton-version or remove it",
+                paths.version_dir.display()
+            )));
+        }
+    }
+    Ok(paths)
+}
+
+/// What [`write_repository`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepositoryWritten {
+    /// The paths of the entry.
+    pub paths: RepositoryPaths,
+    /// The external data file, when the model has one.
+    pub data_file: Option<PathBuf>,
+    /// The configuration written.
+    pub config: TritonConfig,
+}
+
+/// Writes `REPO/NAME/config.pbtxt` and `REPO/NAME/VERSION/model.onnx` for the ONNX file
+/// `model_path`. External data is copied too: one data file becomes `model.onnx.data`
+/// (the locations inside the model are rewritten to match), several keep their names.
+/// All files are written under temporary names and renamed into place together at the
+/// end; on any error nothing is left behind (directories created here are removed).
+/// An existing `config.pbtxt` (another version of the same model) is only replaced
+/// by identical text; a different one is refused.
+pub fn write_repository(
+    model_path: &Path,
+    repo: &Path,
+    options: &TritonOptions,
+) -> Result<RepositoryWritten> {
+    let paths = check_target(repo, options)?;
+    let mut model = read_model(model_path)?;
+    check_external_data(&model, model_path)?;
+    let config = plan(&model, options)?;
+    let text = config.to_pbtxt();
+    let existing_config = match std::fs::read_to_string(&paths.config) {
+        Ok(old) => Some(old),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&paths.config, e)),
+    };
+    if existing_config.as_ref().is_some_and(|old| *old != text) {
+        return Err(invalid(format!(
+            "{} exists and describes the model differently; remove it or pick another --triton-name",
+            paths.config.display()
+        )));
+    }
+
+    let locations = external_locations(&model, model_path)?;
+    let source_dir = match model_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
+    let reencode = renamed || !config.states.is_empty();
+    if !config.states.is_empty() {
+        if metadata_value(&model, ADAPTER_METADATA_KEY).is_some() {
+            return Err(invalid(format!(
+                "{} already carries the Triton state adapter; give the original with-past model",
+                model_path.display()
+            )));
+        }
+        adapt_with_past(&mut model, &config.states)?;
+    }
+    if renamed {
+        if let Some(mut edit) = ModelEdit::new(&mut model) {
+            edit.relocate_external_data(DATA_FILE);
+        }
+    }
+
+    let mut dirs = CreatedDirs::new();
+    dirs.create(&paths.version_dir)?;
+    let mut pending = Vec::new();
+    let mut data_file = None;
+    for location in &locations {
+        let target_name = if renamed {
+            DATA_FILE
+        } else {
+            location.as_str()
+        };
+        let target = paths.version_dir.join(target_name);
+        let mut file = PendingFile::create(&target)?;
+        file.copy_from(&source_dir.join(location))?;
+        pending.push(file);
+        data_file.get_or_insert(target);
+    }
+    let mut model_file = PendingFile::create(&paths.model)?;
+    if reencode {
+        let bytes = model.encode_to_vec();
+        model_file
+            .writer()
+            .write_all(&bytes)
+            .map_err(|e| Error::io(&paths.model, e))?;
+    } else {
+        model_file.copy_from(model_path)?;
+    }
+    pending.push(model_file);
+    if existing_config.is_none() {
+        let mut config_file = PendingFile::create(&paths.config)?;
+        config_file
+            .writer()
+            .write_all(text.as_bytes())
+            .map_err(|e| Error::io(&paths.config, e))?;
+        pending.push(config_file);
+    }
+    // Data, model, then config: Triton polling the repository sees a complete version.
+    PendingFile::persist_all(pending)?;
+    dirs.commit();
+    Ok(RepositoryWritten {
+        paths,
+        data_file,
+        config,
+    })
+}
