@@ -1,0 +1,50 @@
+//! The per-token (channel) projections of a block (paper eq. 1–2, fig. 1):
+//! `z = GELU(h·U + b_U)` split into the halves z1, z2 of e = f/2 channels each, and
+//! `y = g·V + b_V` back to d channels. U's two halves are two MatMuls on column slices of
+//! U (no `Split` of z), each bias `Add` directly after its MatMul, and GELU spelled as
+//! ONNX Runtime's `GeluFusion` / `BiasGeluFusion` match it (see the graph builder's `gelu`).
+
+use super::super::context::Emitter;
+use crate::error::Result;
+use crate::gmlp::config::Precision;
+use crate::onnx::graph::Value;
+
+impl Emitter {
+    /// `GELU(h·U[:, :e] + b_U[:e])` and `GELU(h·U[:, e:] + b_U[e:])` for block prefix `p`.
+    pub(crate) fn proj_in(&mut self, p: &str, h: &Value) -> Result<(Value, Value)> {
+        let e = self.cfg.gate_dim();
+        let z1 = self.proj_in_half(p, h, 1, (0, e))?;
+        let z2 = self.proj_in_half(p, h, 2, (e, 2 * e))?;
+        Ok((z1, z2))
+    }
+
+    /// Half `k` (1 or 2) of proj_in: U's output columns `cols`, then GELU.
+    fn proj_in_half(
+        &mut self,
+        p: &str,
+        h: &Value,
+        k: usize,
+        cols: (usize, usize),
+    ) -> Result<Value> {
+        let quantize = self.cfg.dtype == Precision::Int8;
+        let z = self.dense(
+            &format!("proj_in_z{k}"),
+            h,
+            &format!("{p}.proj_in.weight"),
+            Some(&format!("{p}.proj_in.bias")),
+            Some(cols),
+            quantize,
+        )?;
+        self.g.gelu(&format!("gelu_z{k}"), &z)
+    }
+
+    /// `g·V + b_V` for block prefix `p`.
+    pub(crate) fn proj_out(&mut self, p: &str, gated: &Value) -> Result<Value> {
+        self.linear(
+            "proj_out",
+            gated,
+            &format!("{p}.proj_out.weight"),
+            Some(&format!("{p}.proj_out.bias")),
+        )
+    }
+}
