@@ -185,6 +185,7 @@ pub(super) fn lucidrains(
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     };
     Ok((config, plan.finish()?))
 }

@@ -123,6 +123,7 @@ fn infer_native(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, boo
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     };
     Ok((config, toeplitz))
 }

@@ -259,6 +259,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
             set(in_chans, a.in_chans);
             set(num_classes, a.num_classes);
         }
+        Task::Backbone { seq_len } => set(seq_len, a.seq_len),
     }
     Ok(())
 }

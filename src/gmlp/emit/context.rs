@@ -28,6 +28,8 @@ pub(crate) struct Emitter {
     pub(crate) toeplitz_index: Option<Value>,
     /// The shared additive causal mask [n, n] (made on first use).
     pub(crate) causal_mask: Option<Value>,
+    /// The constant positions 0..n−1 of a fixed graph (local mixing, made on first use).
+    pub(crate) fixed_positions: Option<Value>,
     /// How the sequence axis is emitted.
     pub(crate) mode: SequenceMode,
     /// Row positions and lengths of a variable-length or with-past graph.
@@ -72,6 +74,7 @@ impl Emitter {
             source,
             toeplitz_index: None,
             causal_mask: None,
+            fixed_positions: None,
             mode,
             positions: None,
             past: HashMap::new(),

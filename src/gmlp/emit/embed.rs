@@ -1,10 +1,11 @@
 //! The network's input and its embedding: `input_ids` through the token embedding table
 //! (fixed length n, or a variable length with the positions and state of a causal
 //! model), or `pixel_values` through the patch stem (a Conv with stride p, tokens in
-//! row-major patch order, as timm's `PatchEmbed` and g-mlp-pytorch's `to_patch_embed`).
+//! row-major patch order, as timm's `PatchEmbed` and g-mlp-pytorch's `to_patch_embed`),
+//! or, for a backbone, `inputs_embeds` as they are.
 
 use super::context::Emitter;
-use super::{BATCH, INPUT_IDS, PIXEL_VALUES};
+use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
 use crate::error::Result;
 use crate::gmlp::config::Task;
 use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
@@ -67,6 +68,17 @@ impl Emitter {
                     )?;
                     s.g.transpose("to_tokens", &flat, &[0, 2, 1])
                 })?;
+                Ok((x, None))
+            }
+            Task::Backbone { seq_len } => {
+                let d = self.cfg.d_model;
+                let embeds = self.g.input(
+                    INPUTS_EMBEDS,
+                    ElemType::F32,
+                    vec![batch, Dim::Fixed(seq_len), Dim::Fixed(d)],
+                )?;
+                let elem = self.cfg.dtype.elem();
+                let x = self.cast_to("inputs_to_f16", &embeds, elem)?;
                 Ok((x, None))
             }
         }

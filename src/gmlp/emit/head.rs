@@ -6,13 +6,23 @@
 
 use super::context::Emitter;
 use super::HEAD_SCOPE;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gmlp::config::{Precision, Task};
 use crate::onnx::graph::Value;
 
 impl Emitter {
+    /// The model's output from the last block's `x`: the final norm and the head, or `x`
+    /// itself for a backbone (gmlp-tinygrad has neither).
+    pub(crate) fn output(&mut self, x: &Value, embedding: Option<Value>) -> Result<Value> {
+        if let Task::Backbone { .. } = self.cfg.task {
+            return Ok(x.clone());
+        }
+        let h = self.norm("final_norm", x, "norm", self.cfg.norm_eps)?;
+        self.head(&h, embedding)
+    }
+
     /// Logits from the final normalized tokens `h`; `embedding` is the token table.
-    pub(crate) fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
+    fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
         let tied = matches!(
             self.cfg.task,
             Task::Tokens {
@@ -35,6 +45,7 @@ impl Emitter {
             (Task::Tokens { .. }, _) => {
                 s.linear("vocab_projection", h, "head.weight", Some("head.bias"))
             }
+            (Task::Backbone { .. }, _) => Err(Error::Internal("a backbone has no head".into())),
             (Task::Vision { .. }, _) => {
                 let pooled = s.g.mean("token_mean", h, &[1], false)?;
                 // The small classifier stays f32 in int8 models too.

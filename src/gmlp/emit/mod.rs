@@ -4,12 +4,12 @@
 //! context.rs    the emitter: graph builder, parameters by name, shared constants
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
 //! linear.rs     x·W + b in f32/f16 or as a dynamically quantized int8 MatMul
-//! embed.rs      input_ids → embedding table, or pixel_values → patch stem
+//! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
 //! block/        one block: norm, token shift, channel projections, tiny attention,
 //!               spatial projection, gate (see block/mod.rs)
-//! stack.rs      x ← x + block_i(x) for every block
-//! head.rs       final norm'd tokens → logits (tied or own vocabulary projection, or
-//!               mean over tokens + classifier)
+//! stack.rs      x ← x + block_i(x) for every block, or a reversible stack
+//! head.rs       final norm and head: logits (tied or own vocabulary projection, or
+//!               mean over tokens + classifier); a backbone returns the last block's x
 //! ```
 //!
 //! The f32 graph is shaped for ONNX Runtime's CPU fusions (measured in BENCHMARKS.md):
@@ -30,7 +30,7 @@ mod stack;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::config::{GmlpConfig, Task};
 use crate::gmlp::decoding::{block_state, SequenceMode};
 use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
@@ -42,8 +42,12 @@ use context::Emitter;
 pub const INPUT_IDS: &str = "input_ids";
 /// Name of the vision-model input.
 pub const PIXEL_VALUES: &str = "pixel_values";
-/// Name of the output of every model.
+/// Name of the backbone input (embedded tokens, gmlp-tinygrad).
+pub const INPUTS_EMBEDS: &str = "inputs_embeds";
+/// Name of the output of token and vision models.
 pub const LOGITS: &str = "logits";
+/// Name of the backbone output.
+pub const LAST_HIDDEN_STATE: &str = "last_hidden_state";
 /// Name of the symbolic batch dimension.
 pub const BATCH: &str = "batch";
 /// Node-name scope of the output head; the paper's FLOP counts leave it out.
@@ -73,11 +77,14 @@ pub fn build_graph_in(
     let mut em = Emitter::new(builder, cfg, param_specs(cfg), source, mode);
     let (x, embedding) = em.embed()?;
     let x = em.stack(x)?;
-    let h = em.layer_norm("final_norm", &x, "norm", cfg.norm_eps)?;
-    let logits = em.head(&h, embedding)?;
-    let logits = em.cast_to("logits_to_f32", &logits, ElemType::F32)?;
-    let logits = em.g.rename(&logits, LOGITS)?;
-    let mut outputs = vec![logits];
+    let out = em.output(&x, embedding)?;
+    let name = match cfg.task {
+        Task::Backbone { .. } => LAST_HIDDEN_STATE,
+        _ => LOGITS,
+    };
+    let out = em.cast_to(&format!("{name}_to_f32"), &out, ElemType::F32)?;
+    let out = em.g.rename(&out, name)?;
+    let mut outputs = vec![out];
     // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
     let mut present = std::mem::take(&mut em.present);
     for state in (0..cfg.layers).flat_map(|i| block_state(cfg, i)) {

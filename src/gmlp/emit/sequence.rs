@@ -8,20 +8,16 @@
 
 use super::context::{Emitter, Positions};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{block_state, PAST_SEQUENCE, PAST_SHIFT_SEQUENCE, TOTAL_SEQUENCE};
+use crate::gmlp::decoding::{block_state, SequenceMode, StateTensor, TOTAL_SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
     /// The `past_*` inputs of every block, `[batch, past_sequence, width]` (a window state
-    /// `[batch, past_shift_sequence, width]`).
+    /// `[batch, past_shift_sequence, width]` or `[batch, past_window_K, width]`).
     pub(crate) fn declare_past_inputs(&mut self, batch: &Dim) -> Result<()> {
-        let past = Dim::Symbol(PAST_SEQUENCE.into());
         for i in 0..self.cfg.layers {
             for state in block_state(&self.cfg, i) {
-                let rows = match state.window {
-                    Some(_) => Dim::Symbol(PAST_SHIFT_SEQUENCE.into()),
-                    None => past.clone(),
-                };
+                let rows = Dim::Symbol(state.past_rows_symbol());
                 let shape = vec![batch.clone(), rows, Dim::Fixed(state.width)];
                 let v = self.g.input(&state.past, ElemType::F32, shape)?;
                 self.past.insert(state.past.clone(), v);
@@ -31,10 +27,13 @@ impl Emitter {
     }
 
     /// The shared row positions P..P+T−1 of the new tokens `ids` [batch, sequence]
-    /// (P from the first block's state in a with-past graph, 0 otherwise), in the
-    /// `positions` scope.
+    /// (P from the length of the first state that grows, in a with-past graph; 0
+    /// otherwise), in the `positions` scope.
     pub(crate) fn compute_positions(&mut self, ids: &Value, seq: &Dim) -> Result<()> {
-        let first_past = self.past.get("past_sgu.0").cloned();
+        let growing = (0..self.cfg.layers)
+            .flat_map(|i| block_state(&self.cfg, i))
+            .find(|s| s.window.is_none());
+        let first_past = growing.and_then(|s| self.past.get(&s.past).cloned());
         let positions = self.g.scoped("positions", |g| {
             let zero = g.const_i64("zero", &[], vec![0])?;
             let one = g.const_i64("one", &[], vec![1])?;
@@ -172,5 +171,100 @@ impl Emitter {
         let present = past.replacen("past_", "present_", 1);
         self.push_present(present, &format!("present_{kind}_to_f32"), &all)?;
         Ok(all)
+    }
+
+    /// The window state of `state` (K = its window rows): `past` followed by `new`,
+    /// returned for the computation, and its last min(L + T, K) rows as the `present_*`
+    /// output.
+    pub(crate) fn with_past_window(&mut self, state: &StateTensor, new: &Value) -> Result<Value> {
+        let kind = state.kind().to_string();
+        let window = state
+            .window
+            .ok_or_else(|| Error::Internal(format!("{} is not a window state", state.past)))?;
+        let past = self.past_input(&state.past, &format!("past_{kind}_cast"), new.elem)?;
+        let full = self.g.concat_symbolic(
+            &format!("{kind}_concat"),
+            &[&past, new],
+            1,
+            Dim::Symbol(format!("{} + {}", state.past_rows_symbol(), new.shape[1])),
+        )?;
+        let len = self.g.shape_of(&format!("{kind}_rows"), &full, 1, 2)?;
+        let keep = self
+            .g
+            .const_i64(&format!("{kind}_window"), &[1], vec![window as i64])?;
+        let zero = self
+            .g
+            .const_i64(&format!("{kind}_window_zero"), &[1], vec![0])?;
+        let over = self.g.sub(&format!("{kind}_window_over"), &len, &keep)?;
+        let start = self.g.max(&format!("{kind}_window_start"), &over, &zero)?;
+        let mut shape = full.shape.clone();
+        shape[1] = Dim::Symbol(state.present_rows_symbol());
+        let present = self.g.slice_dynamic(
+            &format!("{kind}_window_rows"),
+            &full,
+            &start,
+            &len,
+            &[1],
+            shape,
+        )?;
+        self.push_present(
+            state.present.clone(),
+            &format!("present_{kind}_to_f32"),
+            &present,
+        )?;
+        Ok(full)
+    }
+
+    /// The block state of `kind` for block `i` (growing or window) joined with `new`.
+    pub(crate) fn with_block_state(&mut self, i: usize, kind: &str, new: &Value) -> Result<Value> {
+        let state = block_state(&self.cfg, i)
+            .into_iter()
+            .find(|s| s.kind() == kind)
+            .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
+        match state.window {
+            None => self.with_past(&state.past, kind, new),
+            Some(_) => self.with_past_window(&state, new),
+        }
+    }
+
+    /// Absolute positions of the new rows, i64 [T]: 0..n−1 in a fixed graph, P..P+T−1
+    /// otherwise.
+    pub(crate) fn row_positions(&mut self) -> Result<Value> {
+        match self.mode {
+            SequenceMode::Fixed => self.fixed_positions(),
+            _ => Ok(self.positions()?.rows.clone()),
+        }
+    }
+
+    /// Absolute positions of the rows of `keys`, which end at the last new row: i64 [S]
+    /// (P + T − S ..= P + T − 1).
+    pub(crate) fn key_positions(&mut self, keys: &Value) -> Result<Value> {
+        match self.mode {
+            SequenceMode::Fixed => self.fixed_positions(),
+            SequenceMode::Variable => Ok(self.positions()?.rows.clone()),
+            SequenceMode::WithPast => {
+                let total = self.positions()?.total_scalar.clone();
+                let zero = self.g.const_i64("key_positions_zero", &[], vec![0])?;
+                let one = self.g.const_i64("key_positions_one", &[], vec![1])?;
+                let len = self.g.shape_of("key_positions_shape", keys, 1, 2)?;
+                let len = self.g.gather("key_positions_count", &len, &zero, 0)?;
+                let start = self.g.sub("key_positions_start", &total, &len)?;
+                self.g
+                    .range("key_positions", &start, &total, &one, keys.shape[1].clone())
+            }
+        }
+    }
+
+    /// The constant positions 0..n−1 of a fixed graph, shared by the blocks.
+    fn fixed_positions(&mut self) -> Result<Value> {
+        if let Some(v) = &self.fixed_positions {
+            return Ok(v.clone());
+        }
+        let n = self.cfg.seq_len();
+        let v = self.g.scoped("shared", |g| {
+            g.const_i64("positions", &[n], (0..n as i64).collect())
+        })?;
+        self.fixed_positions = Some(v.clone());
+        Ok(v)
     }
 }

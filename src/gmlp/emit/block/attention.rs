@@ -9,7 +9,7 @@ use super::super::MASK_VALUE;
 use crate::error::Result;
 use crate::gmlp::config::Precision;
 use crate::gmlp::decoding::SequenceMode;
-use crate::onnx::graph::{ElemType, Value};
+use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
     /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
@@ -34,30 +34,71 @@ impl Emitter {
     pub(crate) fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
         // q, k, v from column slices of Wqkv (three MatMuls, no Split).
         let quantize = self.cfg.dtype == Precision::Int8;
+        let mixing = self.cfg.block.mixing(i);
+        let bias = self
+            .cfg
+            .block
+            .attn_qkv_bias
+            .then(|| format!("{p}.attn.qkv.bias"));
         let mut parts = Vec::with_capacity(3);
         for (k, part) in ["q", "k", "v"].into_iter().enumerate() {
             let weight = format!("{p}.attn.qkv.weight");
             let cols = Some((k * a, (k + 1) * a));
-            parts.push(self.dense(part, h, &weight, None, cols, quantize)?);
+            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, quantize)?);
         }
         let elem = parts[0].elem;
         let scale = self
             .g
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
         let q = self.g.mul("q_scale", &parts[0], &scale)?;
-        let (keys, values) = if self.mode == SequenceMode::WithPast {
+        let (mut keys, mut values) = if self.mode == SequenceMode::WithPast {
             (
-                self.with_past(&format!("past_key.{i}"), "key", &parts[1])?,
-                self.with_past(&format!("past_value.{i}"), "value", &parts[2])?,
+                self.with_block_state(i, "key", &parts[1])?,
+                self.with_block_state(i, "value", &parts[2])?,
             )
         } else {
             (parts[1].clone(), parts[2].clone())
         };
+        let mut local_mask = None;
+        if !mixing.is_global() {
+            let rows = self.row_positions()?;
+            let cols = self.key_positions(&keys)?;
+            let (mask, zero_keys) = self.scoped("local", |s| {
+                let maps = s.local_maps(mixing, &rows, &cols)?;
+                s.local_attention_mask(&maps, mixing.window)
+            })?;
+            local_mask = Some(match zero_keys {
+                // upstream's first window also attends to w zero keys: one extra zero key
+                // (and value) at the end, weighted w by its logit ln(w).
+                Some(extra) => {
+                    let with_zero = Dim::Symbol(format!("{} + 1", keys.shape[1]));
+                    keys = self.g.pad_axis_symbolic(
+                        "zero_key",
+                        &keys,
+                        1,
+                        (0, 1),
+                        with_zero.clone(),
+                    )?;
+                    values = self.g.pad_axis_symbolic(
+                        "zero_value",
+                        &values,
+                        1,
+                        (0, 1),
+                        with_zero.clone(),
+                    )?;
+                    self.g
+                        .concat_symbolic("local_mask_zero_key", &[&mask, &extra], 1, with_zero)?
+                }
+                None => mask,
+            });
+        }
         let kt = self.g.transpose("k_transpose", &keys, &[0, 2, 1])?;
         let scores = self.g.matmul("scores", &q, &kt)?;
         // Mask and softmax in f32 (an f16 model casts around them).
         let mut scores = self.cast_to("scores_to_f32", &scores, ElemType::F32)?;
-        if self.cfg.causal {
+        if let Some(mask) = &local_mask {
+            scores = self.g.add("local_mask", &scores, mask)?;
+        } else if self.cfg.causal {
             let mask = if self.mode == SequenceMode::Fixed {
                 self.causal_mask()?
             } else {

@@ -2,11 +2,12 @@
 //! `z = GELU(h·U + b_U)` split into the halves z1, z2 of e = f/2 channels each, and
 //! `y = g·V + b_V` back to d channels. U's two halves are two MatMuls on column slices of
 //! U (no `Split` of z), each bias `Add` directly after its MatMul, and GELU spelled as
-//! ONNX Runtime's `GeluFusion` / `BiasGeluFusion` match it (see the graph builder's `gelu`).
+//! ONNX Runtime's `GeluFusion` / `BiasGeluFusion` match it (see the graph builder's `gelu`),
+//! or in its tanh form (gmlp-tinygrad). Also the GEGLU feed-forward of a reversible stack.
 
 use super::super::context::Emitter;
 use crate::error::Result;
-use crate::gmlp::config::Precision;
+use crate::gmlp::config::{GeluForm, Precision};
 use crate::onnx::graph::Value;
 
 impl Emitter {
@@ -35,7 +36,45 @@ impl Emitter {
             Some(cols),
             quantize,
         )?;
-        self.g.gelu(&format!("gelu_z{k}"), &z)
+        self.channel_gelu(&format!("gelu_z{k}"), &z)
+    }
+
+    /// The channel projection's GELU in the configured form (exact, or tanh).
+    fn channel_gelu(&mut self, local: &str, z: &Value) -> Result<Value> {
+        match self.cfg.block.gelu {
+            GeluForm::Erf => self.g.gelu(local, z),
+            GeluForm::Tanh => self.g.gelu_tanh(local, z),
+        }
+    }
+
+    /// The GEGLU feed-forward g of a reversible block (g-mlp-gpt's `FeedForward`):
+    /// `(a ⊙ GELU(b))·W2 + b2` with `[a, b] = x·W1 + b1`, the two halves as two MatMuls on
+    /// column slices of W1, in the `ff` scope.
+    pub(crate) fn feed_forward(&mut self, p: &str, x: &Value, inner: usize) -> Result<Value> {
+        let quantize = self.cfg.dtype == Precision::Int8;
+        self.scoped("ff", |s| {
+            let (w1, b1) = (
+                format!("{p}.ff.proj_in.weight"),
+                format!("{p}.ff.proj_in.bias"),
+            );
+            let a = s.dense("proj_in_a", x, &w1, Some(&b1), Some((0, inner)), quantize)?;
+            let b = s.dense(
+                "proj_in_b",
+                x,
+                &w1,
+                Some(&b1),
+                Some((inner, 2 * inner)),
+                quantize,
+            )?;
+            let b = s.g.gelu("gelu", &b)?;
+            let product = s.g.mul("geglu", &a, &b)?;
+            s.linear(
+                "proj_out",
+                &product,
+                &format!("{p}.ff.proj_out.weight"),
+                Some(&format!("{p}.ff.proj_out.bias")),
+            )
+        })
     }
 
     /// `g·V + b_V` for block prefix `p`.

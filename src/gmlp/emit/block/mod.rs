@@ -9,13 +9,19 @@
 //! g  = W·LN(z2) + b                spatial.rs     blocks.i/sgu/norm, .../spatial_matmul
 //! s  = z1 ⊙ (g + a)                gate.rs        blocks.i/sgu/attn_add, blocks.i/sgu/gate
 //! y  = s·V + bV                    channel.rs     blocks.i/proj_out
+//! y  = conv(y)                     fold.rs        blocks.i/fold/...         (axial fold)
 //! ```
-//! The block returns y; the residual x + y is the stack's ([`super::stack`]). Each part
-//! emits the fixed, variable-length and with-past forms of its own nodes.
+//! The norm is LayerNorm or RMSNorm, the GELU exact or tanh, the gate may have an
+//! activation, and a block may mix tokens locally (a window and / or an axial fold:
+//! local.rs) — see `BlockOptions`. The block returns y; the residual is the stack's
+//! ([`super::stack`]). Each part emits the fixed, variable-length and with-past forms of
+//! its own nodes and uses the state `block_state` declares for it.
 
 mod attention;
 mod channel;
+mod fold;
 mod gate;
+mod local;
 mod norm;
 mod shift;
 mod spatial;
@@ -29,7 +35,7 @@ impl Emitter {
     /// The branch y of block `i` on its input `x` (the residual is added by the stack).
     pub(crate) fn block(&mut self, i: usize, x: &Value) -> Result<Value> {
         let p = format!("blocks.{i}");
-        let mut h = self.layer_norm("norm", x, &format!("{p}.norm"), self.cfg.norm_eps)?;
+        let mut h = self.norm("norm", x, &format!("{p}.norm"), self.cfg.norm_eps)?;
         if self.cfg.shift_tokens > 0 {
             h = self.scoped("token_shift", |s| s.shift_tokens(&h, i))?;
         }
@@ -39,6 +45,10 @@ impl Emitter {
             None => None,
         };
         let gated = self.spatial_gating(&p, i, &z1, &z2, attn.as_ref())?;
-        self.proj_out(&p, &gated)
+        let y = self.proj_out(&p, &gated)?;
+        if self.cfg.block.mixing(i).fold > 1 {
+            return self.scoped("fold", |s| s.fold_conv(&p, i, &y));
+        }
+        Ok(y)
     }
 }
