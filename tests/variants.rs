@@ -228,15 +228,14 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
         .iter()
         .map(|s| (s.past.clone(), s.window))
         .collect();
-    // Block 0: window 2, fold 3 → (2·2 − 1)·3 = 9 rows of u, keys and values; the fold's
-    // convolution keeps 3 − 1 = 2 outputs. Block 1: global inside a fold of 2 (grows),
+    // Block 0: window 2, fold 3 → (2·2 − 1)·3 = 9 rows of u and keys (a local attention's
+    // values are its keys); the fold's convolution keeps 3 − 1 = 2 outputs. Block 1: global inside a fold of 2 (grows),
     // its convolution 1 output.
     assert_eq!(
         windows,
         [
             ("past_sgu.0".to_string(), Some(9)),
             ("past_key.0".to_string(), Some(9)),
-            ("past_value.0".to_string(), Some(9)),
             ("past_fold.0".to_string(), Some(2)),
             ("past_sgu.1".to_string(), None),
             ("past_key.1".to_string(), None),

@@ -142,7 +142,7 @@ impl StateTensor {
 
 /// The state of block `i`: what a `--with-past` graph takes and returns for it, part by
 /// part: the spatial projection's u = LN(z2) (`sgu`), the tiny attention's keys and values
-/// (`key`, `value`), the token shift's last s normalized inputs (`shift`), and an axial
+/// (`key`, `value`; a local attention uses its keys as values and has no `value`), the token shift's last s normalized inputs (`shift`), and an axial
 /// fold's last `fold − 1` block outputs for its causal convolution (`fold`). A block with
 /// a local window w (and fold e) keeps only the last (2w − 1)·e rows its window can still
 /// see; when every block is windowed, block 0's `sgu` state still grows, so that the graph
@@ -166,7 +166,10 @@ pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
     let mut out = vec![one("sgu", cfg.gate_dim(), sgu_window)];
     if let Some(a) = cfg.attn_dim {
         out.push(one("key", a, window));
-        out.push(one("value", a, window));
+        // g-mlp-gpt's LocalAttention uses its keys as values: no value state.
+        if mixing.window.is_none() {
+            out.push(one("value", a, window));
+        }
     }
     if cfg.shift_tokens > 0 {
         out.push(one("shift", cfg.d_model, Some(cfg.shift_tokens)));

@@ -252,7 +252,9 @@ fn spatial(cfg: &GmlpConfig, p: &Params, i: usize, u: &Array2<f64>) -> Result<Ar
 /// aMLP's tiny attention of block `i` on its normalized input `h` [m, d]: global (masked
 /// above the diagonal when causal), or upstream's `LocalAttention` with window w (x padded
 /// to a multiple of w, block q attending to [keys of block q − 1, zeros for q = 0 ‖ its
-/// own keys] with j ≤ i + w).
+/// own keys] with j ≤ i + w, and — as g-mlp-gpt 0.0.15's code does, building both from k
+/// in `map(lambda t: torch.cat((k[:, :-1], k[:, 1:]), dim = 2), (k, v))` — the keys
+/// also as values).
 fn attention(
     cfg: &GmlpConfig,
     p: &Params,
@@ -297,20 +299,14 @@ fn attention(
             for q_block in 0..padded_rows / w {
                 let own = q_block * w..(q_block + 1) * w;
                 let mut keys = Array2::<f64>::zeros((2 * w, a));
-                let mut values = Array2::<f64>::zeros((2 * w, a));
                 if q_block > 0 {
                     let prev = (q_block - 1) * w..q_block * w;
                     keys.slice_mut(s![..w, ..])
-                        .assign(&qkv.slice(s![prev.clone(), a..2 * a]));
-                    values
-                        .slice_mut(s![..w, ..])
-                        .assign(&qkv.slice(s![prev, 2 * a..]));
+                        .assign(&qkv.slice(s![prev, a..2 * a]));
                 }
                 keys.slice_mut(s![w.., ..])
                     .assign(&qkv.slice(s![own.clone(), a..2 * a]));
-                values
-                    .slice_mut(s![w.., ..])
-                    .assign(&qkv.slice(s![own.clone(), 2 * a..]));
+                let values = &keys;
                 let q = qkv.slice(s![own.clone(), ..a]);
                 let mut scores = q.dot(&keys.t()) / scale;
                 scores
@@ -318,7 +314,7 @@ fn attention(
                     .filter(|((row, col), _)| *col > row + w)
                     .for_each(|(_, s)| *s = f64::NEG_INFINITY);
                 softmax_rows(&mut scores);
-                context.slice_mut(s![own, ..]).assign(&scores.dot(&values));
+                context.slice_mut(s![own, ..]).assign(&scores.dot(values));
             }
             context.slice(s![..m, ..]).to_owned()
         }

@@ -2,7 +2,9 @@
 //! input h, `attn(h) = softmax(q·kᵀ/√a [+ causal mask]) · v · W_o + b_o`, added to the
 //! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`); causal models
 //! add [`MASK_VALUE`] above the diagonal before the softmax. In a with-past graph k and v
-//! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows.
+//! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows. A
+//! block with a window (g-mlp-gpt's `LocalAttention`) attends within its window and, as
+//! upstream does, uses its keys as values (see [`super::local`]).
 
 use super::super::context::Emitter;
 use super::super::MASK_VALUE;
@@ -40,8 +42,13 @@ impl Emitter {
             .block
             .attn_qkv_bias
             .then(|| format!("{p}.attn.qkv.bias"));
+        // g-mlp-gpt's LocalAttention attends over its keys twice: its values are the keys
+        // (upstream's `map(lambda t: torch.cat((k[:, :-1], k[:, 1:]), dim = 2), (k, v))`
+        // builds both from k), so a windowed layer has no v.
+        let windowed = mixing.window.is_some();
+        let used = if windowed { 2 } else { 3 };
         let mut parts = Vec::with_capacity(3);
-        for (k, part) in ["q", "k", "v"].into_iter().enumerate() {
+        for (k, part) in ["q", "k", "v"].into_iter().enumerate().take(used) {
             let weight = format!("{p}.attn.qkv.weight");
             let cols = Some((k * a, (k + 1) * a));
             parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, quantize)?);
@@ -52,12 +59,15 @@ impl Emitter {
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
         let q = self.g.mul("q_scale", &parts[0], &scale)?;
         let (mut keys, mut values) = if self.mode == SequenceMode::WithPast {
-            (
-                self.with_block_state(i, "key", &parts[1])?,
-                self.with_block_state(i, "value", &parts[2])?,
-            )
+            let keys = self.with_block_state(i, "key", &parts[1])?;
+            let values = match parts.get(2) {
+                Some(v) => self.with_block_state(i, "value", v)?,
+                None => keys.clone(),
+            };
+            (keys, values)
         } else {
-            (parts[1].clone(), parts[2].clone())
+            let keys = parts[1].clone();
+            (keys.clone(), parts.get(2).cloned().unwrap_or(keys))
         };
         let mut local_mask = None;
         if !mixing.is_global() {
