@@ -63,7 +63,10 @@ fn layer_spatial(ck: &Checkpoint, key: &str) -> Result<(usize, Option<usize>, us
 }
 
 /// The architecture and rules of a g-mlp-gpt checkpoint.
-pub(super) fn gpt(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, BTreeMap<String, Rule>)> {
+pub(super) fn gpt(
+    ck: &Checkpoint,
+    hints: &ImportHints,
+) -> Result<(GmlpConfig, BTreeMap<String, Rule>)> {
     let (stack_prefix, inner) = gpt_layers(ck).ok_or_else(|| {
         Error::BadTensor(format!(
             "{}: no net.layers.0.0.fn.fn.proj_in.0.weight or net.blocks.0.f.net.fn.fn.proj_in.0.weight: not a g-mlp-gpt checkpoint",
@@ -133,8 +136,17 @@ pub(super) fn gpt(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, B
     for (i, m) in mixing.iter().enumerate() {
         let (b, l) = (format!("blocks.{i}"), layer(i));
         plan.norm(&format!("{b}.norm"), &format!("{l}norm"), d);
-        plan.linear(&format!("{b}.proj_in.weight"), &format!("{l}fn.fn.proj_in.0.weight"), f, d);
-        plan.same(&format!("{b}.proj_in.bias"), &format!("{l}fn.fn.proj_in.0.bias"), &[f]);
+        plan.linear(
+            &format!("{b}.proj_in.weight"),
+            &format!("{l}fn.fn.proj_in.0.weight"),
+            f,
+            d,
+        );
+        plan.same(
+            &format!("{b}.proj_in.bias"),
+            &format!("{l}fn.fn.proj_in.0.bias"),
+            &[f],
+        );
         plan.norm(&format!("{b}.sgu.norm"), &format!("{l}fn.fn.sgu.norm"), e);
         let (w, rows) = (format!("{l}fn.fn.sgu.weight"), m.window.unwrap_or(n));
         match m.window {
@@ -143,26 +155,79 @@ pub(super) fn gpt(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, B
                 StoredSpatial::Dense(w),
                 vec![vec![heads, n, n]],
             ),
-            Some(win) => plan.same(&format!("{b}.sgu.spatial.weight"), &w, &[heads, win, 2 * win]),
+            Some(win) => plan.same(
+                &format!("{b}.sgu.spatial.weight"),
+                &w,
+                &[heads, win, 2 * win],
+            ),
         }
-        plan.same(&format!("{b}.sgu.spatial.bias"), &format!("{l}fn.fn.sgu.bias"), &[heads, rows]);
+        plan.same(
+            &format!("{b}.sgu.spatial.bias"),
+            &format!("{l}fn.fn.sgu.bias"),
+            &[heads, rows],
+        );
         if let Some(a) = attn_dim {
-            plan.linear(&format!("{b}.attn.qkv.weight"), &format!("{l}fn.fn.attn.to_qkv.weight"), 3 * a, d);
-            plan.linear(&format!("{b}.attn.out.weight"), &format!("{l}fn.fn.attn.to_out.weight"), e, a);
-            plan.same(&format!("{b}.attn.out.bias"), &format!("{l}fn.fn.attn.to_out.bias"), &[e]);
+            plan.linear(
+                &format!("{b}.attn.qkv.weight"),
+                &format!("{l}fn.fn.attn.to_qkv.weight"),
+                3 * a,
+                d,
+            );
+            plan.linear(
+                &format!("{b}.attn.out.weight"),
+                &format!("{l}fn.fn.attn.to_out.weight"),
+                e,
+                a,
+            );
+            plan.same(
+                &format!("{b}.attn.out.bias"),
+                &format!("{l}fn.fn.attn.to_out.bias"),
+                &[e],
+            );
         }
-        plan.linear(&format!("{b}.proj_out.weight"), &format!("{l}fn.fn.proj_out.weight"), d, e);
-        plan.same(&format!("{b}.proj_out.bias"), &format!("{l}fn.fn.proj_out.bias"), &[d]);
+        plan.linear(
+            &format!("{b}.proj_out.weight"),
+            &format!("{l}fn.fn.proj_out.weight"),
+            d,
+            e,
+        );
+        plan.same(
+            &format!("{b}.proj_out.bias"),
+            &format!("{l}fn.fn.proj_out.bias"),
+            &[d],
+        );
         if m.fold > 1 {
-            plan.same(&format!("{b}.fold.weight"), &format!("{l}fn.conv.weight"), &[d, 1, m.fold]);
+            plan.same(
+                &format!("{b}.fold.weight"),
+                &format!("{l}fn.conv.weight"),
+                &[d, 1, m.fold],
+            );
             plan.same(&format!("{b}.fold.bias"), &format!("{l}fn.conv.bias"), &[d]);
         }
         if let Some(h) = ff_inner {
             let g = format!("net.blocks.{i}.g.net.net");
-            plan.linear(&format!("{b}.ff.proj_in.weight"), &format!("{g}.0.weight"), 2 * h, d);
-            plan.same(&format!("{b}.ff.proj_in.bias"), &format!("{g}.0.bias"), &[2 * h]);
-            plan.linear(&format!("{b}.ff.proj_out.weight"), &format!("{g}.2.weight"), d, h);
-            plan.same(&format!("{b}.ff.proj_out.bias"), &format!("{g}.2.bias"), &[d]);
+            plan.linear(
+                &format!("{b}.ff.proj_in.weight"),
+                &format!("{g}.0.weight"),
+                2 * h,
+                d,
+            );
+            plan.same(
+                &format!("{b}.ff.proj_in.bias"),
+                &format!("{g}.0.bias"),
+                &[2 * h],
+            );
+            plan.linear(
+                &format!("{b}.ff.proj_out.weight"),
+                &format!("{g}.2.weight"),
+                d,
+                h,
+            );
+            plan.same(
+                &format!("{b}.ff.proj_out.bias"),
+                &format!("{g}.2.bias"),
+                &[d],
+            );
         }
         let mask = format!("{l}fn.fn.sgu.mask");
         if let Some(shape) = ck.shape(&mask) {

@@ -67,7 +67,10 @@ pub(super) fn markers(ck: &Checkpoint) -> Vec<(Format, &'static str)> {
         found.push((Format::Lucidrains, "to_embed / to_patch_embed.1"));
     }
     if gpt_layers(ck).is_some() {
-        found.push((Format::GmlpGpt, "net.layers.N.0.fn.fn.proj_in.0.weight / net.blocks.N.f.net…"));
+        found.push((
+            Format::GmlpGpt,
+            "net.layers.N.0.fn.fn.proj_in.0.weight / net.blocks.N.f.net…",
+        ));
     }
     if ck.contains("to_logits.1.weight") && ck.contains("to_embed.weight") {
         found.push((Format::GmlpGpt, "to_embed + to_logits.1"));
@@ -76,7 +79,10 @@ pub(super) fn markers(ck: &Checkpoint) -> Vec<(Format, &'static str)> {
         .keys()
         .any(|k| k.starts_with("layers.") && k.ends_with(".spatial_gating_unit.gating_matrix"))
     {
-        found.push((Format::Tinygrad, "layers.N.spatial_gating_unit.gating_matrix"));
+        found.push((
+            Format::Tinygrad,
+            "layers.N.spatial_gating_unit.gating_matrix",
+        ));
     }
     if ck
         .keys()
@@ -106,9 +112,9 @@ pub(super) fn recognize(ck: &Checkpoint) -> Result<Format> {
         Format::Tinygrad,
         Format::Native,
     ]
-        .into_iter()
-        .filter(|f| found.iter().filter(|(g, _)| g == f).count() == 2)
-        .collect();
+    .into_iter()
+    .filter(|f| found.iter().filter(|(g, _)| g == f).count() == 2)
+    .collect();
     match complete.as_slice() {
         [one] => Ok(*one),
         _ => {

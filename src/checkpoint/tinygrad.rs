@@ -38,9 +38,22 @@ pub(super) fn tinygrad(
     let mut plan = Plan::new(ck);
     for i in 0..layers {
         let (b, l) = (format!("blocks.{i}"), format!("layers.{i}"));
-        plan.same(&format!("{b}.norm.weight"), &format!("{l}.input_norm.weight"), &[d]);
-        plan.linear(&format!("{b}.proj_in.weight"), &format!("{l}.channel_proj.weight"), f, d);
-        plan.same(&format!("{b}.proj_in.bias"), &format!("{l}.channel_proj.bias"), &[f]);
+        plan.same(
+            &format!("{b}.norm.weight"),
+            &format!("{l}.input_norm.weight"),
+            &[d],
+        );
+        plan.linear(
+            &format!("{b}.proj_in.weight"),
+            &format!("{l}.channel_proj.weight"),
+            f,
+            d,
+        );
+        plan.same(
+            &format!("{b}.proj_in.bias"),
+            &format!("{l}.channel_proj.bias"),
+            &[f],
+        );
         plan.same(
             &format!("{b}.sgu.norm.weight"),
             &format!("{l}.spatial_gating_unit.norm.weight"),
@@ -53,13 +66,40 @@ pub(super) fn tinygrad(
         );
         if let Some(a) = attn_dim {
             let t = format!("{l}.tiny_attention");
-            plan.linear(&format!("{b}.attn.qkv.weight"), &format!("{t}.qkv.weight"), 3 * a, d);
-            plan.same(&format!("{b}.attn.qkv.bias"), &format!("{t}.qkv.bias"), &[3 * a]);
-            plan.linear(&format!("{b}.attn.out.weight"), &format!("{t}.out_proj.weight"), e, a);
-            plan.same(&format!("{b}.attn.out.bias"), &format!("{t}.out_proj.bias"), &[e]);
+            plan.linear(
+                &format!("{b}.attn.qkv.weight"),
+                &format!("{t}.qkv.weight"),
+                3 * a,
+                d,
+            );
+            plan.same(
+                &format!("{b}.attn.qkv.bias"),
+                &format!("{t}.qkv.bias"),
+                &[3 * a],
+            );
+            plan.linear(
+                &format!("{b}.attn.out.weight"),
+                &format!("{t}.out_proj.weight"),
+                e,
+                a,
+            );
+            plan.same(
+                &format!("{b}.attn.out.bias"),
+                &format!("{t}.out_proj.bias"),
+                &[e],
+            );
         }
-        plan.linear(&format!("{b}.proj_out.weight"), &format!("{l}.output_proj.weight"), d, e);
-        plan.same(&format!("{b}.proj_out.bias"), &format!("{l}.output_proj.bias"), &[d]);
+        plan.linear(
+            &format!("{b}.proj_out.weight"),
+            &format!("{l}.output_proj.weight"),
+            d,
+            e,
+        );
+        plan.same(
+            &format!("{b}.proj_out.bias"),
+            &format!("{l}.output_proj.bias"),
+            &[d],
+        );
     }
     let config = GmlpConfig {
         task: Task::Backbone { seq_len: n },

@@ -10,8 +10,8 @@ use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{
-    preset, GateAct, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm, Task,
-    WeightSource,
+    preset, GateAct, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm,
+    Task, WeightSource,
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
