@@ -132,7 +132,10 @@ fn gpt_checkpoints_reproduce_the_library_whole_and_shorter() {
             let from_pt = dir.path().join(format!("{name}-pt.onnx"));
             build(name, "model.pt", &[], &from_pt);
             let (a, b) = (read_model(&path).unwrap(), read_model(&from_pt).unwrap());
-            assert!(a.graph == b.graph, "{name}: .pt and safetensors graphs differ");
+            assert!(
+                a.graph == b.graph,
+                "{name}: .pt and safetensors graphs differ"
+            );
         }
         // --save-weights writes the native layout, which builds the same file again.
         let native = dir.path().join(format!("{name}-native.safetensors"));
