@@ -371,20 +371,6 @@ impl ModelSummary {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flop_counts_keep_their_digits_at_every_size() {
-        assert_eq!(human_flops(0), "0 FLOPs");
-        assert_eq!(human_flops(950), "950 FLOPs");
-        assert_eq!(human_flops(1_978_368), "1.98 MFLOPs");
-        assert_eq!(human_flops(15_030_000_000), "15.03 GFLOPs");
-        assert_eq!(human_flops(1_082_300_000_000), "1.08 TFLOPs");
-    }
-}
-
 /// The `state` line(s) of the report: one line for models whose blocks all carry the same
 /// state (the paper's), one line per block otherwise (local windows and folds).
 fn state_lines(d: &DecodingInfo) -> String {
@@ -455,4 +441,18 @@ fn state_lines(d: &DecodingInfo) -> String {
         d.state_bytes_per_token_per_block, d.window_bytes_per_block
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flop_counts_keep_their_digits_at_every_size() {
+        assert_eq!(human_flops(0), "0 FLOPs");
+        assert_eq!(human_flops(950), "950 FLOPs");
+        assert_eq!(human_flops(1_978_368), "1.98 MFLOPs");
+        assert_eq!(human_flops(15_030_000_000), "15.03 GFLOPs");
+        assert_eq!(human_flops(1_082_300_000_000), "1.08 TFLOPs");
+    }
 }
