@@ -11,7 +11,7 @@ use serde::Serialize;
 pub mod params;
 
 use crate::error::Result;
-use crate::gmlp::decoding::DecodingInfo;
+use crate::gmlp::decoding::{DecodingInfo, StateTensor};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
 use crate::gmlp::weights::param_specs;
 use crate::onnx::dtype::{self, type_name};
@@ -350,31 +350,7 @@ impl ModelSummary {
                 d.max_sequence
             );
             if !d.state.is_empty() {
-                let blocks = d.state.iter().map(|t| t.block + 1).max().unwrap_or(0);
-                let per_block: Vec<String> = d
-                    .state
-                    .iter()
-                    .filter(|t| t.block == 0)
-                    .map(|t| match t.window {
-                        Some(w) => {
-                            format!("{} [batch, min(past_sequence, {w}), {}]", t.past, t.width)
-                        }
-                        None => format!("{} [batch, past_sequence, {}]", t.past, t.width),
-                    })
-                    .collect();
-                s += &format!(
-                    "state       per block: {}; {} bytes per token per block (f32), {} bytes per token for all {blocks} blocks",
-                    per_block.join(", "),
-                    d.state_bytes_per_token_per_block,
-                    d.state_bytes_per_token_per_block * blocks
-                );
-                if d.window_bytes_per_block > 0 {
-                    s += &format!(
-                        ", plus the token-shift window: {} bytes per block once full",
-                        d.window_bytes_per_block
-                    );
-                }
-                s += "\n";
+                s += &state_lines(d);
             }
         }
         for (key, value) in &self.metadata {
@@ -393,6 +369,78 @@ impl ModelSummary {
         }
         s
     }
+}
+
+/// The `state` line(s) of the report: one line for models whose blocks all carry the same
+/// state (the paper's), one line per block otherwise (local windows and folds).
+fn state_lines(d: &DecodingInfo) -> String {
+    let blocks = d.state.iter().map(|t| t.block + 1).max().unwrap_or(0);
+    let describe = |t: &StateTensor| match t.window {
+        Some(w) => format!("{} [batch, min(past_sequence, {w}), {}]", t.past, t.width),
+        None => format!("{} [batch, past_sequence, {}]", t.past, t.width),
+    };
+    let shape_of = |b: usize| -> Vec<(String, usize, Option<usize>)> {
+        d.state
+            .iter()
+            .filter(|t| t.block == b)
+            .map(|t| (t.kind().to_string(), t.width, t.window))
+            .collect()
+    };
+    let same = (1..blocks).all(|b| shape_of(b) == shape_of(0));
+    let windows = |b: usize| -> Vec<&str> {
+        let mut kinds: Vec<&str> = d
+            .state
+            .iter()
+            .filter(|t| t.block == b && t.window.is_some())
+            .map(|t| {
+                if t.kind() == "shift" {
+                    "token-shift"
+                } else {
+                    "local"
+                }
+            })
+            .collect();
+        kinds.dedup();
+        kinds
+    };
+    let mut s = String::new();
+    if same {
+        let per_block: Vec<String> = d
+            .state
+            .iter()
+            .filter(|t| t.block == 0)
+            .map(describe)
+            .collect();
+        s += &format!(
+            "state       per block: {}; {} bytes per token per block (f32), {} bytes per token for all {blocks} blocks",
+            per_block.join(", "),
+            d.state_bytes_per_token_per_block,
+            d.state_bytes_per_token_per_block * blocks
+        );
+        if d.window_bytes_per_block > 0 {
+            s += &format!(
+                ", plus the {} window: {} bytes per block once full",
+                windows(0).join(" and "),
+                d.window_bytes_per_block
+            );
+        }
+        s += "\n";
+        return s;
+    }
+    for b in 0..blocks {
+        let parts: Vec<String> = d
+            .state
+            .iter()
+            .filter(|t| t.block == b)
+            .map(describe)
+            .collect();
+        s += &format!("state       block {b}: {}\n", parts.join(", "));
+    }
+    s += &format!(
+        "state       at most {} bytes per token per block (f32) that grow, and {} bytes of windows per block once full\n",
+        d.state_bytes_per_token_per_block, d.window_bytes_per_block
+    );
+    s
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use gmlp_onnx::gmlp::export::{counts, export};
-use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
+use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{param_specs, GmlpConfig, SpatialForm, Task};
 use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
 use gmlp_onnx::onnx::versions::ir_version_for;
@@ -16,7 +16,7 @@ use gmlp_onnx::onnx::writer::encode_model_to_vec;
 use gmlp_onnx::rng::SplitMix64;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::{Array2, Array4, ArrayD};
+use ndarray::{Array2, Array3, Array4, ArrayD};
 
 /// Reference vs runtimes: the f64 reference is exact up to f32 rounding of the runtimes.
 const REFERENCE_RTOL: f64 = 1e-4;
@@ -51,6 +51,16 @@ fn pixels(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array4<f32> {
     })
 }
 
+fn embeds(cfg: &GmlpConfig, batch: usize, seed: u64) -> Array3<f32> {
+    let Task::Backbone { seq_len } = cfg.task else {
+        panic!("backbone")
+    };
+    let mut rng = SplitMix64::keyed(seed, "embeds");
+    Array3::from_shape_fn((batch, seq_len, cfg.d_model), |_| {
+        rng.uniform(-1.0, 1.0) as f32
+    })
+}
+
 /// Builds `cfg`, runs it in the reference, tract and ONNX Runtime, checks agreement, and
 /// returns the ONNX Runtime output.
 fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
@@ -79,6 +89,19 @@ fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
                 vec![NamedTensor {
                     name: "pixel_values".into(),
                     value: TensorValue::F32(px.into_dyn()),
+                }],
+                r,
+            )
+        }
+        Task::Backbone { .. } => {
+            let x = embeds(cfg, batch, 1);
+            let r = forward_backbone(cfg, &spread(7), x.view())
+                .unwrap()
+                .into_dyn();
+            (
+                vec![NamedTensor {
+                    name: "inputs_embeds".into(),
+                    value: TensorValue::F32(x.into_dyn()),
                 }],
                 r,
             )
@@ -490,6 +513,10 @@ fn f16_export_tracks_the_f32_model() {
             Task::Vision { .. } => vec![NamedTensor {
                 name: "pixel_values".into(),
                 value: TensorValue::F32(pixels(&base, 2, 4).into_dyn()),
+            }],
+            Task::Backbone { .. } => vec![NamedTensor {
+                name: "inputs_embeds".into(),
+                value: TensorValue::F32(embeds(&base, 2, 4).into_dyn()),
             }],
         };
         let reference = f32_output(&run(RuntimeKind::OrtCpu, &p32, &feed));

@@ -77,6 +77,9 @@ fn inputs(cfg: &GmlpConfig) -> Vec<NamedTensor> {
                 value: TensorValue::F32(px.into_dyn()),
             }]
         }
+        Task::Backbone { .. } => {
+            panic!("the target profiles are tested on token and vision models")
+        }
     }
 }
 

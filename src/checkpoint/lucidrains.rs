@@ -4,8 +4,8 @@
 //! with `PreShiftTokens`) or `layers.N.fn.fn.` (vision models, and token models of ≤ 0.1.4):
 //! `proj_in.0`, `sgu.{norm, weight, bias}` (or the circulant `sgu.{weight, circulant_pos_x,
 //! circulant_pos_y}`), `attn.{to_qkv, to_out}`, `proj_out`; `to_embed` / `to_patch_embed.1`,
-//! `to_logits`. LayerNorm eps 1e-5. Causality and token shift are not visible in the weights
-//! and come from the hints.
+//! `to_logits`. LayerNorm eps 1e-5. Causality, token shift and the gate activation (`act`)
+//! are not visible in the weights and come from the hints.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ use crate::checkpoint::plan::{count_layers, image_side, isqrt_exact, need_shape,
 use crate::checkpoint::spatial::StoredSpatial;
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
+use crate::gmlp::config::{BlockOptions, GmlpConfig, Precision, SpatialForm, Task};
 
 /// The block prefix of layer `i` in g-mlp-pytorch: `layers.i.fn.fn.fn.` (0.1.5 token
 /// models) or `layers.i.fn.fn.` (vision, ≤ 0.1.4).
@@ -185,6 +185,10 @@ pub(super) fn lucidrains(
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: BlockOptions {
+            gate_act: hints.gate_act,
+            ..BlockOptions::default()
+        },
     };
     Ok((config, plan.finish()?))
 }

@@ -7,6 +7,7 @@
 //! values (NaN/Inf, Toeplitz structure) are checked as each tensor is produced.
 
 mod file;
+mod gpt;
 mod lucidrains;
 mod native;
 mod pickle;
@@ -15,6 +16,7 @@ pub mod pytorch;
 mod recognize;
 mod spatial;
 mod timm;
+mod tinygrad;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +28,7 @@ pub use recognize::{plan, Format};
 pub use spatial::StoredSpatial;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, SpatialForm};
+use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};
 use crate::gmlp::weights::{ParamSpec, WeightSource};
 
 /// What the weights do not say, from the command line.
@@ -48,6 +50,11 @@ pub struct ImportHints {
     pub spatial: Option<SpatialForm>,
     /// Accept checkpoint tensors that the model does not use.
     pub allow_unused: bool,
+    /// The sequence length, for layouts whose weights do not show it (a g-mlp-gpt model
+    /// whose every layer is windowed); checked against the weights where they do.
+    pub seq_len: Option<usize>,
+    /// The gate activation (g-mlp-pytorch's and g-mlp-gpt's `act`: no weights show it).
+    pub gate_act: GateAct,
     /// Relative tolerance for accepting a dense W as Toeplitz.
     pub toeplitz_tolerance: f32,
 }
@@ -63,6 +70,8 @@ impl Default for ImportHints {
             patch_size: None,
             spatial: None,
             allow_unused: false,
+            seq_len: None,
+            gate_act: GateAct::Identity,
             toeplitz_tolerance: TOEPLITZ_TOLERANCE,
         }
     }
@@ -120,6 +129,7 @@ impl Import {
                 Rule::Spatial(s) => used.extend(s.keys()),
             }
         }
+        used.extend(format.buffers(&checkpoint));
         let unused: Vec<String> = checkpoint
             .keys()
             .filter(|k| !used.contains(*k))

@@ -54,8 +54,15 @@ pub(super) fn native(
         ..config.clone()
     };
     let mut plan = Plan::new(ck);
+    let windowed = |name: &str| {
+        name.strip_prefix("blocks.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| config.block.mixing(i).window.is_some())
+    };
     for spec in param_specs(&stored_config) {
-        if spec.name.ends_with(".sgu.spatial.weight") {
+        // A local window's W [h, w, 2w] is stored as it is (no other form exists).
+        if spec.name.ends_with(".sgu.spatial.weight") && !windowed(&spec.name) {
             let stored = if stored_toeplitz {
                 StoredSpatial::Toeplitz(spec.name.clone())
             } else {
@@ -123,6 +130,7 @@ fn infer_native(ck: &Checkpoint, hints: &ImportHints) -> Result<(GmlpConfig, boo
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     };
     Ok((config, toeplitz))
 }

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::file::Checkpoint;
+use crate::checkpoint::gpt::{self, gpt_buffers, gpt_layers};
 use crate::checkpoint::lucidrains::{self, lucid_nesting};
-use crate::checkpoint::{native, timm, ImportHints, Rule};
+use crate::checkpoint::{native, timm, tinygrad, ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
 
@@ -19,6 +20,10 @@ pub enum Format {
     Timm,
     /// g-mlp-pytorch (lucidrains).
     Lucidrains,
+    /// g-mlp-gpt (lucidrains' causal gMLP language model).
+    GmlpGpt,
+    /// gmlp-tinygrad (a backbone without embedding or head).
+    Tinygrad,
 }
 
 impl Format {
@@ -28,6 +33,17 @@ impl Format {
             Format::Native => "native",
             Format::Timm => "timm",
             Format::Lucidrains => "lucidrains (g-mlp-pytorch)",
+            Format::GmlpGpt => "g-mlp-gpt",
+            Format::Tinygrad => "gmlp-tinygrad",
+        }
+    }
+
+    /// Checkpoint tensors of this layout that are constant buffers, not parameters
+    /// (g-mlp-gpt's registered causal masks): expected, and not used.
+    pub fn buffers(self, ck: &Checkpoint) -> Vec<String> {
+        match self {
+            Format::GmlpGpt => gpt_buffers(ck),
+            _ => Vec::new(),
         }
     }
 }
@@ -50,6 +66,30 @@ pub(super) fn markers(ck: &Checkpoint) -> Vec<(Format, &'static str)> {
     if ck.contains("to_embed.weight") || ck.contains("to_patch_embed.1.weight") {
         found.push((Format::Lucidrains, "to_embed / to_patch_embed.1"));
     }
+    if gpt_layers(ck).is_some() {
+        found.push((
+            Format::GmlpGpt,
+            "net.layers.N.0.fn.fn.proj_in.0.weight / net.blocks.N.f.net…",
+        ));
+    }
+    if ck.contains("to_logits.1.weight") && ck.contains("to_embed.weight") {
+        found.push((Format::GmlpGpt, "to_embed + to_logits.1"));
+    }
+    if ck
+        .keys()
+        .any(|k| k.starts_with("layers.") && k.ends_with(".spatial_gating_unit.gating_matrix"))
+    {
+        found.push((
+            Format::Tinygrad,
+            "layers.N.spatial_gating_unit.gating_matrix",
+        ));
+    }
+    if ck
+        .keys()
+        .any(|k| k.starts_with("layers.") && k.ends_with(".channel_proj.weight"))
+    {
+        found.push((Format::Tinygrad, "layers.N.channel_proj.weight"));
+    }
     if ck
         .keys()
         .any(|k| k.starts_with("blocks.") && k.ends_with(".sgu.spatial.weight"))
@@ -65,10 +105,16 @@ pub(super) fn markers(ck: &Checkpoint) -> Vec<(Format, &'static str)> {
 /// Recognizes the layout (each format needs both of its markers).
 pub(super) fn recognize(ck: &Checkpoint) -> Result<Format> {
     let found = markers(ck);
-    let complete: Vec<Format> = [Format::Timm, Format::Lucidrains, Format::Native]
-        .into_iter()
-        .filter(|f| found.iter().filter(|(g, _)| g == f).count() == 2)
-        .collect();
+    let complete: Vec<Format> = [
+        Format::Timm,
+        Format::Lucidrains,
+        Format::GmlpGpt,
+        Format::Tinygrad,
+        Format::Native,
+    ]
+    .into_iter()
+    .filter(|f| found.iter().filter(|(g, _)| g == f).count() == 2)
+    .collect();
     match complete.as_slice() {
         [one] => Ok(*one),
         _ => {
@@ -80,7 +126,9 @@ pub(super) fn recognize(ck: &Checkpoint) -> Result<Format> {
             Err(Error::BadTensor(format!(
                 "{}: cannot tell which implementation wrote this checkpoint; recognized: {}; first tensors: {}; \
                  expected timm (stem.proj.weight + blocks.N.mlp_channels.gate.proj.weight), g-mlp-pytorch \
-                 (layers.N.fn…proj_in.0.weight + to_embed/to_patch_embed.1) or native (blocks.N.sgu.spatial.weight + \
+                 (layers.N.fn…proj_in.0.weight + to_embed/to_patch_embed.1), g-mlp-gpt (net.layers.N.0.fn.fn.proj_in.0.weight \
+                 or net.blocks.N.f.net… + to_embed + to_logits.1), gmlp-tinygrad (layers.N.channel_proj.weight + \
+                 layers.N.spatial_gating_unit.gating_matrix) or native (blocks.N.sgu.spatial.weight + \
                  embed.weight/stem.weight); pass --weights-format to choose",
                 ck.path().display(),
                 if seen.is_empty() { "nothing".to_string() } else { seen.join(", ") },
@@ -103,6 +151,8 @@ pub fn plan(
     let (config, rules) = match format {
         Format::Timm => timm::timm(ck, hints)?,
         Format::Lucidrains => lucidrains::lucidrains(ck, hints)?,
+        Format::GmlpGpt => gpt::gpt(ck, hints)?,
+        Format::Tinygrad => tinygrad::tinygrad(ck, hints)?,
         Format::Native => native::native(ck, hints)?,
     };
     config.validate()?;

@@ -48,6 +48,7 @@ pub(super) fn timm(
         norm_eps: 1e-6,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     };
     let mut plan = Plan::new(ck);
     plan.same("stem.weight", "stem.proj.weight", &[d, c, p, p]);

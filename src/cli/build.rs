@@ -10,8 +10,8 @@ use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{
-    preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm, Task,
-    WeightSource,
+    preset, GateAct, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, SpatialForm,
+    Task, WeightSource,
 };
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData};
 use gmlp_onnx::runtime::RuntimeKind;
@@ -90,6 +90,26 @@ pub enum FormatArg {
     Timm,
     /// g-mlp-pytorch (gMLP, gMLPVision).
     Lucidrains,
+    /// g-mlp-gpt (gMLPGPT, causal language model).
+    GmlpGpt,
+    /// gmlp-tinygrad (gMLP backbone: inputs_embeds → last_hidden_state).
+    Tinygrad,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum GateActArg {
+    /// No activation (upstream's default `nn.Identity()`).
+    Identity,
+    /// tanh.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// max(x, 0).
+    Relu,
+    /// Exact GELU.
+    Gelu,
+    /// x·sigmoid(x).
+    Silu,
 }
 
 #[derive(Args)]
@@ -113,6 +133,9 @@ pub struct BuildArgs {
     /// g-mlp-pytorch token shift the checkpoint was trained with (not visible in weights).
     #[arg(long, default_value_t = 0)]
     pub shift_tokens: usize,
+    /// Gate activation the checkpoint was trained with: g-mlp-pytorch's and g-mlp-gpt's `act` (not visible in weights).
+    #[arg(long, value_enum, default_value = "identity")]
+    pub gate_act: GateActArg,
     /// Also write the model's weights in the native layout (safetensors).
     #[arg(long)]
     pub save_weights: Option<PathBuf>,
@@ -260,8 +283,20 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
             set(in_chans, a.in_chans);
             set(num_classes, a.num_classes);
         }
+        Task::Backbone { seq_len } => set(seq_len, a.seq_len),
     }
     Ok(())
+}
+
+fn gate_act(a: GateActArg) -> GateAct {
+    match a {
+        GateActArg::Identity => GateAct::Identity,
+        GateActArg::Tanh => GateAct::Tanh,
+        GateActArg::Sigmoid => GateAct::Sigmoid,
+        GateActArg::Relu => GateAct::Relu,
+        GateActArg::Gelu => GateAct::Gelu,
+        GateActArg::Silu => GateAct::Silu,
+    }
 }
 
 fn spatial_form(s: SpatialArg) -> SpatialForm {
@@ -282,7 +317,6 @@ fn from_checkpoint(
         ("--d-model", a.d_model),
         ("--d-ffn", a.d_ffn),
         ("--attn-dim", a.attn_dim),
-        ("--seq-len", a.seq_len),
         ("--vocab-size", a.vocab_size),
         ("--num-classes", a.num_classes),
     ];
@@ -305,6 +339,8 @@ fn from_checkpoint(
             FormatArg::Native => Some(Format::Native),
             FormatArg::Timm => Some(Format::Timm),
             FormatArg::Lucidrains => Some(Format::Lucidrains),
+            FormatArg::GmlpGpt => Some(Format::GmlpGpt),
+            FormatArg::Tinygrad => Some(Format::Tinygrad),
         },
         causal: a.causal,
         shift_tokens: a.shift_tokens,
@@ -313,9 +349,19 @@ fn from_checkpoint(
         patch_size: a.patch_size,
         spatial: a.spatial.map(spatial_form),
         allow_unused: a.allow_unused,
+        seq_len: a.seq_len,
+        gate_act: gate_act(a.gate_act),
         toeplitz_tolerance: toeplitz_tol,
     };
     let import = Import::open(path, &hints)?;
+    if let Some(n) = a.seq_len {
+        let stored = import.config.seq_len();
+        if stored != n {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "--seq-len {n} disagrees with the checkpoint, whose spatial weights have {stored} tokens (--seq-len is for checkpoints that do not show it)"
+            )));
+        }
+    }
     let description = format!(
         "imported from {} ({} layout{})",
         path.file_name().map_or_else(

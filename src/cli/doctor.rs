@@ -39,6 +39,7 @@ fn check_config() -> GmlpConfig {
         norm_eps: 1e-6,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     }
 }
 

@@ -70,10 +70,18 @@ impl SequenceMode {
             SequenceMode::Variable => "a variable sequence length",
             SequenceMode::WithPast => "--with-past",
         };
-        if !matches!(cfg.task, Task::Tokens { .. }) {
-            return Err(Error::InvalidArgument(format!(
-                "{flag} applies to causal token models, and this is a vision model"
-            )));
+        match cfg.task {
+            Task::Tokens { .. } => {}
+            Task::Vision { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "{flag} applies to causal token models, and this is a vision model"
+                )))
+            }
+            Task::Backbone { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "{flag} applies to causal token models, and this is a backbone without embedding (inputs_embeds of n tokens)"
+                )))
+            }
         }
         if !cfg.causal {
             return Err(Error::InvalidArgument(format!(
@@ -97,13 +105,48 @@ pub struct StateTensor {
     /// window); the shape is [batch, past_sequence, width], float32 (or
     /// [batch, min(past_sequence, window), width] for a window).
     pub width: usize,
-    /// For the token-shift state: the most positions it keeps (s); `None` for state that
-    /// grows with every token.
+    /// For a window state (the token shift's s, a local window's (2w − 1)·e rows, a
+    /// fold's `fold − 1`): the most positions it keeps; `None` for state that grows with
+    /// every token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<usize>,
 }
 
-/// The state of block `i`: what a `--with-past` graph takes and returns for it.
+impl StateTensor {
+    /// The kind of state: `sgu`, `key`, `value`, `shift` or `fold` (from the name).
+    pub fn kind(&self) -> &str {
+        let rest = self.past.strip_prefix("past_").unwrap_or(&self.past);
+        rest.split('.').next().unwrap_or(rest)
+    }
+
+    /// The symbol of the rows of the `past_*` input: `past_sequence` for state that
+    /// grows, `past_shift_sequence` for the token-shift window, `past_window_K` for a
+    /// window of K rows (local mixing).
+    pub fn past_rows_symbol(&self) -> String {
+        match self.window {
+            None => PAST_SEQUENCE.to_string(),
+            Some(_) if self.kind() == "shift" => PAST_SHIFT_SEQUENCE.to_string(),
+            Some(k) => format!("past_window_{k}"),
+        }
+    }
+
+    /// The symbol of the rows of the `present_*` output of a window state.
+    pub fn present_rows_symbol(&self) -> String {
+        match self.window {
+            None => TOTAL_SEQUENCE.to_string(),
+            Some(_) if self.kind() == "shift" => PRESENT_SHIFT_SEQUENCE.to_string(),
+            Some(k) => format!("present_window_{k}"),
+        }
+    }
+}
+
+/// The state of block `i`: what a `--with-past` graph takes and returns for it, part by
+/// part: the spatial projection's u = LN(z2) (`sgu`), the tiny attention's keys and values
+/// (`key`, `value`; a local attention uses its keys as values and has no `value`), the token shift's last s normalized inputs (`shift`), and an axial
+/// fold's last `fold − 1` block outputs for its causal convolution (`fold`). A block with
+/// a local window w (and fold e) keeps only the last (2w − 1)·e rows its window can still
+/// see; when every block is windowed, block 0's `sgu` state still grows, so that the graph
+/// knows the position P from its length.
 pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
     let one = |kind: &str, width: usize, window: Option<usize>| StateTensor {
         block: i,
@@ -112,13 +155,27 @@ pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
         width,
         window,
     };
-    let mut out = vec![one("sgu", cfg.gate_dim(), None)];
+    let mixing = cfg.block.mixing(i);
+    let every_block_windowed = (0..cfg.layers).all(|k| cfg.block.mixing(k).window.is_some());
+    let window = mixing.window.map(|w| (2 * w - 1) * mixing.fold);
+    let sgu_window = if i == 0 && every_block_windowed {
+        None
+    } else {
+        window
+    };
+    let mut out = vec![one("sgu", cfg.gate_dim(), sgu_window)];
     if let Some(a) = cfg.attn_dim {
-        out.push(one("key", a, None));
-        out.push(one("value", a, None));
+        out.push(one("key", a, window));
+        // g-mlp-gpt's LocalAttention uses its keys as values: no value state.
+        if mixing.window.is_none() {
+            out.push(one("value", a, window));
+        }
     }
     if cfg.shift_tokens > 0 {
         out.push(one("shift", cfg.d_model, Some(cfg.shift_tokens)));
+    }
+    if mixing.fold > 1 {
+        out.push(one("fold", cfg.d_model, Some(mixing.fold - 1)));
     }
     out
 }
@@ -155,18 +212,29 @@ impl DecodingInfo {
         } else {
             Vec::new()
         };
-        let block = block_state(cfg, 0);
-        let per_token: usize = block
+        // The largest block (every block of the paper's models is the same).
+        let blocks: Vec<Vec<StateTensor>> = (0..cfg.layers).map(|i| block_state(cfg, i)).collect();
+        let per_token: usize = blocks
             .iter()
-            .filter(|s| s.window.is_none())
-            .map(|s| s.width * 4)
-            .sum();
+            .map(|b| {
+                b.iter()
+                    .filter(|s| s.window.is_none())
+                    .map(|s| s.width * 4)
+                    .sum()
+            })
+            .max()
+            .unwrap_or(0);
         // Only a with-past graph has the window (files without state keep their bytes).
         let window: usize = match mode {
-            SequenceMode::WithPast => block
+            SequenceMode::WithPast => blocks
                 .iter()
-                .filter_map(|s| s.window.map(|w| w * s.width * 4))
-                .sum(),
+                .map(|b| {
+                    b.iter()
+                        .filter_map(|s| s.window.map(|w| w * s.width * 4))
+                        .sum()
+                })
+                .max()
+                .unwrap_or(0),
             _ => 0,
         };
         Some(DecodingInfo {

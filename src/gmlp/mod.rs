@@ -19,7 +19,10 @@ pub mod targets;
 pub mod toeplitz;
 pub mod weights;
 
-pub use config::{GmlpConfig, Precision, SpatialForm, Task};
+pub use config::{
+    BlockOptions, GateAct, GeluForm, GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task,
+    TokenMixing,
+};
 pub use decoding::SequenceMode;
 pub use emit::{build_graph, build_graph_in};
 pub use init::{InitScheme, SeededInit};

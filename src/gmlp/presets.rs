@@ -42,6 +42,7 @@ fn mlm(layers: usize, d_model: usize, d_ffn: usize, attn_dim: Option<usize>) -> 
         norm_eps: MLM_NORM_EPS,
         sgu_norm_eps: MLM_NORM_EPS,
         dtype: Precision::F32,
+        block: Default::default(),
     }
 }
 
@@ -64,6 +65,7 @@ fn vision(layers: usize, d_model: usize, d_ffn: usize) -> GmlpConfig {
         norm_eps: TIMM_NORM_EPS,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     }
 }
 

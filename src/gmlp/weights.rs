@@ -10,16 +10,18 @@
 //! | `blocks.{i}.norm.{weight,bias}` | [d] | LN of the block input |
 //! | `blocks.{i}.proj_in.{weight,bias}` | [d, f], [f] | U |
 //! | `blocks.{i}.sgu.norm.{weight,bias}` | [e] | LN of Z2 |
-//! | `blocks.{i}.sgu.spatial.weight` | [2n−1] (Toeplitz) or [n, n]; [h, …] with h > 1 heads | W, `W[i,j] = w[j−i+n−1]` |
-//! | `blocks.{i}.sgu.spatial.bias` | [n]; [h, n] with h > 1 heads | b, one value per token |
-//! | `blocks.{i}.attn.qkv.weight` | [d, 3a] | tiny attention q, k, v (no bias) |
+//! | `blocks.{i}.sgu.spatial.weight` | [2n−1] (Toeplitz), [n, n], or [w, 2w] with a window w; [h, …] with h > 1 heads | W, `W[i,j] = w[j−i+n−1]` |
+//! | `blocks.{i}.sgu.spatial.bias` | [n] ([w] with a window); [h, …] with h > 1 heads | b, one value per token (absent without `spatial_bias`) |
+//! | `blocks.{i}.attn.qkv.weight` | [d, 3a] | tiny attention q, k, v (`attn.qkv.bias` [3a] with `attn_qkv_bias`) |
 //! | `blocks.{i}.attn.out.{weight,bias}` | [a, e], [e] | tiny attention output |
 //! | `blocks.{i}.proj_out.{weight,bias}` | [e, d], [d] | V |
-//! | `norm.{weight,bias}` | [d] | final LN |
+//! | `blocks.{i}.fold.{weight,bias}` | [d, 1, k], [d] | causal depthwise Conv1d after an axial fold of k (g-mlp-gpt `AxiallyFold`) |
+//! | `blocks.{i}.ff.proj_in.{weight,bias}`, `blocks.{i}.ff.proj_out.{weight,bias}` | [d, 2h], [2h], [h, d], [d] | GEGLU feed-forward of a reversible stack (g-mlp-gpt `FeedForward`) |
+//! | `norm.{weight,bias}` | [d] | final LN (RMSNorm: `weight` only, as every norm) |
 //! | `head.weight`, `head.bias` | [d, classes or vocab], [classes or vocab] | classifier / output projection (no `head.weight` when tied to the embedding) |
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, Task};
+use crate::gmlp::config::{GmlpConfig, NormKind, StackKind, Task};
 
 /// What a parameter is, which decides its initialization.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,7 +75,7 @@ impl ParamSpec {
 
 /// Every parameter of `cfg`, in emission order.
 pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
-    let (d, f, e, n) = (cfg.d_model, cfg.d_ffn, cfg.gate_dim(), cfg.seq_len());
+    let d = cfg.d_model;
     let mut specs = Vec::new();
     let mut push =
         |name: String, shape: Vec<usize>, kind| specs.push(ParamSpec { name, shape, kind });
@@ -96,110 +98,134 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
             );
             push("stem.bias".into(), vec![d], ParamKind::Bias { fan_in });
         }
+        Task::Backbone { .. } => {}
     }
     for i in 0..cfg.layers {
-        let b = format!("blocks.{i}");
-        push(format!("{b}.norm.weight"), vec![d], ParamKind::NormScale);
-        push(format!("{b}.norm.bias"), vec![d], ParamKind::NormShift);
-        push(
-            format!("{b}.proj_in.weight"),
-            vec![d, f],
-            ParamKind::Weight { fan_in: d },
+        block_specs(cfg, i, &mut push);
+    }
+    let head_dims = match &cfg.task {
+        Task::Tokens { vocab_size, .. } => Some(*vocab_size),
+        Task::Vision { num_classes, .. } => Some(*num_classes),
+        Task::Backbone { .. } => None,
+    };
+    if let Some(out) = head_dims {
+        norm_specs(cfg, "norm", d, &mut push);
+        let tied = matches!(
+            cfg.task,
+            Task::Tokens {
+                tied_embedding: true,
+                ..
+            }
         );
-        push(
-            format!("{b}.proj_in.bias"),
-            vec![f],
-            ParamKind::Bias { fan_in: d },
-        );
-        push(
-            format!("{b}.sgu.norm.weight"),
-            vec![e],
-            ParamKind::NormScale,
-        );
-        push(format!("{b}.sgu.norm.bias"), vec![e], ParamKind::NormShift);
-        let mut w_shape = if cfg.spatial.is_toeplitz() {
-            vec![2 * n - 1]
-        } else {
-            vec![n, n]
-        };
-        let mut b_shape = vec![n];
-        if cfg.heads > 1 {
-            w_shape.insert(0, cfg.heads);
-            b_shape.insert(0, cfg.heads);
+        if !tied {
+            push(
+                "head.weight".into(),
+                vec![d, out],
+                ParamKind::Weight { fan_in: d },
+            );
         }
+        push("head.bias".into(), vec![out], ParamKind::Bias { fan_in: d });
+    }
+    specs
+}
+
+/// The scale (and, for LayerNorm, the shift) of the norm `prefix` over `width` channels.
+fn norm_specs(
+    cfg: &GmlpConfig,
+    prefix: &str,
+    width: usize,
+    push: &mut impl FnMut(String, Vec<usize>, ParamKind),
+) {
+    push(
+        format!("{prefix}.weight"),
+        vec![width],
+        ParamKind::NormScale,
+    );
+    if cfg.block.norm == NormKind::LayerNorm {
+        push(format!("{prefix}.bias"), vec![width], ParamKind::NormShift);
+    }
+}
+
+/// A projection `{prefix}.weight [fan_in, out]` and, with `bias`, `{prefix}.bias [out]`.
+fn linear_specs(
+    prefix: &str,
+    fan_in: usize,
+    out: usize,
+    bias: bool,
+    push: &mut impl FnMut(String, Vec<usize>, ParamKind),
+) {
+    push(
+        format!("{prefix}.weight"),
+        vec![fan_in, out],
+        ParamKind::Weight { fan_in },
+    );
+    if bias {
         push(
-            format!("{b}.sgu.spatial.weight"),
-            w_shape,
-            ParamKind::Spatial { n },
+            format!("{prefix}.bias"),
+            vec![out],
+            ParamKind::Bias { fan_in },
         );
+    }
+}
+
+/// The parameters of block `i` (see the table in the module doc).
+fn block_specs(cfg: &GmlpConfig, i: usize, push: &mut impl FnMut(String, Vec<usize>, ParamKind)) {
+    let (d, f, e, n) = (cfg.d_model, cfg.d_ffn, cfg.gate_dim(), cfg.seq_len());
+    let b = format!("blocks.{i}");
+    let mixing = cfg.block.mixing(i);
+    norm_specs(cfg, &format!("{b}.norm"), d, push);
+    linear_specs(&format!("{b}.proj_in"), d, f, true, push);
+    norm_specs(cfg, &format!("{b}.sgu.norm"), e, push);
+    let (mut w_shape, mut b_shape, rows) = match mixing.window {
+        Some(w) => (vec![w, 2 * w], vec![w], w),
+        None if cfg.spatial.is_toeplitz() => (vec![2 * n - 1], vec![n], n),
+        None => (vec![n, n], vec![n], n),
+    };
+    if cfg.heads > 1 {
+        w_shape.insert(0, cfg.heads);
+        b_shape.insert(0, cfg.heads);
+    }
+    push(
+        format!("{b}.sgu.spatial.weight"),
+        w_shape,
+        ParamKind::Spatial { n: rows },
+    );
+    if cfg.block.spatial_bias {
         push(
             format!("{b}.sgu.spatial.bias"),
             b_shape,
             ParamKind::SpatialBias,
         );
-        if let Some(a) = cfg.attn_dim {
-            push(
-                format!("{b}.attn.qkv.weight"),
-                vec![d, 3 * a],
-                ParamKind::Weight { fan_in: d },
-            );
-            push(
-                format!("{b}.attn.out.weight"),
-                vec![a, e],
-                ParamKind::Weight { fan_in: a },
-            );
-            push(
-                format!("{b}.attn.out.bias"),
-                vec![e],
-                ParamKind::Bias { fan_in: a },
-            );
-        }
+    }
+    if let Some(a) = cfg.attn_dim {
+        linear_specs(
+            &format!("{b}.attn.qkv"),
+            d,
+            3 * a,
+            cfg.block.attn_qkv_bias,
+            push,
+        );
+        linear_specs(&format!("{b}.attn.out"), a, e, true, push);
+    }
+    linear_specs(&format!("{b}.proj_out"), e, d, true, push);
+    if mixing.fold > 1 {
+        // Depthwise Conv1d weight [d, 1, fold] (PyTorch's layout, ONNX Conv's too).
+        let k = mixing.fold;
         push(
-            format!("{b}.proj_out.weight"),
-            vec![e, d],
-            ParamKind::Weight { fan_in: e },
+            format!("{b}.fold.weight"),
+            vec![d, 1, k],
+            ParamKind::Weight { fan_in: k },
         );
         push(
-            format!("{b}.proj_out.bias"),
+            format!("{b}.fold.bias"),
             vec![d],
-            ParamKind::Bias { fan_in: e },
+            ParamKind::Bias { fan_in: k },
         );
     }
-    push("norm.weight".into(), vec![d], ParamKind::NormScale);
-    push("norm.bias".into(), vec![d], ParamKind::NormShift);
-    match &cfg.task {
-        Task::Tokens {
-            vocab_size,
-            tied_embedding,
-            ..
-        } => {
-            if !tied_embedding {
-                push(
-                    "head.weight".into(),
-                    vec![d, *vocab_size],
-                    ParamKind::Weight { fan_in: d },
-                );
-            }
-            push(
-                "head.bias".into(),
-                vec![*vocab_size],
-                ParamKind::Bias { fan_in: d },
-            )
-        }
-        Task::Vision { num_classes, .. } => {
-            push(
-                "head.weight".into(),
-                vec![d, *num_classes],
-                ParamKind::Weight { fan_in: d },
-            );
-            push(
-                "head.bias".into(),
-                vec![*num_classes],
-                ParamKind::Bias { fan_in: d },
-            );
-        }
+    if let StackKind::Reversible { ff_inner } = cfg.block.stack {
+        linear_specs(&format!("{b}.ff.proj_in"), d, 2 * ff_inner, true, push);
+        linear_specs(&format!("{b}.ff.proj_out"), ff_inner, d, true, push);
     }
-    specs
 }
 
 /// A provider of parameter values by [`ParamSpec`] (seeded init, or a checkpoint).

@@ -11,7 +11,7 @@
 //! - **quantization scales**: per-channel scales and zero points of integer weights.
 //!
 //! Integer weights are recognized by name, in the two forms that occur: ours
-//! (`P.int8` with `P.scale`, see [`crate::gmlp::emit`]'s dense layers) and ONNX Runtime's
+//! (`P.int8` with `P.scale`, see [`crate::gmlp::emit`]'s linear layers) and ONNX Runtime's
 //! `quantize_dynamic` (`P_quantized` with `P_scale` and `P_zero_point`). The parameter a
 //! weight stands for is its name less those suffixes and less the `.transposed` and
 //! `.cols{a}_{b}` (column slice) suffixes of our files. When the file records its

@@ -164,6 +164,8 @@ pub enum Attr {
     Float(f32),
     /// `INTS`.
     Ints(Vec<i64>),
+    /// `STRING` (UTF-8).
+    String(String),
     /// `TENSOR` (the `value` of a `Constant` node).
     Tensor {
         /// Dimensions.

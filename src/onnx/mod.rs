@@ -5,6 +5,7 @@
 //! reader ([`reader`]) and in-place edits of a read model ([`edit`]); the opset range and IR
 //! version table ([`versions`]) and the op forms a target can ask for ([`forms`]).
 
+pub mod activation;
 pub mod builder;
 pub mod dtype;
 pub mod dynamic;

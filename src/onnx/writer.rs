@@ -87,6 +87,10 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
             a.ints = v.clone();
             a.r#type = Some(AttributeType::Ints as i32);
         }
+        Attr::String(text) => {
+            a.s = Some(text.clone().into_bytes());
+            a.r#type = Some(AttributeType::String as i32);
+        }
         Attr::Tensor { dims, data } => {
             let (elem, raw_data): (ElemType, Vec<u8>) = match data {
                 ConstData::F32(v) => (

@@ -36,7 +36,7 @@ impl DecodingModel {
         let cfg = metadata_value(model, CONFIG_KEY).and_then(parse_config)?;
         match cfg.task {
             Task::Tokens { vocab_size, .. } => Some(DecodingModel { info, vocab_size }),
-            Task::Vision { .. } => None,
+            Task::Vision { .. } | Task::Backbone { .. } => None,
         }
     }
 

@@ -23,7 +23,7 @@ pub use report::{
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, PAST_SHIFT_SEQUENCE, SEQUENCE};
+use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
@@ -136,15 +136,19 @@ pub fn validate_with_progress(
                 dims.push((symbol.to_string(), size));
             }
         }
-        // A token-shift window holds min(past_sequence, s) rows.
-        let window = d.info.state.iter().filter_map(|s| s.window).max();
+        // A window state (token shift, local window, fold) holds min(past_sequence, K) rows.
         let past = dims
             .iter()
             .find(|(k, _)| k == PAST_SEQUENCE)
             .map(|(_, v)| *v);
-        if let (Some(window), Some(past)) = (window, past) {
-            if !dims.iter().any(|(k, _)| k == PAST_SHIFT_SEQUENCE) {
-                dims.push((PAST_SHIFT_SEQUENCE.to_string(), past.min(window)));
+        if let Some(past) = past {
+            for state in &d.info.state {
+                let (Some(window), symbol) = (state.window, state.past_rows_symbol()) else {
+                    continue;
+                };
+                if !dims.iter().any(|(k, _)| *k == symbol) {
+                    dims.push((symbol, past.min(window)));
+                }
             }
         }
         if d.info.mode == SequenceMode::WithPast {

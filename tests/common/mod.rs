@@ -38,6 +38,7 @@ pub fn tiny_tokens(spatial: SpatialForm, attn: Option<usize>, causal: bool) -> G
         norm_eps: 1e-5,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     }
 }
 
@@ -61,6 +62,7 @@ pub fn tiny_vision(spatial: SpatialForm) -> GmlpConfig {
         norm_eps: 1e-6,
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
+        block: Default::default(),
     }
 }
 

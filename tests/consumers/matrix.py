@@ -262,7 +262,8 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
     """Seeded inputs for every graph input: floats in [−1, 1), token ids in [0, vocab).
     Symbolic dimensions: `batch` = 2, `sequence` (causal token models) = n − 3 (a length
     the graph must slice W for), `past_sequence` (with-past models) and
-    `past_shift_sequence` (token-shift windows) = 0 (empty state, as for a prompt)."""
+    `past_shift_sequence` (token-shift windows) and `past_window_K` (local windows) = 0
+    (empty state, as for a prompt)."""
     proto = onnx.load(model_path, load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
     config = json.loads(meta.get("gmlp_onnx.config", "{}"))
@@ -274,8 +275,12 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
     arrays = {}
     for value in proto.graph.input:
         t = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else symbols[d.dim_param]
+        # Any other past_* symbol (a local window's rows) is an empty state too.
+        dims = [d.dim_value if d.HasField("dim_value")
+                else symbols.get(d.dim_param, 0 if d.dim_param.startswith("past_") else None)
                 for d in t.shape.dim]
+        if None in dims:
+            raise SystemExit(f"matrix.py: input {value.name} of {model_path}: unknown symbol in {t.shape}")
         if t.elem_type == onnx.TensorProto.INT64:
             arrays[value.name] = rng.integers(0, vocab, size=dims, dtype=np.int64)
         elif t.elem_type == onnx.TensorProto.FLOAT:

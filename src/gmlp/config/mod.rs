@@ -4,7 +4,11 @@
 //! Shapes follow the paper's notation (Liu et al. 2021, §2): `n` tokens, `d` = d_model,
 //! `f` = d_ffn, `e` = f/2 channels per half of the gate, `a` = tiny-attention size.
 
+mod block;
+
 use serde::{Deserialize, Serialize};
+
+pub use block::{BlockOptions, GateAct, GeluForm, NormKind, StackKind, TokenMixing};
 
 use crate::error::{Error, Result};
 use crate::onnx::graph::ElemType;
@@ -36,6 +40,12 @@ pub enum Task {
         in_chans: usize,
         /// Number of classes.
         num_classes: usize,
+    },
+    /// The blocks alone, without embedding or head (gmlp-tinygrad's `gMLP`):
+    /// `inputs_embeds` f32 [batch, n, d] → `last_hidden_state` f32 [batch, n, d].
+    Backbone {
+        /// Number of tokens n.
+        seq_len: usize,
     },
 }
 
@@ -127,6 +137,11 @@ pub struct GmlpConfig {
     /// Storage and compute type of the emitted graph.
     #[serde(default)]
     pub dtype: Precision,
+    /// What the public implementations choose differently from the paper's block (norm,
+    /// GELU form, gate activation, biases, windows and folds, reversible stack); its
+    /// default fields are not written to the JSON.
+    #[serde(flatten)]
+    pub block: BlockOptions,
 }
 
 fn default_true() -> bool {
@@ -146,7 +161,7 @@ impl GmlpConfig {
     /// Number of tokens n.
     pub fn seq_len(&self) -> usize {
         match &self.task {
-            Task::Tokens { seq_len, .. } => *seq_len,
+            Task::Tokens { seq_len, .. } | Task::Backbone { seq_len } => *seq_len,
             Task::Vision {
                 image_size,
                 patch_size,
@@ -202,6 +217,10 @@ impl GmlpConfig {
                     v.push(("in_chans", *in_chans));
                     v.push(("num_classes", *num_classes));
                 }
+                Task::Backbone { seq_len } => v.push(("seq_len", *seq_len)),
+            }
+            if let StackKind::Reversible { ff_inner } = self.block.stack {
+                v.push(("ff_inner", ff_inner));
             }
             v
         };
@@ -263,6 +282,7 @@ impl GmlpConfig {
                 self.seq_len()
             ));
         }
+        self.validate_token_mixing()?;
         for (name, eps) in [
             ("norm_eps", self.norm_eps),
             ("sgu_norm_eps", self.sgu_norm_eps),
@@ -289,10 +309,24 @@ impl GmlpConfig {
                 SpatialForm::ToeplitzGather => 2 * n - 1,
                 _ => n * n,
             };
+        let qkv_bias = u128::from(self.block.attn_qkv_bias);
         let attn = self
             .attn_dim
-            .map_or(0, |a| d * 3 * a as u128 + a as u128 * e + e);
-        let block = 2 * d + (d * f + f) + 2 * e + spatial + heads * n + attn + (e * d + d);
+            .map_or(0, |a| (d + qkv_bias) * 3 * a as u128 + a as u128 * e + e);
+        let ff = match self.block.stack {
+            StackKind::Sequential => 0,
+            StackKind::Reversible { ff_inner } => {
+                let h = ff_inner as u128;
+                d * 2 * h + 2 * h + h * d + d
+            }
+        };
+        let block = 2 * d + (d * f + f) + 2 * e + spatial + heads * n + attn + (e * d + d) + ff;
+        // A fold adds a depthwise Conv1d (d·fold + d); windows make W smaller (counted n×n).
+        let folds: u128 = (0..self.layers)
+            .map(|i| self.block.mixing(i).fold as u128)
+            .filter(|&k| k > 1)
+            .map(|k| d * k + d)
+            .sum();
         let ends = match &self.task {
             Task::Tokens {
                 vocab_size,
@@ -315,7 +349,52 @@ impl GmlpConfig {
                     + d * (*num_classes as u128)
                     + *num_classes as u128
             }
+            Task::Backbone { .. } => 0,
         };
-        self.layers as u128 * block + ends
+        self.layers as u128 * block + folds + ends
+    }
+}
+
+impl GmlpConfig {
+    /// Checks the per-block windows and folds: one entry per block (or none), a window of
+    /// 1..n, a fold of 1..=n, local mixing and reversible stacks only in causal token
+    /// models (as g-mlp-gpt, the implementation they come from).
+    fn validate_token_mixing(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        let mixing = &self.block.token_mixing;
+        let n = self.seq_len();
+        if !mixing.is_empty() && mixing.len() != self.layers {
+            return bad(format!(
+                "token_mixing has {} entries for {} blocks",
+                mixing.len(),
+                self.layers
+            ));
+        }
+        for (i, m) in mixing.iter().enumerate() {
+            if let Some(w) = m.window {
+                if w == 0 || w >= n {
+                    return bad(format!(
+                        "block {i}: window = {w} must be in 1..{n} (a window of n or more is the global W)"
+                    ));
+                }
+            }
+            if m.fold == 0 || m.fold > n {
+                return bad(format!("block {i}: fold = {} must be in 1..={n}", m.fold));
+            }
+        }
+        let local = self.block.has_local_mixing();
+        let reversible = self.block.stack != StackKind::Sequential;
+        if (local || reversible) && !(self.causal && matches!(self.task, Task::Tokens { .. })) {
+            return bad(
+                "windows, axial folds and reversible stacks are supported for causal token models (g-mlp-gpt)"
+                    .into(),
+            );
+        }
+        if local && (self.spatial.is_toeplitz() || self.shift_tokens > 0) {
+            return bad(
+                "windows and axial folds need a dense spatial weight and no token shift".into(),
+            );
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,129 @@
+//! aMLP's tiny attention (paper fig. 6): a single head of size a on the block's normalized
+//! input h, `attn(h) = softmax(q·kᵀ/√a [+ causal mask]) · v · W_o + b_o`, added to the
+//! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`); causal models
+//! add [`MASK_VALUE`] above the diagonal before the softmax. In a with-past graph k and v
+//! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows. A
+//! block with a window (g-mlp-gpt's `LocalAttention`) attends within its window and, as
+//! upstream does, uses its keys as values (see [`super::local`]).
+
+use super::super::context::Emitter;
+use super::super::MASK_VALUE;
+use crate::error::Result;
+use crate::gmlp::config::Precision;
+use crate::gmlp::decoding::SequenceMode;
+use crate::onnx::graph::{Dim, ElemType, Value};
+
+impl Emitter {
+    /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
+    /// shared by the blocks.
+    pub(crate) fn causal_mask(&mut self) -> Result<Value> {
+        if let Some(v) = &self.causal_mask {
+            return Ok(v.clone());
+        }
+        let n = self.cfg.seq_len();
+        let mut mask = vec![0f32; n * n];
+        for i in 0..n {
+            mask[i * n + i + 1..(i + 1) * n].fill(MASK_VALUE);
+        }
+        let v = self
+            .g
+            .scoped("shared", |g| g.const_f32("causal_mask", &[n, n], mask))?;
+        self.causal_mask = Some(v.clone());
+        Ok(v)
+    }
+
+    /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`.
+    pub(crate) fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
+        // q, k, v from column slices of Wqkv (three MatMuls, no Split).
+        let quantize = self.cfg.dtype == Precision::Int8;
+        let mixing = self.cfg.block.mixing(i);
+        let bias = self
+            .cfg
+            .block
+            .attn_qkv_bias
+            .then(|| format!("{p}.attn.qkv.bias"));
+        // g-mlp-gpt's LocalAttention attends over its keys twice: its values are the keys
+        // (upstream's `map(lambda t: torch.cat((k[:, :-1], k[:, 1:]), dim = 2), (k, v))`
+        // builds both from k), so a windowed layer has no v.
+        let windowed = mixing.window.is_some();
+        let used = if windowed { 2 } else { 3 };
+        let mut parts = Vec::with_capacity(3);
+        for (k, part) in ["q", "k", "v"].into_iter().enumerate().take(used) {
+            let weight = format!("{p}.attn.qkv.weight");
+            let cols = Some((k * a, (k + 1) * a));
+            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, quantize)?);
+        }
+        let elem = parts[0].elem;
+        let scale = self
+            .g
+            .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
+        let q = self.g.mul("q_scale", &parts[0], &scale)?;
+        let (mut keys, mut values) = if self.mode == SequenceMode::WithPast {
+            let keys = self.with_block_state(i, "key", &parts[1])?;
+            let values = match parts.get(2) {
+                Some(v) => self.with_block_state(i, "value", v)?,
+                None => keys.clone(),
+            };
+            (keys, values)
+        } else {
+            let keys = parts[1].clone();
+            (keys.clone(), parts.get(2).cloned().unwrap_or(keys))
+        };
+        let mut local_mask = None;
+        if !mixing.is_global() {
+            let rows = self.row_positions()?;
+            let cols = self.key_positions(&keys)?;
+            let (mask, zero_keys) = self.scoped("local", |s| {
+                let maps = s.local_maps(mixing, &rows, &cols)?;
+                s.local_attention_mask(&maps, mixing.window)
+            })?;
+            local_mask = Some(match zero_keys {
+                // upstream's first window also attends to w zero keys: one extra zero key
+                // (and value) at the end, weighted w by its logit ln(w).
+                Some(extra) => {
+                    let with_zero = Dim::Symbol(format!("{} + 1", keys.shape[1]));
+                    keys = self.g.pad_axis_symbolic(
+                        "zero_key",
+                        &keys,
+                        1,
+                        (0, 1),
+                        with_zero.clone(),
+                    )?;
+                    values = self.g.pad_axis_symbolic(
+                        "zero_value",
+                        &values,
+                        1,
+                        (0, 1),
+                        with_zero.clone(),
+                    )?;
+                    self.g
+                        .concat_symbolic("local_mask_zero_key", &[&mask, &extra], 1, with_zero)?
+                }
+                None => mask,
+            });
+        }
+        let kt = self.g.transpose("k_transpose", &keys, &[0, 2, 1])?;
+        let scores = self.g.matmul("scores", &q, &kt)?;
+        // Mask and softmax in f32 (an f16 model casts around them).
+        let mut scores = self.cast_to("scores_to_f32", &scores, ElemType::F32)?;
+        if let Some(mask) = &local_mask {
+            scores = self.g.add("local_mask", &scores, mask)?;
+        } else if self.cfg.causal {
+            let mask = if self.mode == SequenceMode::Fixed {
+                self.causal_mask()?
+            } else {
+                self.mask_rows()?
+            };
+            scores = self.g.add("causal_mask", &scores, &mask)?;
+        }
+        let probs = self.g.softmax("softmax", &scores, -1)?;
+        let probs = self.cast_to("probs_to_f16", &probs, elem)?;
+        let context = self.g.matmul("context", &probs, &values)?;
+        self.linear(
+            "out",
+            &context,
+            &format!("{p}.attn.out.weight"),
+            Some(&format!("{p}.attn.out.bias")),
+        )
+    }
+}

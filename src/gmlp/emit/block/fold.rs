@@ -1,0 +1,37 @@
+//! The convolution that closes an axial fold (g-mlp-gpt 0.0.15 `AxiallyFold`): after the
+//! block ran on the e interleaved sub-sequences (the fold itself is in the index maps of
+//! [`super::local`]), its output goes through a causal depthwise Conv1d of kernel e, left
+//! padded with e − 1 zeros (`nn.Conv1d(d, d, e, groups = d)` after `F.pad(x, (e − 1, 0))`).
+//! A with-past graph keeps the last e − 1 block outputs as `past_fold.{i}`.
+
+use super::super::context::Emitter;
+use crate::error::Result;
+use crate::gmlp::decoding::SequenceMode;
+use crate::onnx::graph::Value;
+
+impl Emitter {
+    /// The fold's convolution of block `i` (prefix `p`) on the block output `y` [B, T, d].
+    pub(crate) fn fold_conv(&mut self, p: &str, i: usize, y: &Value) -> Result<Value> {
+        let w = self.param(&format!("{p}.fold.weight"))?;
+        let b = self.param(&format!("{p}.fold.bias"))?;
+        let full = if self.mode == SequenceMode::WithPast {
+            self.with_block_state(i, "fold", y)?
+        } else {
+            y.clone()
+        };
+        let channels_first = self.g.transpose("channels_first", &full, &[0, 2, 1])?;
+        let conv = self
+            .g
+            .conv1d_causal_depthwise("conv", &channels_first, &w, &b)?;
+        let out = self.g.transpose("tokens_first", &conv, &[0, 2, 1])?;
+        if self.mode != SequenceMode::WithPast {
+            return Ok(out);
+        }
+        // Keep the rows of the new positions: the last T of past ‖ new.
+        let all = self.g.shape_of("all_rows", &out, 1, 2)?;
+        let new = self.g.shape_of("new_rows", y, 1, 2)?;
+        let start = self.g.sub("new_start", &all, &new)?;
+        self.g
+            .slice_dynamic("new_positions", &out, &start, &all, &[1], y.shape.clone())
+    }
+}

@@ -1,0 +1,45 @@
+//! The spatial gating unit's gate (paper eq. 3, fig. 1; aMLP fig. 6):
+//! `s(z) = z1 ⊙ act(W · LN(z2) + b [+ attn(h)])`, emitted in the `sgu` scope; `act` is
+//! g-mlp-pytorch's and g-mlp-gpt's gate activation (`act`, identity by default), applied
+//! after the attention is added, as upstream's `self.act(gate) * res`.
+
+use super::super::context::Emitter;
+use crate::error::Result;
+use crate::gmlp::config::GateAct;
+use crate::onnx::graph::Value;
+
+impl Emitter {
+    /// `z1 ⊙ act(W · LN(z2) + b [+ attn])` of block `i` (prefix `p`).
+    pub(crate) fn spatial_gating(
+        &mut self,
+        p: &str,
+        i: usize,
+        z1: &Value,
+        z2: &Value,
+        attn: Option<&Value>,
+    ) -> Result<Value> {
+        let sgu_eps = self.cfg.sgu_norm_eps;
+        self.scoped("sgu", |s| {
+            let u = s.norm("norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
+            let mut gate = s.spatial_projection(&u, p, i)?;
+            if let Some(attn) = attn {
+                gate = s.g.add("attn_add", &gate, attn)?;
+            }
+            let gate = s.gate_activation(&gate)?;
+            s.g.mul("gate", z1, &gate)
+        })
+    }
+
+    /// The gate activation (none for the paper's block).
+    fn gate_activation(&mut self, gate: &Value) -> Result<Value> {
+        let local = "gate_act";
+        match self.cfg.block.gate_act {
+            GateAct::Identity => Ok(gate.clone()),
+            GateAct::Tanh => self.g.tanh(local, gate),
+            GateAct::Sigmoid => self.g.sigmoid(local, gate),
+            GateAct::Relu => self.g.relu(local, gate),
+            GateAct::Gelu => self.g.gelu(local, gate),
+            GateAct::Silu => self.g.silu(local, gate),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! g-mlp-pytorch's token shift of the normalized block input (`shift_tokens`, upstream's
+//! `shift` helper in g_mlp_pytorch.py): the channels are split into chunks, chunk k moves
+//! along the tokens by `amounts[k]` positions with zero fill, and any remaining channels
+//! stay (see `GmlpConfig::shift_amounts`). A variable-length graph pads in front and keeps
+//! the first T rows; a with-past graph keeps the block's last s normalized inputs as the
+//! window state `past_shift.{i}`.
+
+use std::cmp::Ordering;
+
+use super::super::context::Emitter;
+use crate::error::{Error, Result};
+use crate::gmlp::decoding::{SequenceMode, PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
+use crate::onnx::graph::{Dim, Value};
+
+impl Emitter {
+    /// The token shift of `h` in block `i`, in the `token_shift` scope's current form.
+    pub(crate) fn shift_tokens(&mut self, h: &Value, i: usize) -> Result<Value> {
+        match self.mode {
+            SequenceMode::Fixed => self.shift_tokens_fixed(h),
+            SequenceMode::Variable => self.shift_tokens_variable(h),
+            SequenceMode::WithPast => self.shift_tokens_with_past(h, i),
+        }
+    }
+
+    /// Splits `h` into the shift's channel chunks (`Split` on the last axis; a remainder
+    /// chunk, if any, stays), passes each with its amount (0 for the remainder) to
+    /// `shift_one`, and concatenates the results back along the channels.
+    fn shift_chunks(
+        &mut self,
+        h: &Value,
+        mut shift_one: impl FnMut(&mut Self, usize, &Value, i64) -> Result<Value>,
+    ) -> Result<Value> {
+        let amounts = self.cfg.shift_amounts();
+        let d = self.cfg.d_model;
+        let chunk = d / amounts.len();
+        let rest = d - chunk * amounts.len();
+        let mut sizes = vec![chunk; amounts.len()];
+        if rest > 0 {
+            sizes.push(rest);
+        }
+        let parts = self.g.split("split", h, -1, &sizes)?;
+        let mut shifted = Vec::with_capacity(parts.len());
+        for (k, part) in parts.iter().enumerate() {
+            let a = amounts.get(k).copied().unwrap_or(0);
+            shifted.push(shift_one(self, k, part, a)?);
+        }
+        let refs: Vec<&Value> = shifted.iter().collect();
+        self.g.concat("concat", &refs, -1)
+    }
+
+    /// The whole sequence of n tokens: slice off a rows at one end, pad a zeros at the other.
+    fn shift_tokens_fixed(&mut self, h: &Value) -> Result<Value> {
+        let n = self.cfg.seq_len();
+        self.shift_chunks(h, |s, k, part, a| match a.cmp(&0) {
+            Ordering::Equal => Ok(part.clone()),
+            Ordering::Greater => {
+                let a = a as usize;
+                let kept = s.g.slice(&format!("keep_{k}"), part, 1, 0, n - a)?;
+                s.g.pad_axis(&format!("shift_{k}"), &kept, 1, a, 0)
+            }
+            Ordering::Less => {
+                let a = a.unsigned_abs() as usize;
+                let kept = s.g.slice(&format!("keep_{k}"), part, 1, a, n)?;
+                s.g.pad_axis(&format!("shift_{k}"), &kept, 1, 0, a)
+            }
+        })
+    }
+
+    /// A variable length (causal shifts a ≥ 0 only): pad a zeros in front, keep the first
+    /// T positions.
+    fn shift_tokens_variable(&mut self, h: &Value) -> Result<Value> {
+        self.shift_chunks(h, |s, k, part, a| {
+            let a = match usize::try_from(a) {
+                Ok(0) => return Ok(part.clone()),
+                Ok(a) => a,
+                Err(_) => {
+                    return Err(Error::Internal(
+                        "a variable-length token shift must be causal".into(),
+                    ))
+                }
+            };
+            let padded = s.g.pad_axis_symbolic(
+                &format!("shift_{k}_pad"),
+                part,
+                1,
+                (a, 0),
+                Dim::Symbol(format!("{SEQUENCE} + {a}")),
+            )?;
+            let start = s.g.const_i64(&format!("shift_{k}_start"), &[1], vec![0])?;
+            let end =
+                s.g.const_i64(&format!("shift_{k}_end"), &[1], vec![-(a as i64)])?;
+            s.g.slice_dynamic(
+                &format!("shift_{k}"),
+                &padded,
+                &start,
+                &end,
+                &[1],
+                part.shape.clone(),
+            )
+        })
+    }
+
+    /// With state (causal shifts a ≥ 0): `past_shift.{i}` holds the block's last
+    /// L = min(P, s) normalized inputs, `full` = past ‖ h has L + T rows, and chunk k of
+    /// new row t reads full's row L + t − a, zero before position 0: pad a zeros in front
+    /// of the chunk and keep rows L..L+T. `present_shift.{i}` = the last min(L + T, s)
+    /// rows of `full`.
+    fn shift_tokens_with_past(&mut self, h: &Value, i: usize) -> Result<Value> {
+        let past = self.past_input(&format!("past_shift.{i}"), "past_shift_cast", h.elem)?;
+        let full_rows = format!("{PAST_SHIFT_SEQUENCE} + {SEQUENCE}");
+        let full = self.g.concat_symbolic(
+            "past_concat",
+            &[&past, h],
+            1,
+            Dim::Symbol(full_rows.clone()),
+        )?;
+        let kept = self.g.shape_of("past_rows", &past, 1, 2)?;
+        let len = self.g.shape_of("all_rows", &full, 1, 2)?;
+        let window = self
+            .g
+            .const_i64("window", &[1], vec![self.cfg.shift_tokens as i64])?;
+        let zero = self.g.const_i64("window_zero", &[1], vec![0])?;
+        let over = self.g.sub("window_over", &len, &window)?;
+        let start = self.g.max("window_start", &over, &zero)?;
+        let mut window_shape = full.shape.clone();
+        window_shape[1] = Dim::Symbol(PRESENT_SHIFT_SEQUENCE.into());
+        let present =
+            self.g
+                .slice_dynamic("window_rows", &full, &start, &len, &[1], window_shape)?;
+        self.push_present(
+            format!("present_shift.{i}"),
+            "present_shift_to_f32",
+            &present,
+        )?;
+        let new_rows = h.shape[1].clone();
+        self.shift_chunks(&full, |s, k, part, a| {
+            let source = match usize::try_from(a) {
+                Ok(0) => part.clone(),
+                Ok(a) => s.g.pad_axis_symbolic(
+                    &format!("shift_{k}_pad"),
+                    part,
+                    1,
+                    (a, 0),
+                    Dim::Symbol(format!("{full_rows} + {a}")),
+                )?,
+                Err(_) => {
+                    return Err(Error::Internal(
+                        "a token shift with state must be causal".into(),
+                    ))
+                }
+            };
+            let mut rows = part.shape.clone();
+            rows[1] = new_rows.clone();
+            s.g.slice_dynamic(&format!("shift_{k}"), &source, &kept, &len, &[1], rows)
+        })
+    }
+}

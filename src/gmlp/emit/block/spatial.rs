@@ -1,0 +1,264 @@
+//! The spatial projection of the gating unit, `W · u + b` over the tokens (paper eq. 2–3):
+//! W is n×n per gating head (g-mlp-pytorch's `heads` split the e gate channels into
+//! contiguous groups, each with its own W and b), stored dense, as a Toeplitz matrix
+//! expanded to n×n, or as its [2n−1] vector gathered through an index table
+//! `W[i, j] = w[j − i + n − 1]` (paper §4). Causal models have W[i, j] = 0 for j > i in
+//! the stored values. A variable-length or with-past graph reads rows P..P+T−1 and columns
+//! 0..P+T−1 of W (see [`super::super::sequence`]); its state is u = LN(z2), `past_sgu.{i}`.
+
+use super::super::context::Emitter;
+use crate::error::Result;
+use crate::gmlp::config::{Precision, SpatialForm, TokenMixing};
+use crate::gmlp::decoding::SequenceMode;
+use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
+use crate::onnx::graph::{Dim, Value};
+
+impl Emitter {
+    /// Leading `[heads]` dimension when the gate has more than one head.
+    fn head_dims(&self, rest: &[usize]) -> Vec<usize> {
+        let mut dims = rest.to_vec();
+        if self.cfg.heads > 1 {
+            dims.insert(0, self.cfg.heads);
+        }
+        dims
+    }
+
+    /// The spatial bias b, stored as [n, 1] (or [h, n, 1]) so it broadcasts over channels;
+    /// `None` for models without it (gmlp-tinygrad).
+    fn spatial_bias(&mut self, name: &str) -> Result<Option<Value>> {
+        if !self.cfg.block.spatial_bias {
+            return Ok(None);
+        }
+        let dims = self.head_dims(&[self.cfg.seq_len(), 1]);
+        self.lazy_param(name, &dims, |v| v).map(Some)
+    }
+
+    /// The Toeplitz vector w [2n−1] (or [h, 2n−1]) of the gather form, causal part only
+    /// for causal models.
+    fn toeplitz_vector(&mut self, name: &str) -> Result<Value> {
+        let n = self.cfg.seq_len();
+        let causal = self.cfg.causal;
+        let dims = self.head_dims(&[2 * n - 1]);
+        self.lazy_param(name, &dims, move |mut w| {
+            if causal {
+                // w[k] serves j − i = k − (n − 1); k > n − 1 is above the diagonal.
+                w.chunks_mut(2 * n - 1).for_each(|v| v[n..].fill(0.0));
+            }
+            w
+        })
+    }
+
+    /// The spatial weight W as an [n, n] (or [h, n, n]) value in the configured form.
+    fn spatial_weight(&mut self, name: &str) -> Result<Value> {
+        let n = self.cfg.seq_len();
+        let causal = self.cfg.causal;
+        let mask_each = move |mut w: Vec<f32>| {
+            if causal {
+                w.chunks_mut(n * n).for_each(|m| mask_upper(m, n));
+            }
+            w
+        };
+        match self.cfg.spatial {
+            SpatialForm::Dense => {
+                let dims = self.head_dims(&[n, n]);
+                self.lazy_param(name, &dims, mask_each)
+            }
+            SpatialForm::ToeplitzExpand => {
+                let dims = self.head_dims(&[n, n]);
+                self.lazy_param(name, &dims, move |w| {
+                    let full = w
+                        .chunks(2 * n - 1)
+                        .flat_map(|v| toeplitz_expand(v, n))
+                        .collect();
+                    mask_each(full)
+                })
+            }
+            SpatialForm::ToeplitzGather => {
+                let vector = self.toeplitz_vector(name)?;
+                let index = match &self.toeplitz_index {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = self.g.scoped("shared", |g| {
+                            g.const_i64("toeplitz_index", &[n, n], toeplitz_index(n))
+                        })?;
+                        self.toeplitz_index = Some(v.clone());
+                        v
+                    }
+                };
+                let axis = vector.shape.len() - 1;
+                self.g
+                    .gather("spatial_weight_gather", &vector, &index, axis)
+            }
+        }
+    }
+
+    /// `W · LN(z2) + b` of the block with prefix `p` (index `i`), one W and b per head.
+    pub(crate) fn spatial_projection(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+        let mixing = self.cfg.block.mixing(i);
+        if !mixing.is_global() {
+            return self.spatial_projection_local(z2, p, i, mixing);
+        }
+        if self.mode != SequenceMode::Fixed {
+            return self.spatial_projection_rows(z2, p, i);
+        }
+        let name = format!("{p}.sgu.spatial.weight");
+        // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
+        let w = match self.cfg.dtype {
+            Precision::Int8 => None,
+            _ => Some(self.spatial_weight(&name)?),
+        };
+        let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8("spatial_matmul", &name, u),
+        };
+        let n = self.cfg.seq_len();
+        let rows = (n as i64, Dim::Fixed(n));
+        self.mix_per_head(z2, mix, b.as_ref(), rows.clone(), rows)
+    }
+
+    /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past (if any) followed by `z2`.
+    fn spatial_projection_rows(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+        let name = format!("{p}.sgu.spatial.weight");
+        let row_axis = usize::from(self.cfg.heads > 1);
+        // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
+        // (spatial_int8.rs); f32/f16: W's rows P..P+T−1 (columns 0..P+T−1).
+        let int8 = self.cfg.dtype == Precision::Int8;
+        let w = match self.cfg.spatial {
+            _ if int8 => None,
+            SpatialForm::ToeplitzGather => {
+                let vector = self.toeplitz_vector(&name)?;
+                let index = self.toeplitz_index_rows()?;
+                let axis = vector.shape.len() - 1;
+                Some(
+                    self.g
+                        .gather("spatial_weight_gather", &vector, &index, axis)?,
+                )
+            }
+            SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
+                let full = self.spatial_weight(&name)?;
+                let rows = self.rows_of("spatial_weight_rows", &full, row_axis)?;
+                Some(self.first_columns("spatial_weight_columns", &rows)?)
+            }
+        };
+        let mix = |s: &mut Self, u: &Value| match &w {
+            Some(w) => s.g.matmul("spatial_matmul", w, u),
+            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u),
+        };
+        let b = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
+            Some(b) => Some(self.rows_of("spatial_bias_rows", &b, row_axis)?),
+            None => None,
+        };
+        let u = if self.mode == SequenceMode::WithPast {
+            self.with_past(&format!("past_sgu.{i}"), "sgu", z2)?
+        } else {
+            z2.clone()
+        };
+        let (total, seq) = (u.shape[1].clone(), z2.shape[1].clone());
+        self.mix_per_head(&u, mix, b.as_ref(), (-1, total), (-1, seq))
+    }
+
+    /// The spatial projection of a block with a window or an axial fold (see
+    /// [`super::local`]): W_eff's rows for the new positions and columns for the key rows
+    /// (every earlier row, or a window's last rows in a with-past graph), gathered from the
+    /// stored W through the index maps and zeroed where a row may not read a key.
+    fn spatial_projection_local(
+        &mut self,
+        z2: &Value,
+        p: &str,
+        i: usize,
+        mixing: TokenMixing,
+    ) -> Result<Value> {
+        let name = format!("{p}.sgu.spatial.weight");
+        let u = if self.mode == SequenceMode::WithPast {
+            self.with_block_state(i, "sgu", z2)?
+        } else {
+            z2.clone()
+        };
+        let rows = self.row_positions()?;
+        let cols = self.key_positions(&u)?;
+        let maps = self.scoped("local", |s| s.local_maps(mixing, &rows, &cols))?;
+        let heads = self.cfg.heads;
+        let flat = |shape: &[usize]| -> Vec<usize> {
+            let keep = usize::from(heads > 1);
+            let mut dims = shape[..keep].to_vec();
+            dims.push(shape[keep..].iter().product());
+            dims
+        };
+        let w_dims = flat(&self.spec(&name)?.shape);
+        let w = self.lazy_param(&name, &w_dims, |v| v)?;
+        let axis = w_dims.len() - 1;
+        let gathered = self
+            .g
+            .gather("spatial_weight_gather", &w, &maps.weight_index, axis)?;
+        let valid = self.g.cast("spatial_weight_valid", &maps.valid, w.elem)?;
+        let w_eff = self.g.mul("spatial_weight_local", &gathered, &valid)?;
+        let b = if self.cfg.block.spatial_bias {
+            let b_name = format!("{p}.sgu.spatial.bias");
+            let b_dims = flat(&self.spec(&b_name)?.shape);
+            let b = self.lazy_param(&b_name, &b_dims, |v| v)?;
+            let axis = b_dims.len() - 1;
+            let picked = self
+                .g
+                .gather("spatial_bias_gather", &b, &maps.bias_index, axis)?;
+            let mut shape = picked.shape.clone();
+            shape.push(Dim::Fixed(1));
+            let target: Vec<i64> = if heads > 1 {
+                vec![heads as i64, -1, 1]
+            } else {
+                vec![-1, 1]
+            };
+            Some(
+                self.g
+                    .reshape("spatial_bias_column", &picked, &target, shape)?,
+            )
+        } else {
+            None
+        };
+        let (s_rows, t_rows) = (u.shape[1].clone(), z2.shape[1].clone());
+        let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w_eff, u);
+        self.mix_per_head(&u, mix, b.as_ref(), (-1, s_rows), (-1, t_rows))
+    }
+
+    /// `mix(u) (+ b)` with one W and b per gating head: the gate channels are split into
+    /// `heads` contiguous groups ([B, rows, e] → [B, h, rows, e/h]) around the mixing and
+    /// merged back after the bias. `rows_in` / `rows_out` give the token axis before and
+    /// after the mixing (the Reshape's entry and the static dimension).
+    fn mix_per_head(
+        &mut self,
+        u: &Value,
+        mix: impl FnOnce(&mut Self, &Value) -> Result<Value>,
+        b: Option<&Value>,
+        rows_in: (i64, Dim),
+        rows_out: (i64, Dim),
+    ) -> Result<Value> {
+        let heads = self.cfg.heads;
+        let add_bias = |s: &mut Self, mixed: Value| match b {
+            Some(b) => s.g.add("spatial_bias", &mixed, b),
+            None => Ok(mixed),
+        };
+        if heads == 1 {
+            let mixed = mix(self, u)?;
+            return add_bias(self, mixed);
+        }
+        let e = self.cfg.gate_dim();
+        let c = e / heads;
+        let batch = u.shape[0].clone();
+        let split = self.g.reshape(
+            "split_heads",
+            u,
+            &[0, rows_in.0, heads as i64, c as i64],
+            vec![batch.clone(), rows_in.1, Dim::Fixed(heads), Dim::Fixed(c)],
+        )?;
+        let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
+        let mixed = mix(self, &per_head)?;
+        let biased = add_bias(self, mixed)?;
+        let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
+        self.g.reshape(
+            "merge_heads",
+            &back,
+            &[0, rows_out.0, e as i64],
+            vec![batch, rows_out.1, Dim::Fixed(e)],
+        )
+    }
+}

@@ -1,0 +1,166 @@
+//! The state every part of the emitter shares: the graph builder, the configuration, the
+//! parameters by name with the source of their values, the constants shared by the blocks
+//! (Toeplitz index table, causal mask), and the run-time positions and state of a
+//! variable-length or with-past graph ([`Positions`]; their helpers are in
+//! [`super::sequence`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::decoding::SequenceMode;
+use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
+use crate::onnx::builder::GraphBuilder;
+use crate::onnx::graph::{Dim, ElemType, TensorData, Value};
+
+/// The emitter: one graph under construction for one configuration. Each part of the
+/// network (block parts in [`super::block`], [`super::embed`], [`super::head`], the
+/// linear layers in [`super::linear`]) adds its nodes through an `impl Emitter` of its own.
+pub(crate) struct Emitter {
+    /// The graph under construction.
+    pub(crate) g: GraphBuilder,
+    /// The architecture being emitted.
+    pub(crate) cfg: GmlpConfig,
+    specs: HashMap<String, ParamSpec>,
+    source: Arc<dyn WeightSource>,
+    /// The shared Toeplitz index table `idx[i][j] = j − i + n − 1` (made on first use).
+    pub(crate) toeplitz_index: Option<Value>,
+    /// The shared additive causal mask [n, n] (made on first use).
+    pub(crate) causal_mask: Option<Value>,
+    /// The constant positions 0..n−1 of a fixed graph (local mixing, made on first use).
+    pub(crate) fixed_positions: Option<Value>,
+    /// How the sequence axis is emitted.
+    pub(crate) mode: SequenceMode,
+    /// Row positions and lengths of a variable-length or with-past graph.
+    pub(crate) positions: Option<Positions>,
+    /// `past_*` graph inputs, by name (with-past graphs).
+    pub(crate) past: HashMap<String, Value>,
+    /// `present_*` values in the order they were made (with-past graphs).
+    pub(crate) present: Vec<(String, Value)>,
+}
+
+/// The run-time positions of a variable-length graph, computed once and shared by blocks.
+pub(crate) struct Positions {
+    /// Positions P..P+T−1 of the new tokens, i64 [sequence].
+    pub(crate) rows: Value,
+    /// P + T as an i64 [1] (the end of a column Slice).
+    pub(crate) total: Value,
+    /// Symbol of P + T.
+    pub(crate) total_dim: Dim,
+    /// Toeplitz index rows `idx[t][s] = s − (P + t) + n − 1`, i64 [sequence, total]
+    /// (gather form only, made on first use).
+    pub(crate) toeplitz_index: Option<Value>,
+    /// The causal mask's rows P..P+T−1, columns 0..P+T−1 (aMLP, made on first use).
+    pub(crate) mask: Option<Value>,
+    /// The scalar P + T (for the Toeplitz column range).
+    pub(crate) total_scalar: Value,
+}
+
+impl Emitter {
+    /// A new emitter of `cfg` into `g`, with parameter values from `source` and the
+    /// sequence axis emitted as `mode`.
+    pub(crate) fn new(
+        g: GraphBuilder,
+        cfg: &GmlpConfig,
+        specs: Vec<ParamSpec>,
+        source: Arc<dyn WeightSource>,
+        mode: SequenceMode,
+    ) -> Emitter {
+        Emitter {
+            g,
+            cfg: cfg.clone(),
+            specs: specs.into_iter().map(|s| (s.name.clone(), s)).collect(),
+            source,
+            toeplitz_index: None,
+            causal_mask: None,
+            fixed_positions: None,
+            mode,
+            positions: None,
+            past: HashMap::new(),
+            present: Vec::new(),
+        }
+    }
+
+    /// The specification of parameter `name`.
+    pub(crate) fn spec(&self, name: &str) -> Result<ParamSpec> {
+        self.specs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::InvalidConfig(format!("no parameter named {name}")))
+    }
+
+    /// A parameter whose values, produced when the file is written, are checked and then
+    /// passed through `post` and stored with dimensions `dims`.
+    pub(crate) fn lazy_param(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Result<Value> {
+        self.lazy_param_as(name, dims, self.cfg.dtype.elem(), post)
+    }
+
+    /// [`Self::lazy_param`] stored as `elem`.
+    pub(crate) fn lazy_param_as(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        elem: ElemType,
+        post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Result<Value> {
+        self.derived_param(name, name, dims, elem, post)
+    }
+
+    /// An initializer named `init_name` whose values are those of the parameter `param`
+    /// (checked), passed through `post` when the file is written, stored as `elem`.
+    pub(crate) fn derived_param(
+        &mut self,
+        init_name: &str,
+        param: &str,
+        dims: &[usize],
+        elem: ElemType,
+        post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
+    ) -> Result<Value> {
+        let spec = self.spec(param)?;
+        let source = self.source.clone();
+        let produce = move || {
+            let v = source.values(&spec)?;
+            check_values(&spec, &v)?;
+            Ok(post(v))
+        };
+        self.g.weight_as(
+            init_name,
+            dims,
+            elem,
+            TensorData::LazyF32(Arc::new(produce)),
+        )
+    }
+
+    /// A parameter stored as is, in the model's storage type.
+    pub(crate) fn param(&mut self, name: &str) -> Result<Value> {
+        let dims = self.spec(name)?.shape;
+        self.lazy_param(name, &dims, |v| v)
+    }
+
+    /// Casts `x` to `to` if it is of another type.
+    pub(crate) fn cast_to(&mut self, local: &str, x: &Value, to: ElemType) -> Result<Value> {
+        if x.elem == to {
+            Ok(x.clone())
+        } else {
+            self.g.cast(local, x, to)
+        }
+    }
+
+    /// Runs `f` with `name` appended to the node-name scope.
+    pub(crate) fn scoped<T>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        self.g.push_scope(name);
+        let out = f(self);
+        self.g.pop_scope();
+        out
+    }
+}

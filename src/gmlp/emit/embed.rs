@@ -1,0 +1,86 @@
+//! The network's input and its embedding: `input_ids` through the token embedding table
+//! (fixed length n, or a variable length with the positions and state of a causal
+//! model), or `pixel_values` through the patch stem (a Conv with stride p, tokens in
+//! row-major patch order, as timm's `PatchEmbed` and g-mlp-pytorch's `to_patch_embed`),
+//! or, for a backbone, `inputs_embeds` as they are.
+
+use super::context::Emitter;
+use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
+use crate::error::Result;
+use crate::gmlp::config::Task;
+use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
+use crate::onnx::graph::{Dim, ElemType, Value};
+
+impl Emitter {
+    /// The embedded input `[batch, n, d]` and, for token models, the embedding table (the
+    /// tied output head reuses it).
+    pub(crate) fn embed(&mut self) -> Result<(Value, Option<Value>)> {
+        let batch = Dim::Symbol(BATCH.into());
+        match self.cfg.task.clone() {
+            Task::Tokens { seq_len, .. } => {
+                let seq = match self.mode {
+                    SequenceMode::Fixed => Dim::Fixed(seq_len),
+                    _ => Dim::Symbol(SEQUENCE.into()),
+                };
+                let ids =
+                    self.g
+                        .input(INPUT_IDS, ElemType::I64, vec![batch.clone(), seq.clone()])?;
+                if self.mode == SequenceMode::WithPast {
+                    self.declare_past_inputs(&batch)?;
+                }
+                let table = self.param("embed.weight")?;
+                let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
+                if self.mode != SequenceMode::Fixed {
+                    self.compute_positions(&ids, &seq)?;
+                }
+                Ok((x, Some(table)))
+            }
+            Task::Vision {
+                image_size,
+                patch_size,
+                in_chans,
+                ..
+            } => {
+                let pixels = self.g.input(
+                    PIXEL_VALUES,
+                    ElemType::F32,
+                    vec![
+                        batch.clone(),
+                        Dim::Fixed(in_chans),
+                        Dim::Fixed(image_size),
+                        Dim::Fixed(image_size),
+                    ],
+                )?;
+                let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
+                let w = self.param("stem.weight")?;
+                let b = self.param("stem.bias")?;
+                let elem = self.cfg.dtype.elem();
+                let x = self.scoped("stem", |s| {
+                    let pixels = s.cast_to("input_to_f16", &pixels, elem)?;
+                    let fmap =
+                        s.g.conv2d("patch_conv", &pixels, &w, &b, patch_size, patch_size)?;
+                    // [B, d, h, w] -> [B, d, n] -> [B, n, d]: tokens in row-major patch order.
+                    let flat = s.g.reshape(
+                        "flatten",
+                        &fmap,
+                        &[0, d as i64, -1],
+                        vec![batch, Dim::Fixed(d), Dim::Fixed(n)],
+                    )?;
+                    s.g.transpose("to_tokens", &flat, &[0, 2, 1])
+                })?;
+                Ok((x, None))
+            }
+            Task::Backbone { seq_len } => {
+                let d = self.cfg.d_model;
+                let embeds = self.g.input(
+                    INPUTS_EMBEDS,
+                    ElemType::F32,
+                    vec![batch, Dim::Fixed(seq_len), Dim::Fixed(d)],
+                )?;
+                let elem = self.cfg.dtype.elem();
+                let x = self.cast_to("inputs_to_f16", &embeds, elem)?;
+                Ok((x, None))
+            }
+        }
+    }
+}

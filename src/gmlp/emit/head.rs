@@ -1,0 +1,63 @@
+//! The output head on the final normalized tokens: the vocabulary projection of a token
+//! model (tied to the embedding, `logits = h · Eᵀ + bias`, as the paper's MLM models; or
+//! its own weight, g-mlp-pytorch's `to_logits.1`), or a vision model's mean over tokens
+//! and linear classifier (timm's `head`, g-mlp-pytorch's `to_logits.2`). Its nodes are in
+//! the [`HEAD_SCOPE`] scope, which the paper's FLOP counts leave out.
+
+use super::context::Emitter;
+use super::HEAD_SCOPE;
+use crate::error::{Error, Result};
+use crate::gmlp::config::{Precision, Task};
+use crate::onnx::graph::Value;
+
+impl Emitter {
+    /// The model's output from the last block's `x`: the final norm and the head, or `x`
+    /// itself for a backbone (gmlp-tinygrad has neither).
+    pub(crate) fn output(&mut self, x: &Value, embedding: Option<Value>) -> Result<Value> {
+        if let Task::Backbone { .. } = self.cfg.task {
+            return Ok(x.clone());
+        }
+        let h = self.norm("final_norm", x, "norm", self.cfg.norm_eps)?;
+        self.head(&h, embedding)
+    }
+
+    /// Logits from the final normalized tokens `h`; `embedding` is the token table.
+    fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
+        let tied = matches!(
+            self.cfg.task,
+            Task::Tokens {
+                tied_embedding: true,
+                ..
+            }
+        );
+        self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
+            (Task::Tokens { .. }, Some(table)) if tied => {
+                // Output projection tied to the embedding: logits = h · Eᵀ + bias.
+                let logits = if s.cfg.dtype == Precision::Int8 {
+                    s.tied_head_int8("vocab_projection", h, "embed.weight")?
+                } else {
+                    let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
+                    s.g.matmul("vocab_projection", h, &table_t)?
+                };
+                let bias = s.param("head.bias")?;
+                s.g.add("vocab_bias", &logits, &bias)
+            }
+            (Task::Tokens { .. }, _) => {
+                s.linear("vocab_projection", h, "head.weight", Some("head.bias"))
+            }
+            (Task::Backbone { .. }, _) => Err(Error::Internal("a backbone has no head".into())),
+            (Task::Vision { .. }, _) => {
+                let pooled = s.g.mean("token_mean", h, &[1], false)?;
+                // The small classifier stays f32 in int8 models too.
+                s.dense(
+                    "classifier",
+                    &pooled,
+                    "head.weight",
+                    Some("head.bias"),
+                    None,
+                    false,
+                )
+            }
+        })
+    }
+}

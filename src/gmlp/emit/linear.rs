@@ -1,0 +1,180 @@
+//! Linear (fully connected) layers of the emitter: `x · W + b` with `W` stored `[in, out]`,
+//! optionally on a range of W's output columns (proj_in's two halves are two MatMuls on
+//! column slices of U instead of one MatMul and a `Split`), in f32/f16 or, for
+//! `--dtype int8`, as a dynamically quantized integer MatMul with int8 weights quantized
+//! at build time (symmetric per output channel, [`crate::gmlp::quantize`]).
+
+use super::context::Emitter;
+use crate::error::{Error, Result};
+use crate::gmlp::config::Precision;
+use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, transpose};
+use crate::onnx::graph::{ElemType, Value};
+use crate::onnx::quant_ops::MIN_INT8_OPSET;
+
+/// Output columns `[start, end)` of a weight (and its bias).
+pub(crate) type Columns = Option<(usize, usize)>;
+
+impl Emitter {
+    /// Refuses int8 emission at an opset without the integer operators.
+    pub(crate) fn require_int8_opset(&self) -> Result<()> {
+        if self.g.opset() < MIN_INT8_OPSET {
+            return Err(Error::InvalidArgument(format!(
+                "--dtype int8 needs opset {MIN_INT8_OPSET} or later (DynamicQuantizeLinear, MatMulInteger); this build targets opset {}",
+                self.g.opset()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `x · W + b` for the parameters `weight` and `bias`, int8 when the model is.
+    pub(crate) fn linear(
+        &mut self,
+        local: &str,
+        x: &Value,
+        weight: &str,
+        bias: Option<&str>,
+    ) -> Result<Value> {
+        let quantize = self.cfg.dtype == Precision::Int8;
+        self.dense(local, x, weight, bias, None, quantize)
+    }
+
+    /// `x · W[:, cols] (+ b[cols])`. Without `cols` (the whole W) and in f32/f16 the
+    /// parameters keep their own names; a slice is stored as `NAME.cols{start}_{end}`, int8
+    /// weights as `NAME[.cols…].int8` with their per-column scales in `NAME[.cols…].scale`.
+    pub(crate) fn dense(
+        &mut self,
+        local: &str,
+        x: &Value,
+        weight: &str,
+        bias: Option<&str>,
+        cols: Columns,
+        quantize: bool,
+    ) -> Result<Value> {
+        let shape = self.spec(weight)?.shape;
+        let [rows, total] = shape[..] else {
+            return Err(Error::Internal(format!("{weight}: a dense weight is 2-D")));
+        };
+        let (start, end) = cols.unwrap_or((0, total));
+        let width = end - start;
+        let suffix = match cols {
+            Some((s, e)) => format!(".cols{s}_{e}"),
+            None => String::new(),
+        };
+        let slice = move |v: Vec<f32>| {
+            if (start, end) == (0, total) {
+                v
+            } else {
+                column_range(&v, total, start, end)
+            }
+        };
+        let y = if quantize {
+            self.require_int8_opset()?;
+            let scales = self.derived_param(
+                &format!("{weight}{suffix}.scale"),
+                weight,
+                &[width],
+                ElemType::F32,
+                move |v| column_scales(&slice(v), width),
+            )?;
+            let q = self.derived_param(
+                &format!("{weight}{suffix}.int8"),
+                weight,
+                &[rows, width],
+                ElemType::I8,
+                move |v| {
+                    let w = slice(v);
+                    let s = column_scales(&w, width);
+                    quantize_columns(w, &s)
+                },
+            )?;
+            self.int8_matmul(local, x, &q, &scales)?
+        } else {
+            let elem = self.cfg.dtype.elem();
+            let w = self.derived_param(
+                &format!("{weight}{suffix}"),
+                weight,
+                &[rows, width],
+                elem,
+                slice,
+            )?;
+            self.g.matmul(local, x, &w)?
+        };
+        match bias {
+            Some(b) => {
+                let elem = self.cfg.dtype.elem();
+                let b =
+                    self.derived_param(&format!("{b}{suffix}"), b, &[width], elem, move |v| {
+                        v[start..end].to_vec()
+                    })?;
+                self.g.add(&format!("{local}_bias"), &y, &b)
+            }
+            None => Ok(y),
+        }
+    }
+
+    /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the
+    /// embedding, transposed to `[d, vocab]` and quantized per vocabulary entry, stored
+    /// beside the exact f32 table that the input `Gather` keeps using.
+    pub(crate) fn tied_head_int8(&mut self, local: &str, h: &Value, table: &str) -> Result<Value> {
+        self.require_int8_opset()?;
+        let shape = self.spec(table)?.shape;
+        let [vocab, d] = shape[..] else {
+            return Err(Error::Internal(format!("{table}: the embedding is 2-D")));
+        };
+        let scales = self.derived_param(
+            &format!("{table}.transposed.scale"),
+            table,
+            &[vocab],
+            ElemType::F32,
+            move |v| column_scales(&transpose(&v, vocab, d), vocab),
+        )?;
+        let q = self.derived_param(
+            &format!("{table}.transposed.int8"),
+            table,
+            &[d, vocab],
+            ElemType::I8,
+            move |v| {
+                let t = transpose(&v, vocab, d);
+                let s = column_scales(&t, vocab);
+                quantize_columns(t, &s)
+            },
+        )?;
+        self.int8_matmul(local, h, &q, &scales)
+    }
+
+    /// `x · dequant(q)` with `x` quantized on the fly: `DynamicQuantizeLinear(x)`,
+    /// `MatMulInteger(x_q, q, x_zero_point)`, `Cast` to f32, `Mul` by `x_scale · scales`
+    /// (the node order of ONNX Runtime's `quantize_dynamic`, which its
+    /// `DynamicQuantizeMatMulFusion` turns into one `DynamicQuantizeMatMul` kernel).
+    pub(crate) fn int8_matmul(
+        &mut self,
+        local: &str,
+        x: &Value,
+        q: &Value,
+        scales: &Value,
+    ) -> Result<Value> {
+        let (xq, x_scale, x_zero) = self
+            .g
+            .dynamic_quantize_linear(&format!("{local}_quantize"), x)?;
+        self.quantized_matmul(local, &xq, &x_scale, &x_zero, q, scales)
+    }
+
+    /// `dequant(x_q) · dequant(q)` for an activation already quantized to (`xq`, `x_scale`,
+    /// `x_zero`): `MatMulInteger`, `Cast` to f32, `Mul` by `x_scale · scales`.
+    pub(crate) fn quantized_matmul(
+        &mut self,
+        local: &str,
+        xq: &Value,
+        x_scale: &Value,
+        x_zero: &Value,
+        q: &Value,
+        scales: &Value,
+    ) -> Result<Value> {
+        let scale = self.g.mul(&format!("{local}_scale"), x_scale, scales)?;
+        let acc = self.g.matmul_integer(local, xq, q, x_zero)?;
+        let acc = self
+            .g
+            .cast(&format!("{local}_to_f32"), &acc, ElemType::F32)?;
+        self.g.mul(&format!("{local}_rescale"), &acc, &scale)
+    }
+}

@@ -1,0 +1,97 @@
+//! Emits the gMLP / aMLP network as a [`Graph`] (no protobuf here: only graph-builder
+//! calls), composed of parts, one file each:
+//! ```text
+//! context.rs    the emitter: graph builder, parameters by name, shared constants
+//! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
+//! linear.rs     x·W + b in f32/f16 or as a dynamically quantized int8 MatMul
+//! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
+//! block/        one block: norm, token shift, channel projections, tiny attention,
+//!               spatial projection, gate (see block/mod.rs)
+//! stack.rs      x ← x + block_i(x) for every block, or a reversible stack
+//! head.rs       final norm and head: logits (tied or own vocabulary projection, or
+//!               mean over tokens + classifier); a backbone returns the last block's x
+//! ```
+//!
+//! The f32 graph is shaped for ONNX Runtime's CPU fusions (measured in BENCHMARKS.md):
+//! U's two halves are two MatMuls (no `Split` of z), each bias `Add` directly follows its
+//! MatMul, and GELU is spelled in the pattern `GeluFusion` and `BiasGeluFusion` match.
+//!
+//! Causal token models may be emitted with a variable length or with state
+//! ([`SequenceMode`]; docs/generation.md): see [`sequence`].
+
+mod block;
+mod context;
+mod embed;
+mod head;
+mod linear;
+mod sequence;
+mod stack;
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::gmlp::config::{GmlpConfig, Task};
+use crate::gmlp::decoding::{block_state, SequenceMode};
+use crate::gmlp::weights::{param_specs, WeightSource};
+use crate::onnx::builder::GraphBuilder;
+use crate::onnx::forms::OpForms;
+use crate::onnx::graph::{ElemType, Graph};
+use context::Emitter;
+
+/// Name of the token-model input.
+pub const INPUT_IDS: &str = "input_ids";
+/// Name of the vision-model input.
+pub const PIXEL_VALUES: &str = "pixel_values";
+/// Name of the backbone input (embedded tokens, gmlp-tinygrad).
+pub const INPUTS_EMBEDS: &str = "inputs_embeds";
+/// Name of the output of token and vision models.
+pub const LOGITS: &str = "logits";
+/// Name of the backbone output.
+pub const LAST_HIDDEN_STATE: &str = "last_hidden_state";
+/// Name of the symbolic batch dimension.
+pub const BATCH: &str = "batch";
+/// Node-name scope of the output head; the paper's FLOP counts leave it out.
+pub const HEAD_SCOPE: &str = "head";
+/// Value added to masked attention scores in causal models.
+pub const MASK_VALUE: f32 = -1e9;
+
+/// Emits the whole network for `cfg` at `opset`, with parameter values taken from
+/// `source` when the graph is written, with a fixed sequence length.
+pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
+    build_graph_in(cfg, source, opset, OpForms::default(), SequenceMode::Fixed)
+}
+
+/// [`build_graph`] with the operations spelled in `forms` (a `--target` profile's) and
+/// the sequence axis emitted as `mode` says (fixed, variable length, or variable length
+/// with the per-block state in and out).
+pub fn build_graph_in(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    opset: i64,
+    forms: OpForms,
+    mode: SequenceMode,
+) -> Result<Graph> {
+    cfg.validate()?;
+    mode.check(cfg)?;
+    let builder = GraphBuilder::with_forms(opset, forms)?;
+    let mut em = Emitter::new(builder, cfg, param_specs(cfg), source, mode);
+    let (x, embedding) = em.embed()?;
+    let x = em.stack(x)?;
+    let out = em.output(&x, embedding)?;
+    let name = match cfg.task {
+        Task::Backbone { .. } => LAST_HIDDEN_STATE,
+        _ => LOGITS,
+    };
+    let out = em.cast_to(&format!("{name}_to_f32"), &out, ElemType::F32)?;
+    let out = em.g.rename(&out, name)?;
+    let mut outputs = vec![out];
+    // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
+    let mut present = std::mem::take(&mut em.present);
+    for state in (0..cfg.layers).flat_map(|i| block_state(cfg, i)) {
+        if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
+            let (name, value) = present.remove(k);
+            outputs.push(em.g.rename(&value, &name)?);
+        }
+    }
+    Ok(em.g.finish("gmlp", outputs))
+}
