@@ -135,3 +135,201 @@ fn the_scanner_sees_references() {
         vec!["onnx", "gmlp"]
     );
 }
+
+/// The module path of a library source file (`src/validate/decoding.rs` →
+/// `[validate, decoding]`; a folder's `mod.rs` is the folder itself).
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_str()
+                .unwrap()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The module paths a file refers to: `crate::a::b::c` and `super::b` (one level of
+/// `{…}` groups expanded), each as the path of identifiers it names.
+fn path_references(own: &[String], text: &str) -> Vec<Vec<String>> {
+    fn ident(s: &str) -> (&str, &str) {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        (&s[..end], &s[end..])
+    }
+    // Reads `a::b::{c::d, e}` from `rest`: every path it names.
+    fn paths(prefix: Vec<String>, rest: &str, out: &mut Vec<Vec<String>>) {
+        let mut path = prefix;
+        let mut rest = rest;
+        loop {
+            if let Some(group) = rest.strip_prefix('{') {
+                // Split the group at its top-level commas, up to the matching brace.
+                let (mut depth, mut start) = (0usize, 0usize);
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => {
+                            paths(path.clone(), group[start..i].trim(), out);
+                            return;
+                        }
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            paths(path.clone(), group[start..i].trim(), out);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                return;
+            }
+            let (name, tail) = ident(rest);
+            if name.is_empty() {
+                break;
+            }
+            if name == "super" {
+                path.pop(); // `super::super::x`
+            } else {
+                path.push(name.to_string());
+            }
+            match tail.strip_prefix("::") {
+                Some(next) => rest = next,
+                None => break,
+            }
+        }
+        out.push(path);
+    }
+    let mut out = Vec::new();
+    for (needle, base) in [
+        ("crate::", Vec::new()),
+        ("super::", own[..own.len().saturating_sub(1)].to_vec()),
+    ] {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(needle).map(|at| from + at) {
+            let before = text[..at].chars().last();
+            let tail = &text[at + needle.len()..];
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                paths(base.clone(), tail, &mut out);
+            }
+            from = at + needle.len();
+        }
+    }
+    out
+}
+
+/// A cycle in `edges` (module → the sibling modules it uses), if there is one.
+fn find_cycle(edges: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, std::collections::BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
+}
+
+/// Inside every folder of src/, the files and sub-folders (siblings) use each other
+/// without a circle: `a` using `b` and `b` using `a` (directly or through others) is a
+/// dependency pointing both ways. A module using its parent's own items, or a parent
+/// using its children, is not a sibling edge; doc links count, as above.
+#[test]
+fn no_circle_between_the_files_of_a_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: std::collections::BTreeSet<Vec<String>> =
+        files.iter().map(|f| module_path(&src, f)).collect();
+    let is_module = |path: &[String]| modules.iter().any(|m| m.starts_with(path));
+    // folder path → (sibling → siblings it uses)
+    let mut folders: BTreeMap<Vec<String>, BTreeMap<String, std::collections::BTreeSet<String>>> =
+        BTreeMap::new();
+    let mut edges_seen = 0;
+    for file in &files {
+        let own = module_path(&src, file);
+        if own.is_empty() || own[0] == "main" || own[0] == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        // A file's unit tests (its `#[cfg(test)]` module, last by convention) may use any
+        // sibling: they are not part of the library's dependency graph.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        for target in path_references(&own, text) {
+            let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == 0 || common >= own.len() || common >= target.len() {
+                continue; // top level (checked above), or parent and child
+            }
+            if !is_module(&target[..=common]) {
+                continue; // an item of the parent module, not a sibling
+            }
+            edges_seen += 1;
+            folders
+                .entry(own[..common].to_vec())
+                .or_default()
+                .entry(own[common].clone())
+                .or_default()
+                .insert(target[common].clone());
+        }
+    }
+    assert!(
+        edges_seen > 50,
+        "only {edges_seen} sibling edges seen: is the scan broken?"
+    );
+    let circles: Vec<String> = folders
+        .iter()
+        .filter_map(|(folder, edges)| {
+            find_cycle(edges).map(|c| format!("src/{}: {}", folder.join("/"), c.join(" → ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "modules of a folder import each other in a circle: {circles:#?}"
+    );
+}
+
+#[test]
+fn the_path_scanner_reads_groups_and_super() {
+    let own = vec!["validate".to_string(), "decoding".to_string()];
+    let found = path_references(
+        &own,
+        "use crate::validate::{compare::X, report::{a, b}}; use super::inputs::Y; x::super::no; super::super::gmlp::Z",
+    );
+    let as_str: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        as_str,
+        vec![
+            "validate::compare::X",
+            "validate::report::a",
+            "validate::report::b",
+            "validate::inputs::Y",
+            "gmlp::Z"
+        ]
+    );
+}

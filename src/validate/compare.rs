@@ -141,6 +141,29 @@ pub fn compare_all(
         .collect()
 }
 
+/// Comparison of one pair: two runtimes, or `expected` outputs (`--expected`) and a runtime.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairReport {
+    /// Runtime (or `expected`) taken as reference.
+    pub reference: String,
+    /// Runtime compared with it.
+    pub other: String,
+    /// Per-output differences.
+    pub outputs: Vec<OutputDiff>,
+    /// True when every output agrees.
+    pub pass: bool,
+}
+
+/// The comparison of `reference` and `other`, passing when every output agrees.
+pub fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
+    PairReport {
+        reference: reference.into(),
+        other: other.into(),
+        pass: outputs.iter().all(|o| o.pass),
+        outputs,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,7 @@ use crate::rng::SplitMix64;
 use crate::runtime::decoder::{Decoder, DecodingModel};
 use crate::runtime::Runtime;
 use crate::tensor::{NamedTensor, TensorValue};
-use crate::validate::compare::{compare, OutputDiff, Tolerance};
-use crate::validate::report::{pair, PairReport};
+use crate::validate::compare::{compare, pair, OutputDiff, PairReport, Tolerance};
 
 /// Default number of single steps after the prefill.
 pub const DEFAULT_STEPS: usize = 8;

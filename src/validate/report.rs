@@ -7,26 +7,13 @@ use serde::Serialize;
 
 use crate::gmlp::Precision;
 use crate::runtime::Placement;
-use crate::validate::compare::{OutputDiff, Tolerance};
+use crate::validate::compare::{PairReport, Tolerance};
 use crate::validate::decoding::DecodingReport;
 
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
 /// Name of the reference in pairs that compare a runtime with `--expected` outputs.
 pub const EXPECTED: &str = "expected";
-
-/// Comparison of one pair: two runtimes, or [`EXPECTED`] and a runtime.
-#[derive(Clone, Debug, Serialize)]
-pub struct PairReport {
-    /// Runtime (or [`EXPECTED`]) taken as reference.
-    pub reference: String,
-    /// Runtime compared with it.
-    pub other: String,
-    /// Per-output differences.
-    pub outputs: Vec<OutputDiff>,
-    /// True when every output agrees.
-    pub pass: bool,
-}
 
 /// One model input as used.
 #[derive(Clone, Debug, Serialize)]
@@ -97,16 +84,6 @@ pub struct ValidationReport {
     pub decoding: Option<DecodingReport>,
     /// True when every pair agrees (and the decoding check passes).
     pub pass: bool,
-}
-
-/// The comparison of `reference` and `other`, passing when every output agrees.
-pub fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
-    PairReport {
-        reference: reference.into(),
-        other: other.into(),
-        pass: outputs.iter().all(|o| o.pass),
-        outputs,
-    }
 }
 
 impl ValidationReport {

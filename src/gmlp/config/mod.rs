@@ -1,5 +1,5 @@
 //! The gMLP / aMLP architecture description and its size checks (the paper's presets are in
-//! [`crate::gmlp::presets`]).
+//! `gmlp/presets.rs`, which builds on this).
 //!
 //! Shapes follow the paper's notation (Liu et al. 2021, §2): `n` tokens, `d` = d_model,
 //! `f` = d_ffn, `e` = f/2 channels per half of the gate, `a` = tiny-attention size.
