@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the downstream consumers that tests/consumers.rs runs our files in, each from its
+# Installs the downstream consumers that tests/external/consumers.rs runs our files in, each from its
 # registry, into ~/.cache/gmlp-onnx/<name>-<key> (key: a hash of what is installed, so a
 # changed pin installs afresh and an unchanged one is reused). Idempotent; a warm rerun takes
 # about a second. Prints `export NAME=VALUE` lines for scripts/test to eval; progress goes to

@@ -7,7 +7,7 @@
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
 //! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
-//! [`serve`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
+//! [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
 pub mod error;

@@ -3,7 +3,7 @@ every downstream consumer, compares each output with ONNX Runtime 1.31 (Python),
 results.json and compatibility.md, and checks every cell against matrix.toml's expectations.
 
 Usage: python matrix.py --gmlp BIN --out DIR [--update-docs]
-Run by tests/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose
+Run by tests/external/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose
 `GMLP_CONSUMER_*` variables scripts/test exports. Exits 1 when a cell's pass/fail status
 differs from the expectation (or a consumer is not installed), 0 otherwise.
 """

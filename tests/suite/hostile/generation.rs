@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{assert_refused, run_limited, s, HANG_LIMIT};
+use super::{assert_refused, run_limited, s, HANG_LIMIT};
 
 /// A causal aMLP with n = 8 and a vocabulary of 20, built by the CLI with `flags`.
 fn small(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {

@@ -3,12 +3,10 @@
 //! checkpoint alone (plus the flags the weights cannot show), runs in tract and ONNX
 //! Runtime, and reproduces the library's own outputs. Plus one test per error case.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::gmlp::export::export;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
@@ -21,12 +19,6 @@ use safetensors::SafeTensors;
 
 /// max|ours − PyTorch| / max|PyTorch| allowed (issue 3).
 const PYTORCH_RTOL: f64 = 1e-4;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
 
 struct Fixture {
     meta: serde_json::Value,
@@ -153,31 +145,29 @@ fn check_fixture(name: &str) {
     }
 }
 
-fn argmax_rows(a: &ArrayD<f32>) -> Vec<usize> {
-    let last = *a.shape().last().unwrap();
-    a.as_slice()
-        .unwrap()
-        .chunks(last)
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
-                .0
-        })
-        .collect()
-}
-
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn timm_gmlp_vision_matches_pytorch_and_keeps_its_accuracy() {
     check_fixture("timm_gmlp_vision");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn lucidrains_vision_matches_pytorch_and_keeps_its_accuracy() {
     check_fixture("lucid_vision");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn lucidrains_token_models_match_pytorch() {
     for name in [
         "lucid_tokens",
@@ -194,6 +184,10 @@ fn lucidrains_token_models_match_pytorch() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn forgetting_the_causal_flag_changes_the_outputs() {
     // Causality is not visible in the weights: without --causal the outputs must differ,
     // which also shows the comparison above can fail.
@@ -209,6 +203,10 @@ fn forgetting_the_causal_flag_changes_the_outputs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn layout_of_g_mlp_pytorch_0_1_4_is_recognized() {
     // ≤ 0.1.4 token models have one `.fn` fewer (no PreShiftTokens wrapper).
     let fx = load("lucid_tokens");
@@ -225,6 +223,10 @@ fn layout_of_g_mlp_pytorch_0_1_4_is_recognized() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn half_precision_checkpoints_are_read() {
     for (name, file, bound) in [
         ("lucid_tokens", "model.bf16.safetensors", 5e-2),
@@ -245,6 +247,10 @@ fn half_precision_checkpoints_are_read() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn native_round_trip_and_spatial_conversions() {
     let fx = load("lucid_tokens_causal");
     let dir = tempfile::tempdir().unwrap();
@@ -505,6 +511,10 @@ fn strict_errors_name_the_tensor() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn cli_builds_from_weights_and_refuses_architecture_overrides() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.onnx");
@@ -545,6 +555,10 @@ fn cli_builds_from_weights_and_refuses_architecture_overrides() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn numpy_npz_weights_are_read() {
     // A native checkpoint converted to .npz by NumPy (np.savez_compressed, float64 for one
     // tensor as JAX exports often are) imports to the same outputs.

@@ -1,23 +1,18 @@
 //! `inspect`: parameter count from the file, operator histogram against the `onnx`
 //! Python package's own reading, metadata, and external data references.
 
-mod common;
-
-use common::{
-    gmlp, output_text as text, path_str as s, run_python as py, small_token_model as amlp,
+use crate::common::{
+    gmlp, inspect_json, output_text as text, path_str as s, run_python as py,
+    small_token_model as amlp,
 };
-
-use std::path::Path;
 
 use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
 
-fn inspect_json(path: &Path) -> serde_json::Value {
-    let o = gmlp(&["inspect", s(path), "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn inspect_reports_parameters_ops_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let path = amlp(dir.path());
@@ -80,6 +75,10 @@ fn inspect_reports_parameters_ops_and_metadata() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn inspect_lists_external_data_files() {
     let dir = tempfile::tempdir().unwrap();
     let path = amlp(dir.path());
@@ -116,6 +115,10 @@ fn inspect_lists_external_data_files() {
 /// the f32 file; the int8 copy of the tied embedding (the vocabulary head) and the scales
 /// are stored values, not parameters.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_files_count_the_parameters_of_their_f32_file() {
     let dir = tempfile::tempdir().unwrap();
     let f32_path = amlp(dir.path());

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "../../fuzz/bodies.rs"]
+#[path = "../../../fuzz/bodies.rs"]
 mod bodies;
 
 fn inputs(target: &str) -> Vec<PathBuf> {

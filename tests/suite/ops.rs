@@ -1,9 +1,7 @@
 //! Each operator pattern the builder emits, as a one-op graph run in tract and ONNX
 //! Runtime and compared with a plain Rust computation of the ONNX operator definition.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use gmlp_onnx::gmlp::toeplitz::{toeplitz_expand, toeplitz_index};
 use gmlp_onnx::onnx::builder::GraphBuilder;
 use gmlp_onnx::onnx::forms::{LayerNormForm, MeanForm, OpForms};
@@ -93,6 +91,10 @@ const LAYER_NORM_FORMS: [(i64, LayerNormForm, MeanForm, &str); 5] = [
 ];
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn layer_normalization() {
     for (opset, layer_norm, mean, op) in LAYER_NORM_FORMS {
         let forms = OpForms { layer_norm, mean };
@@ -148,6 +150,10 @@ fn layer_normalization_in(mut g: GraphBuilder, op: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn gelu_exact_at_opset_17_and_20() {
     for opset in [13, 17, 20, 21] {
         let mut g = GraphBuilder::new(opset).unwrap();
@@ -163,6 +169,10 @@ fn gelu_exact_at_opset_17_and_20() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn split_then_multiply_halves() {
     let mut g = GraphBuilder::new(17).unwrap();
     let x = g.input("x", ElemType::F32, fixed(&[2, 3, 10])).unwrap();
@@ -176,6 +186,10 @@ fn split_then_multiply_halves() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn toeplitz_gather_then_spatial_matmul_with_bias() {
     let n = 7;
     let mut g = GraphBuilder::new(17).unwrap();
@@ -218,6 +232,10 @@ fn toeplitz_gather_then_spatial_matmul_with_bias() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn attention_pattern_transpose_matmul_softmax() {
     let mut g = GraphBuilder::new(17).unwrap();
     let x = g.input("x", ElemType::F32, fixed(&[2, 5, 3])).unwrap();
@@ -246,6 +264,10 @@ fn attention_pattern_transpose_matmul_softmax() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn patch_embedding_conv_reshape_transpose() {
     let (c, hw, p, d) = (2, 6, 3, 4);
     let n = (hw / p) * (hw / p);
@@ -304,6 +326,10 @@ fn patch_embedding_conv_reshape_transpose() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn reduce_mean_attribute_and_input_forms() {
     for opset in [13, 17, 18, 21] {
         let mut g = GraphBuilder::new(opset).unwrap();
@@ -316,6 +342,10 @@ fn reduce_mean_attribute_and_input_forms() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn mean_as_sum_then_divide_keeps_or_drops_the_axes() {
     for (opset, keep) in [(13, true), (21, false)] {
         let forms = OpForms {

@@ -6,11 +6,9 @@
 //! token from empty state — `.pt` and safetensors give the same file, `--save-weights`
 //! round-trips, and `generate --json` gives the library's greedy continuation.
 
-mod common;
+use std::path::Path;
 
-use std::path::{Path, PathBuf};
-
-use common::*;
+use crate::common::*;
 use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::runtime::decoder::Decoder;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
@@ -32,12 +30,6 @@ const GPT_FIXTURES: [&str; 8] = [
 ];
 
 const TINYGRAD_FIXTURES: [&str; 3] = ["tiny_gmlp", "tiny_amlp", "tiny_amlp_causal"];
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
 
 /// The build flags a user passes for `name`: those its meta.json records.
 fn flags(name: &str) -> Vec<String> {
@@ -105,6 +97,10 @@ fn logits(kind: gmlp_onnx::runtime::RuntimeKind, path: &Path, ids: &Array2<i64>)
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn gpt_checkpoints_reproduce_the_library_whole_and_shorter() {
     let dir = tempfile::tempdir().unwrap();
     for name in GPT_FIXTURES {
@@ -165,6 +161,10 @@ fn gpt_checkpoints_reproduce_the_library_whole_and_shorter() {
 
 /// Token by token from empty state, present fed back as past, as a Python loop would.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn gpt_checkpoints_decode_token_by_token_to_the_library_logits() {
     let dir = tempfile::tempdir().unwrap();
     for name in GPT_FIXTURES {
@@ -203,6 +203,10 @@ fn gpt_checkpoints_decode_token_by_token_to_the_library_logits() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn generate_gives_the_library_greedy_continuation() {
     let dir = tempfile::tempdir().unwrap();
     for name in GPT_FIXTURES.iter().filter(|n| n.starts_with("gpt_")) {
@@ -239,6 +243,10 @@ fn generate_gives_the_library_greedy_continuation() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn tinygrad_backbones_reproduce_the_library() {
     let dir = tempfile::tempdir().unwrap();
     for name in TINYGRAD_FIXTURES {

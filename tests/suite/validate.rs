@@ -2,40 +2,27 @@
 //! NumPy and by the Python ONNX Runtime, independent of this crate), malformed files,
 //! the JSON report, execution-provider placement from ONNX Runtime's profiler, bench.
 
-mod common;
-
-use common::{
-    gmlp, output_text as text, path_str as s, run_python as py, small_token_model as token_model,
-    small_vision_model as vision_model,
+use crate::common::{
+    assert_fails, gmlp, output_text as text, path_str as s, run_python as py,
+    small_token_model as token_model, small_vision_model as vision_model,
 };
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use gmlp_onnx::runtime::onnxruntime::parse_profile;
 use gmlp_onnx::runtime::{Placement, RuntimeKind};
 use gmlp_onnx::validate::check_placement;
-
-/// Exit code `code`, a one-line error containing every needle, no panic.
-fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(code), "{}", text(o));
-    for needle in needles {
-        assert!(err.contains(needle), "expected '{needle}' in: {err}");
-    }
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
-}
 
 fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn numpy_inputs_and_python_onnxruntime_outputs_check_tract() {
     let dir = tempfile::tempdir().unwrap();
     let model = vision_model(dir.path());
@@ -86,6 +73,10 @@ fn numpy_inputs_and_python_onnxruntime_outputs_check_tract() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn saved_outputs_catch_a_perturbed_expected_file() {
     let dir = tempfile::tempdir().unwrap();
     let model = token_model(dir.path());
@@ -179,6 +170,10 @@ fn saved_outputs_catch_a_perturbed_expected_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn inputs_that_do_not_fit_the_model_are_refused_naming_the_input() {
     let dir = tempfile::tempdir().unwrap();
     let model = token_model(dir.path());
@@ -239,6 +234,10 @@ fn inputs_that_do_not_fit_the_model_are_refused_naming_the_input() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn malformed_npz_files_are_refused_without_panic() {
     let dir = tempfile::tempdir().unwrap();
     let model = vision_model(dir.path());
@@ -330,6 +329,10 @@ fn malformed_npz_files_are_refused_without_panic() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn any_onnx_model_with_int32_and_float64_inputs_validates() {
     // A model this crate did not write (onnx.helper), with a symbolic dimension N,
     // float64 and int32 inputs and outputs.
@@ -415,6 +418,10 @@ fn any_onnx_model_with_int32_and_float64_inputs_validates() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn report_names_runtimes_with_placement_and_bench() {
     let dir = tempfile::tempdir().unwrap();
     let model = vision_model(dir.path());
@@ -519,6 +526,10 @@ fn profile_parsing_and_the_cuda_placement_rule() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn a_failing_onnxruntime_run_is_one_line_and_leaves_no_profile() {
     // Declared [N, 4] but reshaped to a fixed [3, 4]: any N other than 3 fails at run time.
     let dir = tempfile::tempdir().unwrap();

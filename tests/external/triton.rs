@@ -7,15 +7,13 @@
 //! scripts/test exports GMLP_ONNX_TRITON_* (see scripts/triton_backend.sh); when they are
 //! missing, the test runs that script itself (cached, well under a second once built).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gmlp, output_text, path_str, small_token_model, small_vision_model};
+use crate::common::{gmlp, output_text, path_str, small_token_model, small_vision_model};
 
 /// Tolerance of Triton's answers against ONNX Runtime in-process: a batch of several
 /// requests runs other kernel blockings than one request (5e-7 seen).
@@ -207,6 +205,10 @@ fn assert_no_errors(report: &serde_json::Value, server: &Server) {
 /// clients; every answer equals ONNX Runtime's on the same example, and Triton's
 /// statistics show that requests were batched together.
 #[test]
+#[cfg_attr(
+    not(feature = "test-triton"),
+    ignore = "needs a Triton server: scripts/test"
+)]
 fn a_repository_written_by_gmlp_onnx_is_served_by_triton_and_matches_onnx_runtime() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -340,6 +342,10 @@ fn check_with_past_model(env: &TritonEnv, model: &Path, vocab: usize, work: &Pat
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-triton"),
+    ignore = "needs a Triton server: scripts/test"
+)]
 fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");

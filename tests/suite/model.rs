@@ -2,11 +2,9 @@
 //! must agree; spatial forms, causality, aMLP, both heads, batch symbol, determinism,
 //! parameter counts read back from the files.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::gmlp::export::{counts, export};
 use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens, forward_vision};
 use gmlp_onnx::gmlp::{param_specs, GmlpConfig, SpatialForm, Task};
@@ -124,6 +122,10 @@ fn three_way(cfg: &GmlpConfig, opset: i64, batch: usize) -> ArrayD<f32> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn token_model_each_spatial_form_agrees_with_reference() {
     for form in [
         SpatialForm::Dense,
@@ -135,6 +137,10 @@ fn token_model_each_spatial_form_agrees_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn token_model_at_each_opset_agrees_with_reference() {
     for opset in (13..=16).chain(18..=21) {
         three_way(
@@ -146,6 +152,10 @@ fn token_model_at_each_opset_agrees_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn amlp_agrees_with_reference() {
     three_way(
         &tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false),
@@ -156,6 +166,10 @@ fn amlp_agrees_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn causal_models_agree_with_reference() {
     for form in [
         SpatialForm::Dense,
@@ -168,6 +182,10 @@ fn causal_models_agree_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn vision_model_agrees_with_reference() {
     three_way(&tiny_vision(SpatialForm::Dense), 17, 3);
     three_way(&tiny_vision(SpatialForm::Dense), 13, 2);
@@ -175,6 +193,10 @@ fn vision_model_agrees_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn toeplitz_expand_and_gather_give_the_same_outputs() {
     for attn in [None, Some(8)] {
         let gather = three_way(
@@ -193,6 +215,10 @@ fn toeplitz_expand_and_gather_give_the_same_outputs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn causal_outputs_ignore_later_tokens() {
     // Independent of the reference: changing token t+1.. must not move logits at 0..=t.
     let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
@@ -230,6 +256,10 @@ fn causal_outputs_ignore_later_tokens() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn one_file_runs_several_batch_sizes() {
     let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), false);
     let dir = tempfile::tempdir().unwrap();
@@ -297,6 +327,10 @@ fn parameter_counts_read_from_files_match_the_graph_and_the_specs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn emitted_models_pass_the_onnx_checker() {
     let dir = tempfile::tempdir().unwrap();
     let mut paths = Vec::new();
@@ -357,6 +391,10 @@ fn node_names_are_by_place_and_metadata_holds_the_config() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn gating_heads_untied_head_and_token_shift_agree_with_reference() {
     for form in [
         SpatialForm::Dense,
@@ -385,6 +423,10 @@ fn gating_heads_untied_head_and_token_shift_agree_with_reference() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn external_data_is_aligned_loads_in_both_runtimes_and_matches_inline() {
     use gmlp_onnx::onnx::writer::{write_model_with, ExternalData, EXTERNAL_ALIGNMENT};
     let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
@@ -480,6 +522,10 @@ fn a_failed_write_leaves_neither_file() {
 const F16_RTOL: f64 = 1e-2;
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn f16_export_tracks_the_f32_model() {
     use gmlp_onnx::gmlp::Precision;
     let dir = tempfile::tempdir().unwrap();

@@ -1,8 +1,6 @@
 //! The `.npz` reader and writer against NumPy itself, both directions, every dtype.
 
-mod common;
-
-use common::run_python as py;
+use crate::common::run_python as py;
 
 use gmlp_onnx::npz::{read_npz, save_npz};
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
@@ -43,6 +41,10 @@ fn tensors() -> Vec<NamedTensor> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn numpy_reads_what_we_write() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.npz");
@@ -62,6 +64,10 @@ fn numpy_reads_what_we_write() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn we_read_what_numpy_writes_stored_and_compressed() {
     let dir = tempfile::tempdir().unwrap();
     for (name, func) in [("s.npz", "savez"), ("c.npz", "savez_compressed")] {

@@ -9,20 +9,22 @@
 //! Results: target/tmp/consumers/results.json and compatibility.md; with
 //! GMLP_ONNX_UPDATE_DOCS=1 also docs/compatibility.md.
 
-mod common;
-
 use std::process::Command;
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-consumers"),
+    ignore = "needs the consumer matrix: scripts/test"
+)]
 fn every_consumer_agrees_with_onnx_runtime_or_fails_as_recorded() {
     assert!(
         std::env::var_os("GMLP_CONSUMER_CANDLE").is_some(),
-        "the consumers are not installed: run `scripts/test --test consumers` \
+        "the consumers are not installed: run `scripts/test --test external consumers` \
          (it evals scripts/consumers_setup.sh)"
     );
     let root = env!("CARGO_MANIFEST_DIR");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("consumers");
-    let mut cmd = Command::new(common::python());
+    let mut cmd = Command::new(crate::common::python());
     cmd.arg(format!("{root}/tests/consumers/matrix.py"))
         .args(["--gmlp", env!("CARGO_BIN_EXE_gmlp-onnx"), "--out"])
         .arg(&out);
@@ -32,7 +34,7 @@ fn every_consumer_agrees_with_onnx_runtime_or_fails_as_recorded() {
     let o = cmd
         .output()
         .expect("run python (set GMLP_ONNX_PYTHON or run scripts/test)");
-    let text = common::output_text(&o);
+    let text = crate::common::output_text(&o);
     println!("{text}");
     assert!(o.status.success(), "consumer matrix:\n{text}");
     assert!(out.join("results.json").exists(), "no results.json written");

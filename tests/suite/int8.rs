@@ -7,12 +7,10 @@
 //! classifier test accuracy within 1.5 points, next-token top-1 agreement ≥ 97%,
 //! max|int8 − f32| / max|f32| ≤ 5e-2; tract vs ONNX Runtime within `Tolerance::INT8`.
 
-mod common;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::checkpoint::{Import, ImportHints};
 use gmlp_onnx::gmlp::export::export;
 use gmlp_onnx::gmlp::{GmlpConfig, ParamSpec, Precision, SpatialForm, Task, WeightSource};
@@ -28,12 +26,6 @@ use safetensors::SafeTensors;
 const MAX_REL_VS_F32: f64 = 5e-2;
 const MIN_TOP1_AGREEMENT: f64 = 0.97;
 const MAX_ACCURACY_DROP: f64 = 0.015;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
 
 fn array_of(st: &SafeTensors, name: &str) -> Option<TensorValue> {
     let t = st.tensor(name).ok()?;
@@ -84,20 +76,6 @@ fn fixture_io(name: &str) -> (serde_json::Value, Vec<NamedTensor>, Option<Vec<i6
 fn write(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64, path: &Path) {
     let model = export(cfg, source, "test", None, opset).expect("export");
     write_model(&model.graph, &model.info, path, |_, _| {}).expect("write");
-}
-
-fn argmax_rows(a: &ArrayD<f32>) -> Vec<usize> {
-    let last = *a.shape().last().unwrap();
-    a.as_slice()
-        .unwrap()
-        .chunks(last)
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
-                .0
-        })
-        .collect()
 }
 
 fn agreement(a: &[usize], b: &[usize]) -> f64 {
@@ -160,16 +138,28 @@ fn check_fixture(name: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_timm_classifier_keeps_its_test_accuracy() {
     check_fixture("timm_gmlp_vision");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_lucidrains_classifier_keeps_its_test_accuracy() {
     check_fixture("lucid_vision");
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_byte_language_models_keep_their_next_token_predictions() {
     for name in [
         "lucid_tokens",
@@ -193,6 +183,10 @@ fn op_count(path: &Path, op: &str) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_graphs_use_the_dynamic_form_pass_the_checker_and_track_f32() {
     let dir = tempfile::tempdir().unwrap();
     let mut paths = Vec::new();
@@ -263,6 +257,10 @@ impl WeightSource for Zeroed {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn all_zero_weight_columns_get_scale_one_and_no_nan() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny_tokens(SpatialForm::Dense, Some(8), false);
@@ -311,6 +309,10 @@ fn all_zero_weight_columns_get_scale_one_and_no_nan() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn validate_uses_int8_tolerances_from_the_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.onnx");

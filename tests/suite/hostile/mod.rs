@@ -3,9 +3,6 @@
 //! `gmlp-onnx: error:` and names the problem, no panic, no hang, and no file left behind in
 //! the output directory (neither the output nor a temporary file).
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod checkpoints;
 mod cli_args;
 mod generation;

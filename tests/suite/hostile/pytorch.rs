@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{assert_refusal, file, listing, s};
+use super::{assert_refusal, file, listing, s};
 
 /// What the os.system payload in the fixtures would create in the working folder.
 const MARKER: &str = "pwned_by_pickle";

@@ -4,12 +4,10 @@
 //! tract and ONNX Runtime, against the independent f64 reference and against PyTorch's
 //! logits for the causal g-mlp-pytorch fixtures.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::checkpoint::{Import, ImportHints};
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
@@ -121,6 +119,10 @@ fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn variable_length_models_equal_the_fixed_models_first_positions() {
     let dir = tempfile::tempdir().unwrap();
     let mut shifted = tiny_tokens(SpatialForm::Dense, None, true);
@@ -167,6 +169,10 @@ fn variable_length_models_equal_the_fixed_models_first_positions() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
     let dir = tempfile::tempdir().unwrap();
     // Today's graph, and the portable target (opset 13: Shape without start/end,
@@ -256,6 +262,10 @@ fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
 /// tract and ONNX Runtime agree. Not bit-equal to the whole-sequence run: dynamic
 /// quantization picks its activation scale from each run's own values.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int8_with_past_decoding_tracks_the_reference_in_both_runtimes() {
     let dir = tempfile::tempdir().unwrap();
     for (name, cfg) in causal_configs() {
@@ -292,12 +302,6 @@ fn int8_with_past_decoding_tracks_the_reference_in_both_runtimes() {
     }
 }
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
 fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
     let bytes = std::fs::read(fixture(name).join("io.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -324,6 +328,10 @@ fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position() {
     let dir = tempfile::tempdir().unwrap();
     // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
@@ -387,6 +395,10 @@ fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position(
 /// whole-sequence run and decoding check (the window state starts empty too), inspect's
 /// window line, and generate in both runtimes.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn cli_validates_and_generates_a_token_shift_model_with_past() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("shift-past.onnx");
@@ -433,6 +445,10 @@ fn cli_validates_and_generates_a_token_shift_model_with_past() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn cli_builds_validates_and_generates_with_past() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("past.onnx");

@@ -11,7 +11,7 @@ use gmlp_onnx::onnx::proto::{
 };
 use prost::Message;
 
-use crate::{assert_refusal, assert_refused, file, run_limited, s, HANG_LIMIT};
+use super::{assert_refusal, assert_refused, file, run_limited, s, HANG_LIMIT};
 
 /// A float tensor value declaration with fixed `dims`.
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
@@ -314,6 +314,10 @@ fn inspect_survives_overflowing_dims_and_validate_refuses_them() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn graphs_the_runtimes_reject_give_one_line_errors() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -349,6 +353,10 @@ fn graphs_the_runtimes_reject_give_one_line_errors() {
 /// runtimes must refuse it with an error (tract's allocation failure is a panic inside
 /// tract, which gmlp-onnx contains), not abort the process.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn a_graph_that_allocates_terabytes_is_a_runtime_error() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

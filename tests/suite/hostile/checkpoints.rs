@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{assert_refused, file, run_limited, s, HANG_LIMIT};
+use super::{assert_refused, file, run_limited, s, HANG_LIMIT};
 
 /// A safetensors file: little-endian u64 header length, the header text, the data.
 fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
@@ -266,6 +266,10 @@ fn a_hostile_config_in_the_metadata_is_refused_before_allocation() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn hostile_npz_checkpoints_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

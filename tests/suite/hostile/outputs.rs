@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{assert_refused, listing, run_limited, s, HANG_LIMIT};
+use super::{assert_refused, listing, run_limited, s, HANG_LIMIT};
 
 #[test]
 fn bad_output_paths_are_refused() {

@@ -3,13 +3,11 @@
 //! under "model" with an optimizer state, Lightning-style under "state_dict", and in the
 //! legacy non-zip format) convert with the real binary and reproduce PyTorch's outputs in
 //! tract and ONNX Runtime; synthetic files of every dtype and of strided / shared views
-//! read back exactly the values NumPy wrote next to them. Hostile files: tests/hostile/.
-
-mod common;
+//! read back exactly the values NumPy wrote next to them. Hostile files: tests/suite/hostile/.
 
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::checkpoint::{pytorch, Checkpoint};
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::ArrayD;
@@ -86,11 +84,19 @@ fn check_conversion(name: &str, file: &str, flags: &[&str]) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn timm_state_dict_from_torch_save_matches_pytorch() {
     check_conversion("timm_gmlp_vision", "model.pt", &[]);
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn g_mlp_pytorch_checkpoints_nested_lightning_and_legacy_match_pytorch() {
     // {"model": state_dict, "optimizer": Adam state, "epoch": 3}
     check_conversion("lucid_vision", "model.ckpt.pt", &["--in-chans", "1"]);

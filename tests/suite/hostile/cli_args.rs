@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::{assert_refused, s};
+use super::{assert_refused, s};
 
 /// `build --preset PRESET FLAGS -o DIR/x.onnx` is refused with `needle`.
 fn refuse_build(dir: &Path, preset: &str, flags: &[&str], needle: &str) {

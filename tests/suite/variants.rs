@@ -5,12 +5,10 @@
 //! windows and folds as upstream does (padding, blocks, real sub-sequences), at the full
 //! length, at a shorter length, with a fixed length, and decoded with state in pieces.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens};
 use gmlp_onnx::gmlp::targets::BuildTarget;
@@ -134,6 +132,10 @@ fn decode(decoder: &mut Decoder, ids: &Array2<i64>, chunks: &[usize]) -> Array3<
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn token_variants_agree_with_the_reference_whole_short_and_fixed() {
     let dir = tempfile::tempdir().unwrap();
     for (name, cfg) in token_variants() {
@@ -179,6 +181,10 @@ fn token_variants_agree_with_the_reference_whole_short_and_fixed() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn token_variants_decode_with_state_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
     for (name, cfg) in token_variants() {
@@ -248,6 +254,10 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
 /// gmlp-tinygrad's kind of model: a backbone on inputs_embeds with RMSNorm, tanh GELU, no
 /// spatial bias and attention biases, bidirectional and causal.
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn backbones_agree_with_the_reference() {
     let dir = tempfile::tempdir().unwrap();
     for causal in [false, true] {

@@ -2,12 +2,10 @@
 //! place looked at listed when it is not; f16 models that validate with the defaults;
 //! a closed pipe that ends the program quietly; one-line messages that say things once.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{output_text, path_str as s, python, small_token_model, small_vision_model};
+use crate::common::{output_text, path_str as s, python, small_token_model, small_vision_model};
 
 /// The binary under test with an empty environment but for PATH and HOME (nothing
 /// exported: no ORT_DYLIB_PATH, no VIRTUAL_ENV, no GMLP_ONNX_PYTHON) plus `env`, run in `cwd`.
@@ -26,7 +24,7 @@ fn gmlp_bare(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
 }
 
 fn gmlp(args: &[&str]) -> Output {
-    common::gmlp(args)
+    crate::common::gmlp(args)
 }
 
 /// The virtual environment that holds the tests' onnxruntime (GMLP_ONNX_PYTHON is its
@@ -47,6 +45,10 @@ fn test_venv() -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn validate_finds_onnxruntime_in_the_active_virtual_environment() {
     let dir = tempfile::tempdir().unwrap();
     let model = small_vision_model(dir.path());
@@ -73,6 +75,10 @@ fn validate_finds_onnxruntime_in_the_active_virtual_environment() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn validate_finds_onnxruntime_in_dot_venv_of_the_current_directory() {
     let dir = tempfile::tempdir().unwrap();
     let model = small_vision_model(dir.path());
@@ -137,6 +143,10 @@ fn without_onnxruntime_anywhere_the_error_lists_every_place_looked() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn a_wrong_explicit_library_is_an_error_not_a_silent_fallback() {
     let dir = tempfile::tempdir().unwrap();
     let model = small_vision_model(dir.path());
@@ -175,6 +185,10 @@ fn max_rel(report: &Path) -> f64 {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn f16_models_validate_with_the_defaults_in_build_and_validate() {
     let dir = tempfile::tempdir().unwrap();
     for (name, preset, extra) in [
@@ -236,6 +250,10 @@ fn f16_models_validate_with_the_defaults_in_build_and_validate() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn f32_models_keep_the_f32_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let model = small_token_model(dir.path());
