@@ -87,10 +87,10 @@ pub enum Precision {
     /// Weights, activations and MatMuls in f16; LayerNorm (with f32 scale and shift),
     /// the attention softmax and the output logits in f32.
     F16,
-    /// The projections (proj_in, proj_out, attention, vocabulary head) stored as int8,
-    /// symmetric per output channel, and run as dynamically quantized integer MatMuls
-    /// (`DynamicQuantizeLinear → MatMulInteger → scale`); everything else in f32
-    /// (see [`crate::gmlp::quantize`]).
+    /// The projections (proj_in, proj_out, attention, vocabulary head) and the spatial
+    /// MatMul stored as int8, symmetric per output channel, and run as dynamically
+    /// quantized integer MatMuls (`DynamicQuantizeLinear → MatMulInteger → scale`);
+    /// everything else in f32 (see [`crate::gmlp::quantize`]).
     Int8,
 }
 
