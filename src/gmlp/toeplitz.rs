@@ -1,6 +1,7 @@
-//! Toeplitz spatial weights (paper §4 and appendix C; SPEC §2): `W[i, j] = w[j − i + n − 1]`
-//! with 2n − 1 parameters w, expanded to a dense matrix or gathered through an index table;
-//! the least-squares fit that accepts a dense W as Toeplitz; and the causal mask of W.
+//! Toeplitz spatial weights (paper §4 and appendix C; docs/design.md, "Toeplitz spatial
+//! weights"): `W[i, j] = w[j − i + n − 1]` with 2n − 1 parameters w, expanded to a dense
+//! matrix or gathered through an index table; the least-squares fit that accepts a dense W
+//! as Toeplitz; and the causal mask of W.
 
 /// Toeplitz expansion `W[i, j] = w[j − i + n − 1]` (paper appendix C), row-major [n, n].
 pub fn toeplitz_expand(w: &[f32], n: usize) -> Vec<f32> {

@@ -1,6 +1,7 @@
-"""The consumer matrix (issue 12): builds every model of matrix.toml with gmlp-onnx, runs it in
-every downstream consumer, compares each output with ONNX Runtime 1.31 (Python), writes
-results.json and compatibility.md, and checks every cell against matrix.toml's expectations.
+"""The consumer matrix (docs/model.md, "Where the files run"): builds every model of
+matrix.toml with gmlp-onnx, runs it in every downstream consumer, compares each output with
+ONNX Runtime 1.31 (Python), writes results.json and compatibility.md, and checks every cell
+against matrix.toml's expectations.
 
 Usage: python matrix.py --gmlp BIN --out DIR [--update-docs]
 Run by tests/external/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose

@@ -1,7 +1,7 @@
-//! Installing like the tools ML engineers already use (issue 14): the wheel scripts/test
-//! builds with maturin (`bindings = "bin"`) goes into a fresh virtual environment together
-//! with onnxruntime (the `ort` extra), and the `gmlp-onnx` it puts in `<venv>/bin` builds
-//! and validates a model with nothing exported: ONNX Runtime is found in the environment
+//! Installing like the tools ML engineers already use (README.md, "Install"): the wheel
+//! scripts/test builds with maturin (`bindings = "bin"`) goes into a fresh virtual environment
+//! together with onnxruntime (the `ort` extra), and the `gmlp-onnx` it puts in `<venv>/bin`
+//! builds and validates a model with nothing exported: ONNX Runtime is found in the environment
 //! the binary is installed in.
 
 use std::path::{Path, PathBuf};

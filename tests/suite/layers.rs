@@ -1,6 +1,6 @@
-//! The library's modules form one stack, each importing only from the layers below it, so
-//! the data path points one way and there is no import circle (issue 10). This reads the
-//! sources and checks every `crate::NAME` reference against the order documented in
+//! The library's modules form one stack, each importing only from the layers below it, so the
+//! data path points one way and there is no import circle (docs/architecture.md). This reads
+//! the sources and checks every `crate::NAME` reference against the order documented in
 //! src/lib.rs; it also checks that the gMLP model knows nothing of protobuf.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,7 @@
-//! A newcomer's first hour (issue 14): ONNX Runtime found where the user has it, with every
-//! place looked at listed when it is not; f16 models that validate with the defaults;
-//! a closed pipe that ends the program quietly; one-line messages that say things once.
+//! A newcomer's first hour (README.md, "Install"; docs/runtimes.md): ONNX Runtime found where
+//! the user has it, with every place looked at listed when it is not; f16 models that validate
+//! with the defaults; a closed pipe that ends the program quietly; one-line messages that say
+//! things once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -389,7 +390,7 @@ fn small_things_say_things_once_and_in_one_unit() {
         )),
         "{text}"
     );
-    // inspect's text shows every metadata property, as README says.
+    // inspect's text shows every metadata property, as docs/validate.md says.
     let o = gmlp(&["inspect", s(&out)]);
     let text = output_text(&o);
     for key in [

@@ -26,7 +26,7 @@ use ndarray::{Array2, Array4, ArrayD};
 const REFERENCE_RTOL: f64 = 1e-4;
 /// A profile's graph vs the default graph, and tract vs ONNX Runtime, f32.
 const SAME_MODEL_RTOL: f64 = 1e-5;
-/// f16 models against the f32 reference (README: 1e-2 of max|logits|).
+/// f16 models against the f32 reference (docs/model.md: 1e-2 of max|logits|).
 const F16_RTOL: f64 = 1e-2;
 
 /// The representative models.

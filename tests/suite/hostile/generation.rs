@@ -1,4 +1,4 @@
-//! Causal models as generators (issue 11): `--with-past` on a model that cannot carry
+//! Causal models as generators (docs/generation.md): `--with-past` on a model that cannot carry
 //! state, prompts longer than n, generation past n, token ids outside the vocabulary, and
 //! models that cannot decode given to `generate`: one line, exit 2, nothing written.
 

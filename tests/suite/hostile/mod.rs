@@ -1,7 +1,7 @@
-//! Hostile and broken inputs (issue 6). Every case runs the real binary under a time limit
-//! and asserts: the documented non-zero exit code, one line on stderr that starts with
-//! `gmlp-onnx: error:` and names the problem, no panic, no hang, and no file left behind in
-//! the output directory (neither the output nor a temporary file).
+//! Hostile and broken inputs (docs/reliability.md). Every case runs the real binary under a
+//! time limit and asserts: the documented non-zero exit code, one line on stderr that starts
+//! with `gmlp-onnx: error:` and names the problem, no panic, no hang, and no file left behind
+//! in the output directory (neither the output nor a temporary file).
 
 mod checkpoints;
 mod cli_args;
