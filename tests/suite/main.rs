@@ -13,6 +13,7 @@
 mod common;
 
 mod cli;
+mod docs;
 mod generation;
 mod hostile;
 mod import;
