@@ -3,7 +3,7 @@ matrix.toml with gmlp-onnx, runs it in every downstream consumer, compares each 
 ONNX Runtime 1.31 (Python), writes results.json and compatibility.md, and checks every cell
 against matrix.toml's expectations.
 
-Usage: python matrix.py --gmlp BIN --out DIR [--update-docs]
+Usage: python matrix.py --gmlp BIN --out DIR [--update-docs | --models A,B --consumers C,D]
 Run by tests/external/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose
 `GMLP_CONSUMER_*` variables scripts/test exports. Exits 1 when a cell's pass/fail status
 differs from the expectation (or a consumer is not installed), 0 otherwise.
@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY_RUNNER = os.path.join(HERE, "runners", "python_consumer.py")
 NODE_RUNNER = os.path.join(HERE, "runners", "ort_node.js")
+WEB_RUNNER = os.path.join(HERE, "runners", "ort_web.js")
 TOL_F32 = 1e-5
 TOL_F16 = 1e-2
 # int8 files: consumers run DynamicQuantizeLinear/MatMulInteger with their own rounding of
@@ -139,17 +140,19 @@ def json_to_npz(json_path, npz_path):
     np.savez(npz_path, **arrays)
 
 
-def node_consumer(modules):
+def node_consumer(modules, runner=NODE_RUNNER):
+    """A Node.js runner (ort_node.js, or ort_web.js, which drives headless Chromium) given
+    the node_modules folder it loads its packages from."""
     def run(model, inputs, outputs):
         in_json, out_json = outputs + ".in.json", outputs + ".out.json"
         npz_to_json(inputs, in_json)
-        ok, message = run_command(["node", NODE_RUNNER, modules, model, in_json, out_json])
+        ok, message = run_command(["node", runner, modules, model, in_json, out_json])
         if ok:
             json_to_npz(out_json, outputs)
         return ok, message
 
     def version():
-        return subprocess.run(["node", NODE_RUNNER, modules, "--version"], capture_output=True,
+        return subprocess.run(["node", runner, modules, "--version"], capture_output=True,
                               text=True, check=True).stdout.strip()
 
     return run, version
@@ -227,6 +230,7 @@ def consumers(gmlp):
     cv5c_run, _ = python_consumer(env("GMLP_CONSUMER_OPENCV5"), "opencv-classic")
     node_run, node_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE"))
     legacy_run, legacy_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE_LEGACY"))
+    web_run, web_version = node_consumer(env("GMLP_CONSUMER_ORT_WEB"), WEB_RUNNER)
     candle = env("GMLP_CONSUMER_CANDLE")
     main_lock = os.path.join(ROOT, "Cargo.lock")
     candle_lock = os.path.join(HERE, "candle", "Cargo.lock")
@@ -241,6 +245,9 @@ def consumers(gmlp):
         Consumer("onnx-reference", "onnx.reference (ReferenceEvaluator)", ref_run, ref_version),
         Consumer("openvino", "OpenVINO (CPU, INFERENCE_PRECISION_HINT f32)", ov_run, ov_version),
         Consumer("onnxruntime-node", "onnxruntime-node (npm)", node_run, node_version),
+        Consumer("onnxruntime-web", "onnxruntime-web (npm; WASM, 1 thread) in headless Chromium",
+                 web_run, web_version,
+                 note="Debian's Chromium driven by puppeteer-core; the page loads the file over HTTP from 127.0.0.1"),
         Consumer("onnxruntime-1.14", "ONNX Runtime 1.14 (onnxruntime-node 1.14 from npm)",
                  legacy_run, legacy_version),
         Consumer("onnxruntime-1.14-ir8", "ONNX Runtime 1.14, same file rewritten to IR 8 by the test",
@@ -353,6 +360,9 @@ def main():
     parser.add_argument("--models", default="",
                         help="comma-separated model names: run only these (for iterating; "
                              "refuses --update-docs)")
+    parser.add_argument("--consumers", default="",
+                        help="comma-separated consumer keys: run only these, after the reference "
+                             "onnxruntime-python (for iterating; refuses --update-docs)")
     args = parser.parse_args()
 
     with open(os.path.join(HERE, "matrix.toml"), "rb") as f:
@@ -375,6 +385,15 @@ def main():
         if args.update_docs:
             raise SystemExit("matrix.py: --update-docs needs the whole matrix (drop --models)")
         models = [m for m in models if m["name"] in wanted]
+    if args.consumers:
+        wanted = set(args.consumers.split(","))
+        unknown = wanted - keys
+        if unknown:
+            raise SystemExit(f"matrix.py: --consumers names unknown consumers {sorted(unknown)}")
+        if args.update_docs:
+            raise SystemExit("matrix.py: --update-docs needs the whole matrix (drop --consumers)")
+        # The reference always runs first: every other cell is compared with it.
+        everyone = [c for i, c in enumerate(everyone) if i == 0 or c.key in wanted]
 
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
