@@ -14,6 +14,8 @@ import json
 import os
 import platform
 import re
+import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -140,22 +142,101 @@ def json_to_npz(json_path, npz_path):
     np.savez(npz_path, **arrays)
 
 
-def node_consumer(modules, runner=NODE_RUNNER):
-    """A Node.js runner (ort_node.js, or ort_web.js, which drives headless Chromium) given
-    the node_modules folder it loads its packages from."""
+def node_consumer(modules):
     def run(model, inputs, outputs):
         in_json, out_json = outputs + ".in.json", outputs + ".out.json"
         npz_to_json(inputs, in_json)
-        ok, message = run_command(["node", runner, modules, model, in_json, out_json])
+        ok, message = run_command(["node", NODE_RUNNER, modules, model, in_json, out_json])
         if ok:
             json_to_npz(out_json, outputs)
         return ok, message
 
     def version():
-        return subprocess.run(["node", runner, modules, "--version"], capture_output=True,
+        return subprocess.run(["node", NODE_RUNNER, modules, "--version"], capture_output=True,
                               text=True, check=True).stdout.strip()
 
     return run, version
+
+
+# Consumers holding a process open across cells, closed when matrix.py ends (even on error).
+CLOSE_AT_EXIT = []
+
+
+class BrowserConsumer:
+    """onnxruntime-web in headless Chromium: one `node ort_web.js MODULES --serve` process
+    (one browser, a fresh page for every file) for the whole run, started at the first cell
+    and started again after a cell that kills it or runs past RUN_TIMEOUT_S."""
+
+    def __init__(self, modules, log_path):
+        self.modules, self.log_path = modules, log_path
+        self.proc = None
+        CLOSE_AT_EXIT.append(self)
+
+    def _start(self):
+        self.log = open(self.log_path, "ab")
+        # Its own process group: a stuck browser is ended with its node parent.
+        self.proc = subprocess.Popen(["node", WEB_RUNNER, self.modules, "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, start_new_session=True)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
+
+    def _stderr_tail(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read()[-4000:].decode("utf-8", "replace")
+
+    def run(self, model, inputs, outputs):
+        in_json, out_json = outputs + ".in.json", outputs + ".out.json"
+        npz_to_json(inputs, in_json)
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        job = {"model": os.path.abspath(model), "inputs": os.path.abspath(in_json),
+               "outputs": os.path.abspath(out_json)}
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.close()
+            return False, one_line(self._stderr_tail()) or "ort_web.js exited"
+        if not self.selector.select(timeout=RUN_TIMEOUT_S):
+            self.close()
+            return False, f"timed out after {RUN_TIMEOUT_S} s"
+        line = self.proc.stdout.readline()
+        if not line:
+            message = one_line(self._stderr_tail())
+            self.close()
+            return False, message
+        answer = json.loads(line)
+        if not answer["ok"]:
+            return False, one_line(answer["error"])
+        json_to_npz(out_json, outputs)
+        return True, ""
+
+    def version(self):
+        return subprocess.run(["node", WEB_RUNNER, self.modules, "--version"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    def close(self):
+        """Ends the runner: stdin closed (it closes the browser), then its process group."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of its group is left
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.selector.close()
+        self.log.close()
+        self.proc = None
 
 
 def rewrite_ir(version):
@@ -220,7 +301,7 @@ def decompose_layernorm(model):
     return path
 
 
-def consumers(gmlp):
+def consumers(gmlp, out_dir):
     ref_py = sys.executable
     ort_run, ort_version = python_consumer(ref_py, "onnxruntime")
     ref_run, ref_version = python_consumer(ref_py, "onnx-reference")
@@ -230,7 +311,7 @@ def consumers(gmlp):
     cv5c_run, _ = python_consumer(env("GMLP_CONSUMER_OPENCV5"), "opencv-classic")
     node_run, node_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE"))
     legacy_run, legacy_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE_LEGACY"))
-    web_run, web_version = node_consumer(env("GMLP_CONSUMER_ORT_WEB"), WEB_RUNNER)
+    web = BrowserConsumer(env("GMLP_CONSUMER_ORT_WEB"), os.path.join(out_dir, "ort_web.log"))
     candle = env("GMLP_CONSUMER_CANDLE")
     main_lock = os.path.join(ROOT, "Cargo.lock")
     candle_lock = os.path.join(HERE, "candle", "Cargo.lock")
@@ -246,7 +327,7 @@ def consumers(gmlp):
         Consumer("openvino", "OpenVINO (CPU, INFERENCE_PRECISION_HINT f32)", ov_run, ov_version),
         Consumer("onnxruntime-node", "onnxruntime-node (npm)", node_run, node_version),
         Consumer("onnxruntime-web", "onnxruntime-web (npm; WASM, 1 thread) in headless Chromium",
-                 web_run, web_version,
+                 web.run, web.version,
                  note="Debian's Chromium driven by puppeteer-core; the page loads the file over HTTP from 127.0.0.1"),
         Consumer("onnxruntime-1.14", "ONNX Runtime 1.14 (onnxruntime-node 1.14 from npm)",
                  legacy_run, legacy_version),
@@ -369,7 +450,8 @@ def main():
         table = tomllib.load(f)
     models = table["model"]
     expected_failures = table.get("expected_failures", {})
-    everyone = consumers(args.gmlp)
+    os.makedirs(args.out, exist_ok=True)
+    everyone = consumers(args.gmlp, args.out)
     keys = {c.key for c in everyone}
     names = {m["name"] for m in models}
     for cell in expected_failures:
@@ -395,7 +477,6 @@ def main():
         # The reference always runs first: every other cell is compared with it.
         everyone = [c for i, c in enumerate(everyone) if i == 0 or c.key in wanted]
 
-    os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     cells = []
     model_rows = []
@@ -478,4 +559,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        for runner in CLOSE_AT_EXIT:
+            runner.close()
+    sys.exit(code)

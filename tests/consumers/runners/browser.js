@@ -33,9 +33,10 @@ const TYPES = {
   ".png": "image/png",
 };
 
-// Serves exactly the files of `routes` ({"/url/path": "/file/path" or {html: "..."}}) on
-// 127.0.0.1 at a free port; "/" is "/index.html". Anything else is 404.
-function serve(routes) {
+// Serves exactly the files of `routes` ({"/url/path": "/file/path" or {html: "..."}}, looked
+// up at each request) on 127.0.0.1 at a free port; "/" is "/index.html". Anything else is
+// 404. Responses are not cached unless `cacheable(urlPath)` says so.
+function serve(routes, cacheable = () => false) {
   const server = http.createServer((req, res) => {
     const urlPath = decodeURIComponent(new URL(req.url, "http://127.0.0.1").pathname);
     const file = routes[urlPath === "/" ? "/index.html" : urlPath];
@@ -50,7 +51,8 @@ function serve(routes) {
       return;
     }
     const type = TYPES[path.extname(file)] || "application/octet-stream";
-    res.writeHead(200, { "Content-Type": type, "Cache-Control": "no-store" });
+    const cache = cacheable(urlPath) ? "max-age=86400, immutable" : "no-store";
+    res.writeHead(200, { "Content-Type": type, "Cache-Control": cache });
     fs.createReadStream(file).pipe(res);
   });
   return new Promise((resolve, reject) => {
