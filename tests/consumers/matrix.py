@@ -356,7 +356,8 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
     proto = onnx.load(model_path, load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
     config = json.loads(meta.get("gmlp_onnx.config", "{}"))
-    tokens = config.get("task", {}).get("Tokens") or {}
+    task = config.get("task", {})
+    tokens = task if task.get("kind") == "tokens" else {}
     vocab = tokens.get("vocab_size") or 2
     symbols = {"batch": batch, "sequence": max(1, (tokens.get("seq_len") or 4) - 3),
                "past_sequence": 0, "past_shift_sequence": 0}
