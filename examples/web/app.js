@@ -6,8 +6,8 @@
 // temperature, seed, max=NEW_TOKENS, prompt=TEXT.
 //
 // #output carries what a test reads: data-state (loading | running | done | error),
-// data-prompt (the prompt generated for), data-settings and data-tokens (the generated
-// token ids, comma-separated).
+// data-prompt (the prompt generated for), data-settings, data-tokens (the generated token
+// ids, comma-separated) and data-runs (generations started since the page loaded).
 import * as ort from "./ort/ort.wasm.min.mjs";
 import { Generator, Sampler } from "./gmlp.js";
 
@@ -58,9 +58,11 @@ const decoder = new TextDecoder(); // invalid UTF-8 (a cut multi-byte character)
 let generator = null;
 let latest = 0; // the newest request; older runs stop at their next token
 let queue = Promise.resolve();
+let runs = 0;
 
 async function generate(id) {
   if (id !== latest) return;
+  output.dataset.runs = String(++runs);
   const text = promptBox.value;
   const [promptSpan, generatedSpan] = output.children;
   promptSpan.textContent = text;

@@ -98,10 +98,17 @@ fn page_tokens(site: &Path, prompt: &str, runs: &[(&str, &str)], dir: &Path) -> 
         .iter()
         .map(|r| {
             println!(
-                "{}: {} | {}",
+                "{}: {} | {} | {} generations while typing",
                 r["name"],
                 r["model"].as_str().unwrap_or(""),
-                r["status"].as_str().unwrap_or("")
+                r["status"].as_str().unwrap_or(""),
+                r["generations"]
+            );
+            // Typed one key per 200 ms, past the page's 120 ms pause: it generated for
+            // the growing prompt, not only once at the end.
+            assert!(
+                r["generations"].as_u64().unwrap_or(0) >= 2,
+                "the page did not generate as the prompt was typed: {r}"
             );
             r["tokens"]
                 .as_array()

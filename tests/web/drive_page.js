@@ -6,7 +6,9 @@
 //   command docs/web.md gives; PYTHON overrides the interpreter);
 //   SPEC_JSON: {"prompt": TEXT, "out": RESULT.json,
 //               "runs": [{"name": N, "query": "sampling=top-k&k=5", "screenshot": PNG}]}.
-// RESULT.json: {"runs": [{"name", "tokens": [ids], "settings", "status", "model"}]}.
+// RESULT.json: {"runs": [{"name", "tokens": [ids], "settings", "status", "model",
+//                         "generations": how many generations the page started}]}.
+// Keys are typed slower than the page's 120 ms pause, so it generates as the prompt grows.
 // On failure prints one line to stderr, exits 1.
 "use strict";
 const fs = require("fs");
@@ -16,6 +18,7 @@ const { launch, oneLine } = require(path.join(__dirname, "..", "consumers", "run
 
 const LOAD_TIMEOUT_MS = 120000;
 const GENERATE_TIMEOUT_MS = 120000;
+const KEY_DELAY_MS = 200;
 
 // `python3 -m http.server 0` and the port it chose (read from its first line).
 function startServer(site) {
@@ -58,7 +61,7 @@ async function drive(browser, base, prompt, run) {
     throw new Error(`${run.name}: the page did not load the model: ${await statusText()} ${log.join(" | ")}`);
   }
   await page.click("#prompt");
-  await page.type("#prompt", prompt, { delay: 25 });
+  await page.type("#prompt", prompt, { delay: KEY_DELAY_MS });
   const finished = await page
     .waitForFunction(
       (p) => {
@@ -80,6 +83,7 @@ async function drive(browser, base, prompt, run) {
     settings: data.settings,
     status: await statusText(),
     model: await page.$eval("#model", (el) => el.textContent),
+    generations: Number(data.runs || 0),
   };
   await page.close();
   return result;
