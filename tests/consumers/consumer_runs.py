@@ -132,7 +132,10 @@ class BrowserConsumer:
             message = one_line(self._stderr_tail())
             self.close()
             return False, message
-        answer = json.loads(line)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            return False, one_line(f"ort_web.js answered {line!r}")
         if not answer["ok"]:
             return False, one_line(answer["error"])
         json_to_npz(out_json, outputs)
