@@ -89,6 +89,9 @@ async function launch(modules) {
       headless: true,
       args: FLAGS,
       userDataDir: profile,
+      // DevTools over a pipe instead of a port: Chromium (which puppeteer starts in a process
+      // group of its own) exits when this process does, however it ends.
+      pipe: true,
     });
   } catch (err) {
     fs.rmSync(profile, { recursive: true, force: true });
