@@ -1,5 +1,5 @@
 // Runs ONNX files in onnxruntime-web (WASM backend, one thread) inside headless Chromium,
-// for the consumer matrix (tests/consumers.rs).
+// for the consumer matrix (tests/external/consumers.rs).
 // Usage: node ort_web.js NODE_MODULES MODEL.onnx INPUTS.json OUTPUTS.json   (one file)
 //        node ort_web.js NODE_MODULES --serve      (one browser for many files, see below)
 //        node ort_web.js NODE_MODULES --version
