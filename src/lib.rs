@@ -6,7 +6,7 @@
 //! [`runtime`] (tract, ONNX Runtime) → [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
-//! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
+//! [`fs`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
 //! [`serve`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
@@ -16,6 +16,7 @@ pub mod rng;
 pub mod tensor;
 
 pub mod npz;
+pub mod plot;
 
 pub mod onnx;
 
