@@ -14,6 +14,8 @@ pub mod params;
 pub mod pictures;
 pub mod spatial;
 
+pub use pictures::inspect_and_plot;
+
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, StateTensor};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
@@ -163,24 +165,8 @@ pub fn inspect(path: &Path) -> Result<ModelSummary> {
     Ok(summarize(&model, path))
 }
 
-/// Summarizes the model at `path` and writes pictures of its spatial weights into `dir`
-/// (see [`pictures`]); the summary lists them.
-pub fn inspect_and_plot(path: &Path, dir: &Path) -> Result<ModelSummary> {
-    let model = read_model(checked_onnx_path(path)?)?;
-    let (mut summary, weights) = summarize_with_weights(&model, path);
-    let weights = weights.map_err(|e| match e {
-        Error::InvalidArgument(m) => {
-            Error::InvalidArgument(format!("--plot: {}: {m}", path.display()))
-        }
-        other => other,
-    })?;
-    let sheets = pictures::pictures(&weights, path)?;
-    summary.plots = crate::plot::write_pngs(dir, &sheets)?;
-    Ok(summary)
-}
-
 /// Refuses a checkpoint given where an ONNX file is read, with the command that makes one.
-fn checked_onnx_path(path: &Path) -> Result<&Path> {
+pub(crate) fn checked_onnx_path(path: &Path) -> Result<&Path> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -198,14 +184,6 @@ fn checked_onnx_path(path: &Path) -> Result<&Path> {
 
 /// Summarizes a decoded model; `path` locates external data files.
 pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
-    summarize_with_weights(model, path).0
-}
-
-/// [`summarize`], with the spatial weights it read (or why it could not).
-fn summarize_with_weights(
-    model: &ModelProto,
-    path: &Path,
-) -> (ModelSummary, Result<Vec<SpatialWeights>>) {
     let empty = GraphProto::default();
     let graph = model.graph.as_ref().unwrap_or(&empty);
     let mut initializer_bytes = 0u64;
@@ -245,13 +223,12 @@ fn summarize_with_weights(
     let mut ops = BTreeMap::new();
     let mut nodes = 0;
     count_ops(graph, &mut ops, &mut nodes);
-    let weights = spatial_weights(model, path);
-    let (spatial, spatial_unavailable) = match &weights {
+    let (spatial, spatial_unavailable) = match spatial_weights(model, path) {
         Ok(w) => (w.iter().map(SpatialWeights::summary).collect(), None),
-        Err(Error::InvalidArgument(m)) => (Vec::new(), Some(m.clone())),
+        Err(Error::InvalidArgument(m)) => (Vec::new(), Some(m)),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
-    let summary = ModelSummary {
+    ModelSummary {
         model: path.to_path_buf(),
         ir_version: model.ir_version(),
         opsets: model
@@ -304,8 +281,7 @@ fn summarize_with_weights(
         spatial,
         spatial_unavailable,
         plots: Vec::new(),
-    };
-    (summary, weights)
+    }
 }
 
 fn shape_text(shape: &[serde_json::Value]) -> String {

@@ -5,9 +5,13 @@
 
 use std::path::Path;
 
+use super::spatial::spatial_weights;
 use super::spatial::SpatialWeights;
-use crate::error::Result;
+use super::{checked_onnx_path, summarize, ModelSummary};
+use crate::error::{Error, Result};
+use crate::onnx::reader::read_model;
 use crate::plot::heatmap::{Matrix, Scale, Sheet};
+use crate::plot::number;
 use crate::plot::Image;
 
 /// Most panels one sheet shows (heads of a block, or blocks × heads of the overview);
@@ -49,6 +53,22 @@ fn axes(w: &SpatialWeights) -> String {
     }
 }
 
+/// Summarizes the model at `path` and writes pictures of its spatial weights into `dir`
+/// (see [`pictures`]); the summary lists them.
+pub fn inspect_and_plot(path: &Path, dir: &Path) -> Result<ModelSummary> {
+    let model = read_model(checked_onnx_path(path)?)?;
+    let mut summary = summarize(&model, path);
+    let weights = spatial_weights(&model, path).map_err(|e| match e {
+        Error::InvalidArgument(m) => {
+            Error::InvalidArgument(format!("--plot: {}: {m}", path.display()))
+        }
+        other => other,
+    })?;
+    let sheets = pictures(&weights, path)?;
+    summary.plots = crate::plot::write_pngs(dir, &sheets)?;
+    Ok(summary)
+}
+
 /// The file name of block `i`'s picture, zero-padded to sort in block order.
 pub fn block_file(i: usize, blocks: usize) -> String {
     let digits = blocks.saturating_sub(1).max(1).to_string().len();
@@ -74,13 +94,23 @@ pub fn pictures(weights: &[SpatialWeights], model: &Path) -> Result<Vec<(String,
         })?;
         let mut lines = vec![
             format!(
-                "Toeplitz-ness ||T(W)||² / ||W||² = {} (1: shift-invariant; an i.i.d. random W ~{:.3}); max|W| = {}",
+                "Toeplitz-ness ||T(W)||² / ||W||² = {} (1: shift-invariant; an i.i.d. random W ~{:.3}); max|W| = {}, mean {}",
                 score(s.toeplitz_ness),
                 s.random_level,
-                crate::plot::heatmap::number(s.max_abs)
+                number(s.max_abs),
+                s.mean.map_or("n/a".into(), number)
             ),
             axes(w),
-            format!("{name}: {} ({}, {}), reads {}", s.initializer, s.stored, s.dtype, s.reads),
+            format!(
+                "{name}: {} ({}), reads {}",
+                s.initializer,
+                if s.stored == s.dtype {
+                    s.stored.clone()
+                } else {
+                    format!("{}, {}", s.stored, s.dtype)
+                },
+                s.reads
+            ),
         ];
         if w.heads > MAX_PANELS {
             lines.push(format!("heads 0..{MAX_PANELS} of {} shown", w.heads));

@@ -16,16 +16,14 @@
 //! only the first m = ⌈n/e⌉ rows and columns (the sub-sequences are m long); with a window
 //! w, `j ≤ i + w`, and the previous window (j < w) only for rows that have one (i + w < m).
 
-use std::path::Path;
+mod read;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY};
 use crate::gmlp::toeplitz::{toeplitz_expand, ToeplitzEnergy};
-use crate::onnx::proto::{ModelProto, TensorProto};
-use crate::onnx::reader::{element_count, metadata_value, tensor_f32};
+
+pub use read::{recorded_config, spatial_weights};
 
 /// Most values a Toeplitz vector is expanded to for a picture (heads × n × n); a stored
 /// dense matrix is as large as the file already holds.
@@ -92,6 +90,9 @@ pub struct SpatialSummary {
     pub random_level: f64,
     /// The largest finite |W| over the read cells.
     pub max_abs: f64,
+    /// The mean of W over the read cells of every head (a constant offset is Toeplitz, so a
+    /// large mean alone gives a high Toeplitz-ness; `null` when a value is not finite).
+    pub mean: Option<f64>,
 }
 
 impl SpatialWeights {
@@ -217,6 +218,14 @@ impl SpatialWeights {
                     .fold(0f64, |m, x| m.max(x.abs()))
             }
         };
+        let mean = all.map(|e| {
+            let sum: f64 = (0..self.heads).map(|h| self.read_sum(h)).sum();
+            if e.cells == 0 {
+                0.0
+            } else {
+                sum / e.cells as f64
+            }
+        });
         SpatialSummary {
             block: self.block,
             shape: vec![self.heads, self.rows, self.cols],
@@ -232,6 +241,29 @@ impl SpatialWeights {
                 .next()
                 .map_or(0.0, ToeplitzEnergy::random_level),
             max_abs,
+            mean,
+        }
+    }
+
+    /// The sum of head `h`'s W over the read cells.
+    fn read_sum(&self, h: usize) -> f64 {
+        match &self.values {
+            Values::Matrix(v) => {
+                let len = self.rows * self.cols;
+                (0..len)
+                    .filter(|&c| self.reads(c / self.cols, c % self.cols))
+                    .map(|c| f64::from(v[h * len + c]))
+                    .sum()
+            }
+            Values::Vector(v) => {
+                let n = self.rows;
+                let w = &v[h * (2 * n - 1)..(h + 1) * (2 * n - 1)];
+                w.iter()
+                    .enumerate()
+                    .filter(|(k, _)| !self.causal || *k < n)
+                    .map(|(k, &x)| (n - k.abs_diff(n - 1)) as f64 * f64::from(x))
+                    .sum()
+            }
         }
     }
 }
@@ -256,131 +288,22 @@ pub fn spatial_lines(blocks: &[SpatialSummary]) -> String {
         } else {
             format!("[{}, {}]", b.shape[1], b.shape[2])
         };
+        let form = if b.stored == b.dtype {
+            b.stored.clone()
+        } else {
+            format!("{} {}", b.stored, b.dtype)
+        };
         out += &format!(
-            "spatial     block {}: W {shape} {} {}, reads {}; Toeplitz-ness {}{heads}, i.i.d. random ~{:.3}; max|W| {}\n",
+            "spatial     block {}: W {shape} {form}, reads {}; Toeplitz-ness {}{heads}, i.i.d. random ~{:.3}; max|W| {}, mean {}\n",
             b.block,
-            b.stored,
-            b.dtype,
             b.reads,
             score(b.toeplitz_ness),
             b.random_level,
-            crate::plot::heatmap::number(b.max_abs)
+            crate::plot::number(b.max_abs),
+            b.mean.map_or("n/a".into(), crate::plot::number)
         );
     }
     out
-}
-
-/// The configuration a file built by gmlp-onnx records, checked.
-pub fn recorded_config(model: &ModelProto) -> Result<GmlpConfig> {
-    let cfg = metadata_value(model, CONFIG_KEY)
-        .and_then(parse_config)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "no {CONFIG_KEY} metadata: W is found through the configuration `gmlp-onnx build` records, and this file has none"
-            ))
-        })?;
-    cfg.validate()?;
-    Ok(cfg)
-}
-
-/// Every block's W of `model` (its file at `path`, for external data).
-pub fn spatial_weights(model: &ModelProto, path: &Path) -> Result<Vec<SpatialWeights>> {
-    let cfg = recorded_config(model)?;
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| Error::Internal("decoded model without graph".into()))?;
-    let find = |name: &str| graph.initializer.iter().find(|t| t.name() == name);
-    (0..cfg.layers)
-        .map(|i| block_weights(&cfg, i, &find, path))
-        .collect()
-}
-
-fn block_weights<'m>(
-    cfg: &GmlpConfig,
-    block: usize,
-    find: &impl Fn(&str) -> Option<&'m TensorProto>,
-    path: &Path,
-) -> Result<SpatialWeights> {
-    let n = cfg.seq_len();
-    let heads = cfg.heads;
-    let mixing = cfg.block.mixing(block);
-    let name = format!("blocks.{block}.sgu.spatial.weight");
-    let (rows, cols) = match mixing.window {
-        Some(w) => (w, 2 * w),
-        None => (n, n),
-    };
-    let mut w = SpatialWeights {
-        block,
-        heads,
-        rows,
-        cols,
-        stored: "dense",
-        initializer: name.clone(),
-        dtype: String::new(),
-        causal: cfg.causal,
-        window: mixing.window,
-        fold: mixing.fold,
-        sub: n.div_ceil(mixing.fold.max(1)),
-        values: Values::Matrix(Vec::new()),
-    };
-    let count = |t: &TensorProto| element_count(t).unwrap_or(u64::MAX);
-    let matrix = (heads * rows * cols) as u64;
-    let bad = |what: String| Error::BadModel {
-        path: path.to_path_buf(),
-        reason: what,
-    };
-    if let Some(t) = find(&name) {
-        w.dtype = crate::onnx::dtype::type_name(t.data_type());
-        let vector = (heads * (2 * n - 1)) as u64;
-        if count(t) == matrix {
-            w.stored = match (mixing.window, cfg.spatial) {
-                (Some(_), _) => "window",
-                (None, SpatialForm::ToeplitzExpand) => "toeplitz-expand",
-                _ => "dense",
-            };
-            w.values = Values::Matrix(tensor_f32(t, path)?);
-        } else if mixing.window.is_none() && cfg.spatial.is_toeplitz() && count(t) == vector {
-            w.stored = "toeplitz-gather";
-            w.values = Values::Vector(tensor_f32(t, path)?);
-        } else {
-            return Err(bad(format!(
-                "initializer {name} holds {:?} values, not the {matrix} of W for {heads} head(s) of [{rows}, {cols}]",
-                t.dims
-            )));
-        }
-        return Ok(w);
-    }
-    let q_name = format!("{name}.transposed.int8");
-    let s_name = format!("{name}.transposed.scale");
-    let (Some(q), Some(s)) = (find(&q_name), find(&s_name)) else {
-        return Err(bad(format!(
-            "block {block} has no spatial weight (no initializer {name} or {q_name})"
-        )));
-    };
-    if mixing.window.is_some() || count(q) != matrix || count(s) != (heads * n) as u64 {
-        return Err(bad(format!(
-            "initializers {q_name} {:?} and {s_name} {:?} are not W for {heads} head(s) of [{n}, {n}]",
-            q.dims, s.dims
-        )));
-    }
-    let (q, scales) = (tensor_f32(q, path)?, tensor_f32(s, path)?);
-    // Stored Wᵀ: q[h, j, i] with scale s[h, i] per column i (the output token).
-    let mut values = vec![0f32; q.len()];
-    for h in 0..heads {
-        let (qh, sh) = (&q[h * n * n..(h + 1) * n * n], &scales[h * n..(h + 1) * n]);
-        let out = &mut values[h * n * n..(h + 1) * n * n];
-        for i in 0..n {
-            for j in 0..n {
-                out[i * n + j] = qh[j * n + i] * sh[i];
-            }
-        }
-    }
-    w.stored = "int8";
-    w.initializer = q_name;
-    w.dtype = "int8".into();
-    w.values = Values::Matrix(values);
-    Ok(w)
 }
 
 #[cfg(test)]
@@ -468,5 +391,22 @@ mod tests {
         assert_eq!(w.summary().toeplitz_ness, Some(1.0));
         assert_eq!(w.matrix(0).unwrap(), dense);
         assert_eq!(w.summary().max_abs, 3.0); // causal part: w[0..=4] = −3..=1
+        let mean = dense
+            .iter()
+            .enumerate()
+            .filter(|(c, _)| c % n <= c / n)
+            .map(|(_, &x)| f64::from(x))
+            .sum::<f64>()
+            / 15.0;
+        assert!((w.summary().mean.unwrap() - mean).abs() < 1e-12);
+        // Too large to expand for a picture, though its score needs no expansion.
+        let big = 10_000;
+        w.rows = big;
+        w.cols = big;
+        w.sub = big;
+        w.values = Values::Vector(vec![0.5; 2 * big - 1]);
+        assert_eq!(w.summary().toeplitz_ness, Some(1.0));
+        let err = w.matrix(0).unwrap_err().to_string();
+        assert!(err.contains("expands to 100000000 values"), "{err}");
     }
 }

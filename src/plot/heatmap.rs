@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{Color, FontStyle, RGBColor, BLACK};
 
 use super::colormap::{diverging, symmetric_limit, MASKED, NOT_FINITE};
-use super::{drawing_error, Area, Image, FONT};
+use super::{drawing_error, signed, Area, Image, FONT};
 use crate::error::Result;
 
 /// One matrix to draw.
@@ -152,24 +152,6 @@ pub fn raster(m: &Matrix, max_px: u32) -> Raster {
         cell_px: 1,
         pixels,
     }
-}
-
-/// `v` in at most 3 significant digits, with a true minus sign: `0.174`, `−2.5e-5`, `0`.
-pub fn number(v: f64) -> String {
-    let text = if v == 0.0 {
-        "0".to_string()
-    } else if (1e-3..1e4).contains(&v.abs()) {
-        let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
-        let s = format!("{v:.digits$}");
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    } else {
-        format!("{v:.1e}")
-    };
-    text.replace('-', "\u{2212}")
 }
 
 // Layout, in pixels.
@@ -397,7 +379,7 @@ fn draw_bar(area: &Area<'_>, (x, y): (i32, i32), h: i32, limit: f64, caption: &s
         ))
         .map_err(drawing_error)?;
         area.draw(&Text::new(
-            number(t * limit),
+            signed(t * limit),
             (x + BAR + 7, ty),
             ticks.clone(),
         ))
@@ -465,17 +447,6 @@ mod tests {
         assert_eq!(r.pixels[3], Pixel::Value(21.0));
         let none = raster(&matrix(4, 4, Some(vec![false; 16])), 2);
         assert!(none.pixels.iter().all(|p| *p == Pixel::Masked));
-    }
-
-    #[test]
-    fn numbers_are_short_and_use_a_true_minus() {
-        assert_eq!(number(0.0), "0");
-        assert_eq!(number(0.17423), "0.174");
-        assert_eq!(number(-0.5), "\u{2212}0.5");
-        assert_eq!(number(12.345), "12.3");
-        assert_eq!(number(2.0), "2");
-        assert_eq!(number(-2.5e-5), "\u{2212}2.5e\u{2212}5");
-        assert_eq!(number(123456.0), "1.2e5");
     }
 
     #[test]

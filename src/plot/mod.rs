@@ -166,6 +166,28 @@ pub fn file_name(parts: &[&str]) -> String {
     format!("{}.png", clean.join("_"))
 }
 
+/// `v` in at most 3 significant digits: `0.174`, `-2.5e-5`, `0`.
+pub fn number(v: f64) -> String {
+    if v == 0.0 {
+        "0".to_string()
+    } else if (1e-3..1e4).contains(&v.abs()) {
+        let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+        let s = format!("{v:.digits$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    } else {
+        format!("{v:.1e}")
+    }
+}
+
+/// [`number`] with true minus signs, for pictures: `−2.5e−5`.
+pub fn signed(v: f64) -> String {
+    number(v).replace('-', "\u{2212}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +211,18 @@ mod tests {
         assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 5);
         assert!(Image::draw(0, 5, |_| Ok(())).is_err());
         assert!(Image::draw(1 << 13, 1 << 13, |_| Ok(())).is_err());
+    }
+
+    #[test]
+    fn numbers_are_short_and_use_a_true_minus() {
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(0.17423), "0.174");
+        assert_eq!(number(-0.5), "-0.5");
+        assert_eq!(signed(-0.5), "\u{2212}0.5");
+        assert_eq!(number(12.345), "12.3");
+        assert_eq!(number(2.0), "2");
+        assert_eq!(number(-2.5e-5), "-2.5e-5");
+        assert_eq!(signed(-2.5e-5), "\u{2212}2.5e\u{2212}5");
+        assert_eq!(number(123456.0), "1.2e5");
     }
 }

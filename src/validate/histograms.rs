@@ -136,7 +136,7 @@ pub fn write_histograms(dir: &Path, histograms: &[ErrorHistogram]) -> Result<Vec
                 format!(
                     "b = {} (the pair's reference, max|b| = {}), a = {}; exactly equal: {}, not finite: {}",
                     h.reference,
-                    crate::plot::heatmap::number(h.max_reference),
+                    crate::plot::number(h.max_reference),
                     h.other,
                     c.zeros,
                     c.not_finite
