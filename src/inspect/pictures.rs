@@ -23,6 +23,7 @@ fn score(s: Option<f64>) -> String {
 }
 
 fn matrices(w: &SpatialWeights, label: impl Fn(usize) -> String) -> Result<Vec<Matrix>> {
+    w.check_expandable()?;
     let mask = w.read_mask();
     let read = mask.iter().any(|r| !r).then_some(mask);
     (0..w.heads.min(MAX_PANELS))

@@ -168,20 +168,29 @@ impl SpatialWeights {
                 Ok(v[h * len..(h + 1) * len].to_vec())
             }
             Values::Vector(v) => {
+                self.check_expandable()?;
                 let n = self.rows;
-                let total = (self.heads as u64).saturating_mul((n as u64).pow(2));
-                if total > MAX_EXPANDED {
-                    return Err(Error::TooLarge(format!(
-                        "block {}: W expands to {total} values, more than the {MAX_EXPANDED} a picture is drawn from",
-                        self.block
-                    )));
-                }
                 Ok(toeplitz_expand(
                     &v[h * (2 * n - 1)..(h + 1) * (2 * n - 1)],
                     n,
                 ))
             }
         }
+    }
+
+    /// Refuses a Toeplitz vector whose matrices would hold more than [`MAX_EXPANDED`]
+    /// values (a stored matrix is as large as the file already is).
+    pub fn check_expandable(&self) -> Result<()> {
+        let total = (self.heads as u64)
+            .saturating_mul(self.rows as u64)
+            .saturating_mul(self.cols as u64);
+        if matches!(self.values, Values::Vector(_)) && total > MAX_EXPANDED {
+            return Err(Error::TooLarge(format!(
+                "block {}: W expands to {total} values, more than the {MAX_EXPANDED} a picture is drawn from",
+                self.block
+            )));
+        }
+        Ok(())
     }
 
     /// The row-major mask of read cells, `[rows, cols]`.
