@@ -1,12 +1,12 @@
 """The f32 graph of two builds of gmlp-onnx, every preset, side by side in ONNX Runtime CPU.
 
-Checks the issue-13 acceptance point "the f32 graph is at most as slow as before on every
-preset": each preset is built (same --layers for both) by an OLD and a NEW binary, both
-models are loaded together and run alternately in ABBA order (old new new old ...), so that a
-shared machine's load hits both alike. For each run pair the ratio new / old is recorded; the
-table reports the median ratio and its spread (the 25th-75th percentile and min-max of the
-per-pair ratios, and the ratio of median latencies in each round), the median latencies, and
-the outputs' max relative difference.
+Checks the acceptance point of the f32 graph changes (docs/speed.md) "the f32 graph is at
+most as slow as before on every preset": each preset is built (same --layers for both) by an
+OLD and a NEW binary, both models are loaded together and run alternately in ABBA order (old
+new new old ...), so that a shared machine's load hits both alike. For each run pair the
+ratio new / old is recorded; the table reports the median ratio and its spread (the
+25th-75th percentile and min-max of the per-pair ratios, and the ratio of median latencies in
+each round), the median latencies, and the outputs' max relative difference.
 
 Usage: python bench/f32_presets.py --old OLD_EXE --new NEW_EXE [--pairs 20] [--rounds 2]
        [--threads 2] [--work DIR] [--json FILE]

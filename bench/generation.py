@@ -1,4 +1,4 @@
-"""Generation benchmark (issue 11): prints one Markdown section (in BENCHMARKS.md).
+"""Generation benchmark (docs/generation.md): prints one Markdown section (in BENCHMARKS.md).
 
 amlp-base --layers 6 --causal (n = 512, vocabulary 32000), prompt of 448 tokens, then 64
 new tokens (greedy), measured side by side in one run with the release binary:
@@ -66,7 +66,7 @@ def main():
     ap.add_argument("--exe", default=None, help="gmlp-onnx binary (default: target/release)")
     ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads")
     ap.add_argument("--dtype", default="f32", choices=["f32", "int8"],
-                    help="weights of both models (int8: dynamic quantization, issue 13)")
+                    help="weights of both models (int8: dynamic quantization, docs/speed.md)")
     a = ap.parse_args()
     global EXE
     if a.exe:
@@ -94,7 +94,7 @@ def main():
         if with_past["tokens"] != rerun["tokens"] and a.dtype == "f32":
             raise SystemExit(f"{rt}: the two ways generated different tokens")
         rows.append((rt, with_past, rerun, same, len(with_past["tokens"])))
-    print(f"## Generation: with-past state vs re-running the prefix (issue 11), {a.dtype}\n")
+    print(f"## Generation: with-past state vs re-running the prefix, {a.dtype}\n")
     print(f"amlp-base `--layers 6 --causal --dtype {a.dtype}` (n = 512, vocabulary 32000), batch 1, prompt {a.prompt} "
           f"tokens then {a.new_tokens} new tokens (greedy), `gmlp-onnx generate --json`; "
           f"(a) `--with-past` graph, (b) the variable-length graph re-run on the whole prefix for "

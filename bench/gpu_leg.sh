@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA leg on a real GPU (issue 15): tract (CPU) vs ONNX Runtime's CUDA execution provider
-# on the models the issue names, with and without TF32, with --cuda-no-cpu-fallback, --bench
-# latency per runtime, placement counts from ONNX Runtime's profile (in each JSON report),
+# The CUDA leg on a real GPU (docs/runtimes.md, "Run on a GPU"): tract (CPU) vs ONNX
+# Runtime's CUDA execution provider on the models listed there, with and without TF32, with
+# --cuda-no-cpu-fallback, --bench latency per runtime, placement counts from ONNX Runtime's profile (in each JSON report),
 # the decoding check of a with-past model and `generate --runtime ort-cuda`.
 #
 # Usage: bench/gpu_leg.sh BIN ORT_LIB MODELS_DIR OUT_DIR [PART]
@@ -13,7 +13,7 @@
 #   PART        a (machine, doctor, builds, f32 models), b (f16, int8, with-past, generate)
 #               or all (default); each part fits a 10-minute window on an H100 machine
 # CUDA 13 and cuDNN 9 must come from the nvidia-* wheels of the Python that runs the script
-# (`python3`): their lib/ folders go on LD_LIBRARY_PATH exactly as README's recipe says.
+# (`python3`): their lib/ folders go on LD_LIBRARY_PATH exactly as docs/runtimes.md's recipe says.
 # Every step runs even if an earlier one fails; each step's exit code is logged.
 set -uo pipefail
 bin=$1 ort=$2 m=$3 out=$4 part=${5:-all}
@@ -21,7 +21,7 @@ mkdir -p "$out/reports" "$m"
 log="$out/log.txt"
 exec > >(tee -a "$log") 2>&1
 export ORT_DYLIB_PATH=$ort
-# README's recipe: every lib/ folder of the nvidia-* wheels on the loader path.
+# docs/runtimes.md's recipe: every lib/ folder of the nvidia-* wheels on the loader path.
 LD_LIBRARY_PATH=$(python3 -c "import glob, os, site; print(':'.join(sorted({os.path.dirname(p) for p in glob.glob(os.path.join(site.getsitepackages()[0], 'nvidia', '**', 'lib*.so*'), recursive=True)})))")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 

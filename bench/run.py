@@ -89,6 +89,25 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}; {rustc}"
 
 
+def ort_library():
+    """What ONNX Runtime was measured: its version and the package it came from (a path on
+    this machine would say nothing to a reader of BENCHMARKS.md)."""
+    path = os.environ.get("ORT_DYLIB_PATH")
+    if not path:
+        return "the library gmlp-onnx finds (ORT_DYLIB_PATH unset; see `gmlp-onnx doctor`)"
+    name = os.path.basename(path)
+    version = name.split(".so.", 1)[1] if ".so." in name else "of unknown version"
+    capi = os.path.dirname(path)
+    site = os.path.dirname(os.path.dirname(capi))
+    if os.path.basename(capi) == "capi" and os.path.basename(os.path.dirname(capi)) == "onnxruntime":
+        # The wheel that installed the package (onnxruntime-X or onnxruntime_gpu-X .dist-info).
+        for entry in sorted(os.listdir(site)):
+            if entry.startswith("onnxruntime") and entry.endswith(".dist-info"):
+                wheel, _, wheel_version = entry[: -len(".dist-info")].partition("-")
+                return f"{version}, the library of the PyPI wheel {wheel.replace('_', '-')}=={wheel_version} (`{name}`)"
+    return f"{version} (`{name}`, given by ORT_DYLIB_PATH)"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default=None)
@@ -104,7 +123,7 @@ def main():
 
     say("# Benchmarks")
     say("")
-    say(f"Date: {datetime.date.today()}. Machine: {machine()}. ONNX Runtime: {os.environ.get('ORT_DYLIB_PATH', 'from python3')}.")
+    say(f"Date: {datetime.date.today()}. Machine: {machine()}. ONNX Runtime: {ort_library()}.")
     say("Produced by `python3 bench/run.py` in one run; latencies are medians of `gmlp-onnx validate --bench` "
         f"({reps} timed runs after one warm-up), and every latency row's runtimes agreed within the default tolerance.")
     say("")

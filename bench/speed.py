@@ -1,4 +1,4 @@
-"""CPU speed of the f32 graph and of `--dtype int8` (issue 13), measured side by side in one run.
+"""CPU speed of the f32 graph and of `--dtype int8` (docs/speed.md), side by side in one run.
 
 Prints Markdown (the "CPU speed" sections of BENCHMARKS.md):
   1. f32 graph, this build vs a baseline binary (the graph before the fusion-friendly changes),

@@ -1,5 +1,5 @@
 //! What each fuzz target does with its input. Shared by the libFuzzer targets in
-//! fuzz/fuzz_targets/ and by the regression tests in tests/hostile/, which replay the
+//! fuzz/fuzz_targets/ and by the regression tests in tests/suite/hostile/, which replay the
 //! committed corpora and crashers through the same functions.
 //!
 //! A body may refuse its input (every reader returns `Err` with a message); it must never

@@ -28,8 +28,11 @@ build amlp-base-f16 --preset amlp-base --layers 2 --dtype f16 --seed 7
 build gmlp-ti16-f16-opset21 --preset gmlp-ti16 --layers 2 --dtype f16 --opset 21
 build amlp-base-opset18 --preset amlp-base --layers 2 --opset 18 --causal
 build amlp-base-external --preset amlp-base --layers 2 --external-data
+# The help text, read whole: `"$bin" build --help | grep -q` would race (grep exits at the
+# first match, the binary then dies of SIGPIPE, and pipefail turns the match into a failure).
+help="$("$bin" build --help)"
 # Opsets below 17 and the --target profiles (skipped by versions without them).
-if "$bin" build --help | grep -q -- '--target'; then
+if grep -q -- '--target' <<<"$help"; then
   build gmlp-ti16-opset13 --preset gmlp-ti16 --layers 2 --opset 13
   for target in ort-legacy portable opencv4 candle; do
     build "amlp-base-$target" --preset amlp-base --layers 2 --causal --target "$target"
@@ -63,7 +66,7 @@ build lucid_tokens-gather --weights fixtures/lucid_tokens_causal/model.safetenso
   --spatial toeplitz-gather --toeplitz-tol 1
 # --with-past graphs (skipped by versions without it): presets in each precision, a
 # target, and the causal fixtures (the token-shift one has a window state).
-if "$bin" build --help | grep -q -- '--with-past'; then
+if grep -q -- '--with-past' <<<"$help"; then
   build amlp-base-with-past --preset amlp-base --layers 2 --causal --with-past
   build amlp-base-with-past-int8 --preset amlp-base --layers 2 --causal --with-past --dtype int8
   build gmlp-base-with-past-f16 --preset gmlp-base --layers 2 --causal --with-past --dtype f16

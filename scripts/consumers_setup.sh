@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the downstream consumers that tests/consumers.rs runs our files in, each from its
+# Installs the downstream consumers that tests/external/consumers.rs runs our files in, each from its
 # registry, into ~/.cache/gmlp-onnx/<name>-<key> (key: a hash of what is installed, so a
 # changed pin installs afresh and an unchanged one is reused). Idempotent; a warm rerun takes
 # about a second. Prints `export NAME=VALUE` lines for scripts/test to eval; progress goes to
@@ -10,6 +10,9 @@
 #                                (the CPU library ships in the package; 1.14.0 is the old
 #                                ONNX Runtime: PyPI's onnxruntime 1.14.1 has no wheel for
 #                                Python 3.11, npm's carries libonnxruntime.so.1.14.0)
+#   ort-web                      onnxruntime-web and puppeteer-core from npm (--ignore-scripts:
+#                                puppeteer-core downloads no browser; tests drive Debian's
+#                                chromium, which .ci/run installs with apt)
 #   candle                       tests/consumers/candle built with cargo (needs protoc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,15 +47,15 @@ python_venv() { # NAME PACKAGES...
   echo "$dir/bin/python"
 }
 
-npm_package() { # NAME SPEC
-  local name=$1 spec=$2
-  local dir="$cache/$name-$(key_of "$(node --version)" "$spec")"
+npm_package() { # NAME SPEC...
+  local name=$1; shift
+  local dir="$cache/$name-$(key_of "$(node --version)" "$@")"
   if [ ! -e "$dir/.complete" ]; then
     local t0; t0=$(seconds)
-    log "installing $spec (npm, --ignore-scripts) into $dir"
+    log "installing $* (npm, --ignore-scripts) into $dir"
     rm -rf "$dir.tmp" "$dir"
     mkdir -p "$dir.tmp"
-    npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$dir.tmp" "$spec" >&2
+    npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$dir.tmp" "$@" >&2
     mv "$dir.tmp" "$dir"
     touch "$dir/.complete"
     log "$name installed in $(( $(seconds) - t0 )) s"
@@ -85,4 +88,6 @@ echo "export GMLP_CONSUMER_OPENCV4=$(python_venv opencv4 opencv-python-headless=
 echo "export GMLP_CONSUMER_OPENCV5=$(python_venv opencv5 opencv-python-headless==5.0.0.93)"
 echo "export GMLP_CONSUMER_ORT_NODE=$(npm_package ort-node onnxruntime-node@1.30.0)"
 echo "export GMLP_CONSUMER_ORT_NODE_LEGACY=$(npm_package ort-node-legacy onnxruntime-node@1.14.0)"
+command -v "${GMLP_CHROMIUM:-chromium}" >/dev/null || { log "chromium missing (apt-get install chromium)"; exit 1; }
+echo "export GMLP_CONSUMER_ORT_WEB=$(npm_package ort-web onnxruntime-web@1.30.0 puppeteer-core@24.43.1)"
 echo "export GMLP_CONSUMER_CANDLE=$(candle_program)"

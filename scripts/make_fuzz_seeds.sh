@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the fuzz seed corpora in fuzz/corpus/ (committed; the regression tests in
-# tests/hostile/ replay them). Seeds are small real inputs: models and checkpoints written
+# tests/suite/hostile/ replay them). Seeds are small real inputs: models and checkpoints written
 # by gmlp-onnx itself, .npz archives written by NumPy, and checkpoint manifests (see
 # fuzz/bodies.rs) taken from the headers of the PyTorch fixtures in fixtures/.
 # Needs: cargo, and a Python with numpy (GMLP_ONNX_PYTHON, else .venv/bin/python).

@@ -1,4 +1,4 @@
-"""Test-side client for tests/triton.rs: talks to a real tritonserver over HTTP with
+"""Test-side client for tests/external/triton.rs: talks to a real tritonserver over HTTP with
 tritonclient and compares its answers with ONNX Runtime run in this process.
 
 Subcommands (each prints one JSON object on stdout; the Rust test asserts on it):

@@ -1,5 +1,5 @@
 //! Fuzz target: see `checkpoint_format` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/hostile/, which replay fuzz/corpus/checkpoint_format and fuzz/regressions/checkpoint_format).
+//! tests/suite/hostile/, which replay fuzz/corpus/checkpoint_format and fuzz/regressions/checkpoint_format).
 #![no_main]
 
 #[path = "../bodies.rs"]

@@ -1,5 +1,5 @@
 //! Fuzz target: see `npz_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/hostile/, which replay fuzz/corpus/npz_reader and fuzz/regressions/npz_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/npz_reader and fuzz/regressions/npz_reader).
 #![no_main]
 
 #[path = "../bodies.rs"]

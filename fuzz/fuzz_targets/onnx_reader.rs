@@ -1,5 +1,5 @@
 //! Fuzz target: see `onnx_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/hostile/, which replay fuzz/corpus/onnx_reader and fuzz/regressions/onnx_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/onnx_reader and fuzz/regressions/onnx_reader).
 #![no_main]
 
 #[path = "../bodies.rs"]

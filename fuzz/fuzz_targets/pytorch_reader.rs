@@ -1,5 +1,5 @@
 //! Fuzz target: see `pytorch_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/hostile/, which replay fuzz/corpus/pytorch_reader and fuzz/regressions/pytorch_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/pytorch_reader and fuzz/regressions/pytorch_reader).
 #![no_main]
 
 #[path = "../bodies.rs"]

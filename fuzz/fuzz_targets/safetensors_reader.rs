@@ -1,5 +1,5 @@
 //! Fuzz target: see `safetensors_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/hostile/, which replay fuzz/corpus/safetensors_reader and fuzz/regressions/safetensors_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/safetensors_reader and fuzz/regressions/safetensors_reader).
 #![no_main]
 
 #[path = "../bodies.rs"]

@@ -67,8 +67,8 @@ pub enum DtypeArg {
     F32,
     /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
     F16,
-    /// Projections and vocabulary head in int8 (per output channel), dynamically
-    /// quantized activations; LayerNorm, spatial MatMul, softmax, residual and logits in f32.
+    /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
+    /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
     Int8,
 }
 
@@ -84,7 +84,7 @@ pub enum InitArg {
 pub enum FormatArg {
     /// Recognize the layout from tensor names.
     Auto,
-    /// This project's own names (see README).
+    /// This project's own names (see docs/checkpoints.md).
     Native,
     /// timm's gMLP (MlpMixer with SpatialGatingBlock).
     Timm,
@@ -198,7 +198,7 @@ pub struct BuildArgs {
     #[arg(long, conflicts_with = "with_past")]
     pub fixed_seq: bool,
     /// Causal token models: one graph for prefill and single steps, with each block's
-    /// state as past_* inputs and present_* outputs (see README "Generation").
+    /// state as past_* inputs and present_* outputs (see docs/generation.md).
     #[arg(long)]
     pub with_past: bool,
     /// After writing, run the model in tract and ONNX Runtime and compare.

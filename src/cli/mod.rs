@@ -11,6 +11,8 @@ pub mod generate;
 pub mod inspect;
 pub mod presets;
 pub mod progress;
+#[cfg(test)]
+mod reference;
 pub mod triton;
 pub mod validate;
 

@@ -2,8 +2,8 @@
 //! accepts. A profile only picks defaults; explicit `--opset` and `--spatial` win, and a
 //! combination that undoes the one thing a profile exists for is refused.
 //!
-//! What each profile answers (from trying files in each consumer, see README
-//! "Compatibility"):
+//! What each profile answers (from trying files in each consumer, see docs/model.md,
+//! "Targets", and docs/compatibility.md):
 //! - ONNX Runtime ≤ 1.14 reads IR ≤ 8 and opsets ≤ 18 (`ort-legacy`);
 //! - candle-onnx 0.11 has no `LayerNormalization`, reads `ReduceMean`'s `axes` only as the
 //!   opset-13 attribute (and silently reduces every axis when given the opset-18 input),
@@ -17,7 +17,7 @@
 //!
 //! No profile restricts the storage type: OpenCV 4.14 runs our f16 files (it converts f16
 //! weights to f32 on import); OpenCV 5's classic engine refuses f16 tensors into `MatMul`,
-//! which README notes for users of that engine.
+//! which docs/model.md notes for users of that engine.
 
 use serde::Serialize;
 

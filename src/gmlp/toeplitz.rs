@@ -1,7 +1,8 @@
-//! Toeplitz spatial weights (paper §4 and appendix C; SPEC §2): `W[i, j] = w[j − i + n − 1]`
-//! with 2n − 1 parameters w, expanded to a dense matrix or gathered through an index table;
-//! the least-squares fit that accepts a dense W as Toeplitz; the causal mask of W; and how
-//! much of a learned W is Toeplitz ([`ToeplitzEnergy`]).
+//! Toeplitz spatial weights (paper §4 and appendix C; docs/design.md, "Toeplitz spatial
+//! weights"): `W[i, j] = w[j − i + n − 1]` with 2n − 1 parameters w, expanded to a dense
+//! matrix or gathered through an index table; the least-squares fit that accepts a dense W
+//! as Toeplitz; the causal mask of W; and how much of a learned W is Toeplitz
+//! ([`ToeplitzEnergy`]).
 
 /// Toeplitz expansion `W[i, j] = w[j − i + n − 1]` (paper appendix C), row-major [n, n].
 pub fn toeplitz_expand(w: &[f32], n: usize) -> Vec<f32> {

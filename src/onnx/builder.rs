@@ -1,7 +1,7 @@
 //! [`GraphBuilder`]: builds a [`Graph`] node by node with unique, readable names by place
 //! (`blocks.3/sgu/spatial_matmul`), static shape tracking for `value_info` and FLOP counts,
 //! parameters as initializers and everything else as `Constant` nodes. It knows nothing of
-//! any one model; the operator helpers are in [`crate::onnx::ops`].
+//! any one model; the operator helpers (`impl GraphBuilder` blocks) are in the op files beside it.
 //!
 //! A shape or type mismatch between helpers is a bug in the caller, not bad input, and is
 //! reported as [`Error::Internal`].

@@ -121,7 +121,7 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
 }
 
 /// A node as a `NodeProto` with its `domain` field unset (the default domain, which the
-/// writer also spells out as `""`; [`crate::onnx::edit`] leaves it unset).
+/// writer also spells out as `""`; the model editor (`edit.rs`) leaves it unset).
 pub(crate) fn node_proto(n: &Node) -> onnx::NodeProto {
     onnx::NodeProto {
         name: Some(n.name.clone()),

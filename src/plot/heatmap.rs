@@ -32,7 +32,7 @@ pub struct Matrix {
 
 impl Matrix {
     fn is_read(&self, i: usize) -> bool {
-        self.read.as_ref().is_none_or(|r| r[i])
+        i < self.values.len() && self.read.as_ref().is_none_or(|r| r.get(i) == Some(&true))
     }
 
     /// The largest finite magnitude over the read cells.

@@ -1,6 +1,6 @@
 //! Numerical comparison of two runtimes' outputs.
 //!
-//! Criterion (normwise, documented in README): an output agrees when
+//! Criterion (normwise, documented in docs/validate.md): an output agrees when
 //! `max|a − b| ≤ atol + rtol · max|reference|`. Elementwise, an element is counted as
 //! mismatched when its own `|a − b|` exceeds that same bound. Non-finite values that
 //! differ count as an infinite difference.
@@ -35,7 +35,7 @@ impl Tolerance {
     /// (`DynamicQuantizeLinear`) and can round a value at a step boundary to neighbouring
     /// steps; a one-step difference in an early layer propagates, so int8 files differ
     /// between tract and ONNX Runtime at the level of the quantization error itself
-    /// (measured 1e-3 to 3e-2 normwise, see README), not at f32 rounding level.
+    /// (measured 1e-3 to 3e-2 normwise, see docs/speed.md), not at f32 rounding level.
     pub const INT8: Tolerance = Tolerance {
         rtol: 0.1,
         atol: 1e-3,
@@ -139,6 +139,29 @@ pub fn compare_all(
             compare(r, o, tol)
         })
         .collect()
+}
+
+/// Comparison of one pair: two runtimes, or `expected` outputs (`--expected`) and a runtime.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairReport {
+    /// Runtime (or `expected`) taken as reference.
+    pub reference: String,
+    /// Runtime compared with it.
+    pub other: String,
+    /// Per-output differences.
+    pub outputs: Vec<OutputDiff>,
+    /// True when every output agrees.
+    pub pass: bool,
+}
+
+/// The comparison of `reference` and `other`, passing when every output agrees.
+pub fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
+    PairReport {
+        reference: reference.into(),
+        other: other.into(),
+        pass: outputs.iter().all(|o| o.pass),
+        outputs,
+    }
 }
 
 #[cfg(test)]

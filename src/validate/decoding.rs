@@ -1,4 +1,4 @@
-//! The decoding check of a `--with-past` model (issue 11): in each runtime, prefill P
+//! The decoding check of a `--with-past` model (docs/generation.md): in each runtime, prefill P
 //! tokens, then K single steps, then one multi-token chunk, feeding `present_*` back as
 //! `past_*`; every piece's logits and the final state are compared with one
 //! whole-sequence run of the same model (past empty), and the stepwise results are
@@ -14,8 +14,7 @@ use crate::rng::SplitMix64;
 use crate::runtime::decoder::{Decoder, DecodingModel};
 use crate::runtime::Runtime;
 use crate::tensor::{NamedTensor, TensorValue};
-use crate::validate::compare::{compare, OutputDiff, Tolerance};
-use crate::validate::report::{pair, PairReport};
+use crate::validate::compare::{compare, pair, OutputDiff, PairReport, Tolerance};
 
 /// Default number of single steps after the prefill.
 pub const DEFAULT_STEPS: usize = 8;

@@ -15,11 +15,11 @@ pub mod tolerance;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub use compare::{compare, compare_all, OutputDiff, Tolerance};
+pub use compare::{compare, compare_all, OutputDiff, PairReport, Tolerance};
 pub use inputs::{check_inputs, input_shapes, make_inputs, stored_config, MAX_INPUT_ELEMENTS};
 pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
-    BenchReport, InputReport, PairReport, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
+    BenchReport, InputReport, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
 };
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 
@@ -30,8 +30,8 @@ use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{self, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
+use compare::pair;
 use decoding::{check_decoding, DecodingPlan};
-use report::pair;
 
 /// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
 pub const MAX_BENCH_RUNS: usize = 10_000;

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::gmlp::Precision;
 use crate::runtime::Placement;
-use crate::validate::compare::{OutputDiff, Tolerance};
+use crate::validate::compare::{PairReport, Tolerance};
 use crate::validate::decoding::DecodingReport;
 use crate::validate::histograms::ErrorHistogram;
 
@@ -15,19 +15,6 @@ use crate::validate::histograms::ErrorHistogram;
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
 /// Name of the reference in pairs that compare a runtime with `--expected` outputs.
 pub const EXPECTED: &str = "expected";
-
-/// Comparison of one pair: two runtimes, or [`EXPECTED`] and a runtime.
-#[derive(Clone, Debug, Serialize)]
-pub struct PairReport {
-    /// Runtime (or [`EXPECTED`]) taken as reference.
-    pub reference: String,
-    /// Runtime compared with it.
-    pub other: String,
-    /// Per-output differences.
-    pub outputs: Vec<OutputDiff>,
-    /// True when every output agrees.
-    pub pass: bool,
-}
 
 /// One model input as used.
 #[derive(Clone, Debug, Serialize)]
@@ -102,16 +89,6 @@ pub struct ValidationReport {
     /// ([`crate::validate::ValidateOptions::histograms`]); not part of the JSON report.
     #[serde(skip)]
     pub histograms: Vec<ErrorHistogram>,
-}
-
-/// The comparison of `reference` and `other`, passing when every output agrees.
-pub fn pair(reference: &str, other: &str, outputs: Vec<OutputDiff>) -> PairReport {
-    PairReport {
-        reference: reference.into(),
-        other: other.into(),
-        pass: outputs.iter().all(|o| o.pass),
-        outputs,
-    }
 }
 
 impl ValidationReport {

@@ -250,3 +250,47 @@ pub fn safetensors_tensor(st: &safetensors::SafeTensors, name: &str) -> Option<T
         other => panic!("{name}: unexpected {other:?}"),
     })
 }
+
+/// `fixtures/NAME` in the repository (the trained checkpoints and their stored outputs).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The index of the largest value of each row (last axis) of `a`.
+pub fn argmax_rows(a: &ndarray::ArrayD<f32>) -> Vec<usize> {
+    let last = *a.shape().last().unwrap();
+    a.as_slice()
+        .unwrap()
+        .chunks(last)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+                .0
+        })
+        .collect()
+}
+
+/// `gmlp-onnx inspect PATH --json`, parsed (the command must succeed).
+pub fn inspect_json(path: &Path) -> serde_json::Value {
+    let o = gmlp(&["inspect", path_str(path), "--json"]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Exit code `code`, a one-line error on stderr containing every needle, no panic.
+pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{}", output_text(o));
+    for needle in needles {
+        assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    }
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+}

@@ -5,7 +5,7 @@ call, and compares with ONNX Runtime's outputs the same way the matrix does. Pri
 Markdown table row per model.
 
 Usage: VENV/bin/python by_hand_onnx2tf.py [--batch B] DIR WORK [MODEL...]
-  DIR: target/tmp/consumers after a run of tests/consumers.rs; WORK: a scratch folder;
+  DIR: target/tmp/consumers after a run of tests/external/consumers.rs; WORK: a scratch folder;
   VENV with onnx2tf and its TensorFlow; B: 2 (the matrix's batch, default) or 1;
   MODEL...: only these models of the run (default all).
 """

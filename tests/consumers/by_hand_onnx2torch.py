@@ -3,7 +3,7 @@ onnx2torch, runs it in PyTorch on the matrix's inputs and compares with ONNX Run
 outputs the same way the matrix does. Prints one Markdown table row per model.
 
 Usage: VENV/bin/python by_hand_onnx2torch.py DIR   (DIR: target/tmp/consumers after a run of
-tests/consumers.rs; VENV with onnx2torch, torch, onnx, numpy)
+tests/external/consumers.rs; VENV with onnx2torch, torch, onnx, numpy)
 """
 import json
 import os

@@ -1,9 +1,10 @@
-"""The consumer matrix (issue 12): builds every model of matrix.toml with gmlp-onnx, runs it in
-every downstream consumer, compares each output with ONNX Runtime 1.31 (Python), writes
-results.json and compatibility.md, and checks every cell against matrix.toml's expectations.
+"""The consumer matrix (docs/model.md, "Where the files run"): builds every model of
+matrix.toml with gmlp-onnx, runs it in every downstream consumer, compares each output with
+ONNX Runtime 1.31 (Python), writes results.json and compatibility.md, and checks every cell
+against matrix.toml's expectations.
 
-Usage: python matrix.py --gmlp BIN --out DIR [--update-docs]
-Run by tests/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose
+Usage: python matrix.py --gmlp BIN --out DIR [--update-docs | --models A,B --consumers C,D]
+Run by tests/external/consumers.rs; the consumers come from scripts/consumers_setup.sh, whose
 `GMLP_CONSUMER_*` variables scripts/test exports. Exits 1 when a cell's pass/fail status
 differs from the expectation (or a consumer is not installed), 0 otherwise.
 """
@@ -21,16 +22,16 @@ import tomllib
 import numpy as np
 import onnx
 
+from consumer_runs import CLOSE_AT_EXIT, BrowserConsumer, node_consumer, run_command  # beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY_RUNNER = os.path.join(HERE, "runners", "python_consumer.py")
-NODE_RUNNER = os.path.join(HERE, "runners", "ort_node.js")
 TOL_F32 = 1e-5
 TOL_F16 = 1e-2
 # int8 files: consumers run DynamicQuantizeLinear/MatMulInteger with their own rounding of
 # the activations (the int8 tolerance of src/validate/tolerance.rs).
 TOL_INT8 = 1e-1
-RUN_TIMEOUT_S = 300
 
 
 def env(name):
@@ -46,22 +47,6 @@ def lock_version(lock_path, crate):
     text = open(lock_path, encoding="utf-8").read()
     match = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(crate), text)
     return match.group(1) if match else "?"
-
-
-def one_line(text, limit=600):
-    """The last non-empty line of a consumer's stderr (its message), whitespace collapsed."""
-    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-    # Skip log lines that come before the message (OpenCV, ONNX Runtime warnings).
-    errors = [line for line in lines if re.search(r"error|Error|ERROR|fail|Fail|not |unsupported|Unsupported", line)]
-    chosen = (errors or lines or ["(no message)"])[-1]
-    # Drop what says where in the consumer's C++ the error was raised, keep what it says.
-    chosen = re.sub(r" in function '[^']*'", "", chosen)
-    chosen = re.sub(r"\(-\d+:[^)]*\) ?|(?<=\s)>(?=\s)|OpenCV\([\d.]+\) ", "", chosen)
-    chosen = re.sub(r"(?:virtual )?(?:void )?\w[\w~<>]*(?:::[\w~<>]+)+\([^()]*\)(?: const)? ", "", chosen)
-    chosen = re.sub(r"/\S+\.(?:cpp|cc|h|hpp):\d+:?", "", chosen)
-    chosen = re.sub(r"/\S*/([^/\s]+\.onnx)", r"\1", chosen)
-    chosen = re.sub(r"(error: )+", "error: ", " ".join(chosen.split()))
-    return chosen if len(chosen) <= limit else chosen[: limit - 1] + "…"
 
 
 # --- consumers --------------------------------------------------------------------------------
@@ -84,19 +69,6 @@ class Consumer:
         return self._version
 
 
-def run_command(cmd):
-    """(ok, message) of a consumer command."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {RUN_TIMEOUT_S} s"
-    if proc.returncode == 0:
-        return True, ""
-    if proc.returncode < 0:
-        return False, f"killed by signal {-proc.returncode} {one_line(proc.stderr)}".strip()
-    return False, one_line(proc.stderr + "\n" + proc.stdout)
-
-
 def python_consumer(python, kind):
     def run(model, inputs, outputs):
         return run_command([python, PY_RUNNER, kind, model, inputs, outputs])
@@ -114,44 +86,6 @@ def validate_consumer(gmlp, runtime):
                             "--save-outputs", outputs])
 
     return run
-
-
-def npz_to_json(npz_path, json_path):
-    with np.load(npz_path) as archive:
-        doc = {}
-        for name in archive.files:
-            a = archive[name]
-            kind = "int64" if a.dtype.kind in "iu" else "float32"
-            doc[name] = {"type": kind, "dims": list(a.shape),
-                         "data": a.astype(np.int64 if kind == "int64" else np.float32).ravel().tolist()}
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-
-
-def json_to_npz(json_path, npz_path):
-    with open(json_path, encoding="utf-8") as f:
-        doc = json.load(f)
-    arrays = {}
-    for name, t in doc.items():
-        dtype = {"float32": np.float32, "float16": np.float16, "int64": np.int64}.get(t["type"], np.float64)
-        arrays[name] = np.asarray(t["data"], dtype=dtype).reshape(t["dims"])
-    np.savez(npz_path, **arrays)
-
-
-def node_consumer(modules):
-    def run(model, inputs, outputs):
-        in_json, out_json = outputs + ".in.json", outputs + ".out.json"
-        npz_to_json(inputs, in_json)
-        ok, message = run_command(["node", NODE_RUNNER, modules, model, in_json, out_json])
-        if ok:
-            json_to_npz(out_json, outputs)
-        return ok, message
-
-    def version():
-        return subprocess.run(["node", NODE_RUNNER, modules, "--version"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-
-    return run, version
 
 
 def rewrite_ir(version):
@@ -216,7 +150,7 @@ def decompose_layernorm(model):
     return path
 
 
-def consumers(gmlp):
+def consumers(gmlp, out_dir):
     ref_py = sys.executable
     ort_run, ort_version = python_consumer(ref_py, "onnxruntime")
     ref_run, ref_version = python_consumer(ref_py, "onnx-reference")
@@ -226,6 +160,7 @@ def consumers(gmlp):
     cv5c_run, _ = python_consumer(env("GMLP_CONSUMER_OPENCV5"), "opencv-classic")
     node_run, node_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE"))
     legacy_run, legacy_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE_LEGACY"))
+    web = BrowserConsumer(env("GMLP_CONSUMER_ORT_WEB"), os.path.join(out_dir, "ort_web.log"))
     candle = env("GMLP_CONSUMER_CANDLE")
     main_lock = os.path.join(ROOT, "Cargo.lock")
     candle_lock = os.path.join(HERE, "candle", "Cargo.lock")
@@ -240,6 +175,9 @@ def consumers(gmlp):
         Consumer("onnx-reference", "onnx.reference (ReferenceEvaluator)", ref_run, ref_version),
         Consumer("openvino", "OpenVINO (CPU, INFERENCE_PRECISION_HINT f32)", ov_run, ov_version),
         Consumer("onnxruntime-node", "onnxruntime-node (npm)", node_run, node_version),
+        Consumer("onnxruntime-web", "onnxruntime-web (npm; WASM, 1 thread) in headless Chromium",
+                 web.run, web.version,
+                 note="Debian's Chromium driven by puppeteer-core; the page loads the file over HTTP from 127.0.0.1"),
         Consumer("onnxruntime-1.14", "ONNX Runtime 1.14 (onnxruntime-node 1.14 from npm)",
                  legacy_run, legacy_version),
         Consumer("onnxruntime-1.14-ir8", "ONNX Runtime 1.14, same file rewritten to IR 8 by the test",
@@ -267,7 +205,8 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
     proto = onnx.load(model_path, load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
     config = json.loads(meta.get("gmlp_onnx.config", "{}"))
-    tokens = config.get("task", {}).get("Tokens") or {}
+    task = config.get("task", {})
+    tokens = task if task.get("kind") == "tokens" else {}
     vocab = tokens.get("vocab_size") or 2
     symbols = {"batch": batch, "sequence": max(1, (tokens.get("seq_len") or 4) - 3),
                "past_sequence": 0, "past_shift_sequence": 0}
@@ -349,13 +288,20 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--update-docs", action="store_true",
                         help="also write docs/compatibility.md from this run")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names: run only these (for iterating; "
+                             "refuses --update-docs)")
+    parser.add_argument("--consumers", default="",
+                        help="comma-separated consumer keys: run only these, after the reference "
+                             "onnxruntime-python (for iterating; refuses --update-docs)")
     args = parser.parse_args()
 
     with open(os.path.join(HERE, "matrix.toml"), "rb") as f:
         table = tomllib.load(f)
     models = table["model"]
     expected_failures = table.get("expected_failures", {})
-    everyone = consumers(args.gmlp)
+    os.makedirs(args.out, exist_ok=True)
+    everyone = consumers(args.gmlp, args.out)
     keys = {c.key for c in everyone}
     names = {m["name"] for m in models}
     for cell in expected_failures:
@@ -363,7 +309,24 @@ def main():
         if consumer not in keys or model not in names:
             raise SystemExit(f"matrix.py: expected_failures names an unknown cell {cell!r}")
 
-    os.makedirs(args.out, exist_ok=True)
+    if args.models:
+        wanted = set(args.models.split(","))
+        unknown = wanted - names
+        if unknown:
+            raise SystemExit(f"matrix.py: --models names unknown models {sorted(unknown)}")
+        if args.update_docs:
+            raise SystemExit("matrix.py: --update-docs needs the whole matrix (drop --models)")
+        models = [m for m in models if m["name"] in wanted]
+    if args.consumers:
+        wanted = set(args.consumers.split(","))
+        unknown = wanted - keys
+        if unknown:
+            raise SystemExit(f"matrix.py: --consumers names unknown consumers {sorted(unknown)}")
+        if args.update_docs:
+            raise SystemExit("matrix.py: --update-docs needs the whole matrix (drop --consumers)")
+        # The reference always runs first: every other cell is compared with it.
+        everyone = [c for i, c in enumerate(everyone) if i == 0 or c.key in wanted]
+
     started = time.monotonic()
     cells = []
     model_rows = []
@@ -446,4 +409,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        for runner in CLOSE_AT_EXIT:
+            runner.close()
+    sys.exit(code)

@@ -1,5 +1,5 @@
 //! The gMLP / aMLP architecture description and its size checks (the paper's presets are in
-//! [`crate::gmlp::presets`]).
+//! `gmlp/presets.rs`, which builds on this).
 //!
 //! Shapes follow the paper's notation (Liu et al. 2021, §2): `n` tokens, `d` = d_model,
 //! `f` = d_ffn, `e` = f/2 channels per half of the gate, `a` = tiny-attention size.
@@ -87,10 +87,10 @@ pub enum Precision {
     /// Weights, activations and MatMuls in f16; LayerNorm (with f32 scale and shift),
     /// the attention softmax and the output logits in f32.
     F16,
-    /// The projections (proj_in, proj_out, attention, vocabulary head) stored as int8,
-    /// symmetric per output channel, and run as dynamically quantized integer MatMuls
-    /// (`DynamicQuantizeLinear → MatMulInteger → scale`); everything else in f32
-    /// (see [`crate::gmlp::quantize`]).
+    /// The projections (proj_in, proj_out, attention, vocabulary head) and the spatial
+    /// MatMul stored as int8, symmetric per output channel, and run as dynamically
+    /// quantized integer MatMuls (`DynamicQuantizeLinear → MatMulInteger → scale`);
+    /// everything else in f32 (see [`crate::gmlp::quantize`]).
     Int8,
 }
 

@@ -2,7 +2,7 @@
 //! parameters by name with the source of their values, the constants shared by the blocks
 //! (Toeplitz index table, causal mask), and the run-time positions and state of a
 //! variable-length or with-past graph ([`Positions`]; their helpers are in
-//! [`super::sequence`]).
+//! `sequence.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use crate::onnx::builder::GraphBuilder;
 use crate::onnx::graph::{Dim, ElemType, TensorData, Value};
 
 /// The emitter: one graph under construction for one configuration. Each part of the
-/// network (block parts in [`super::block`], [`super::embed`], [`super::head`], the
-/// linear layers in [`super::linear`]) adds its nodes through an `impl Emitter` of its own.
+/// network (block parts in `block/`, `embed.rs`, `head.rs`, the linear layers in
+/// `linear.rs`) adds its nodes through an `impl Emitter` of its own.
 pub(crate) struct Emitter {
     /// The graph under construction.
     pub(crate) g: GraphBuilder,

@@ -195,7 +195,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         (None, true) | (Some(WITH_PAST_MAX_BATCH_SIZE), true) => WITH_PAST_MAX_BATCH_SIZE,
         (Some(n), true) => {
             return Err(invalid(format!(
-                "a with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (see README, Serving with Triton)"
+                "a with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (see docs/serving.md)"
             )))
         }
         (Some(n), false) => n,

@@ -9,8 +9,8 @@
 //! with one implicit `state` per pair, so that Triton keeps the state between the
 //! requests of a sequence and a client sends only the new token.
 //!
-//! Two limits of Triton r24.10 shape the with-past form (evidence in README, "Serving
-//! with Triton"): the first state of a sequence always has size 1 in each variable
+//! Two limits of Triton r24.10 shape the with-past form (evidence in docs/serving.md,
+//! "With-past models"): the first state of a sequence always has size 1 in each variable
 //! dimension, whatever `initial_state` says (a zero-length initial state fails with "not
 //! enough space: expected 16, got 0"), and a batch of sequences whose states differ in
 //! length is concatenated wrongly by the ONNX Runtime backend. So the repository holds

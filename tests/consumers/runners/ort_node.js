@@ -1,4 +1,4 @@
-// Runs an ONNX file in onnxruntime-node for the consumer matrix (tests/consumers.rs).
+// Runs an ONNX file in onnxruntime-node for the consumer matrix (tests/external/consumers.rs).
 // Usage: node ort_node.js NODE_MODULES MODEL.onnx INPUTS.json OUTPUTS.json
 //        node ort_node.js NODE_MODULES --version
 // INPUTS.json: {name: {type: "float32"|"int64", dims: [...], data: [...]}}; OUTPUTS.json has

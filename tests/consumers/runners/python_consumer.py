@@ -1,4 +1,4 @@
-"""Runs an ONNX file in one Python consumer of the matrix (tests/consumers.rs).
+"""Runs an ONNX file in one Python consumer of the matrix (tests/external/consumers.rs).
 
 Usage: python python_consumer.py CONSUMER MODEL.onnx INPUTS.npz OUTPUTS.npz
 CONSUMER: onnxruntime | onnx-reference | openvino | opencv | opencv-classic

@@ -1,0 +1,160 @@
+//! Causal models as generators (docs/generation.md): `--with-past` on a model that cannot carry
+//! state, prompts longer than n, generation past n, token ids outside the vocabulary, and
+//! models that cannot decode given to `generate`: one line, exit 2, nothing written.
+
+use std::path::{Path, PathBuf};
+
+use super::{assert_refused, run_limited, s, HANG_LIMIT};
+
+/// A causal aMLP with n = 8 and a vocabulary of 20, built by the CLI with `flags`.
+fn small(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let mut args = vec![
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--d-ffn",
+        "32",
+        "--attn-dim",
+        "4",
+        "--seq-len",
+        "8",
+        "--vocab-size",
+        "20",
+        "--causal",
+        "-q",
+        "-o",
+    ];
+    args.push(s(&out));
+    args.extend_from_slice(flags);
+    let o = run_limited(&args, HANG_LIMIT);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+#[test]
+fn with_past_is_refused_where_state_cannot_be_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = d.join("x.onnx");
+    let o = s(&out);
+    for (args, needle) in [
+        (
+            &[
+                "build",
+                "--preset",
+                "amlp-base",
+                "--layers",
+                "1",
+                "--with-past",
+                "-o",
+                o,
+            ][..],
+            "--with-past needs a causal model (--causal)",
+        ),
+        (
+            &[
+                "build",
+                "--preset",
+                "gmlp-ti16",
+                "--layers",
+                "1",
+                "--causal",
+                "--with-past",
+                "-o",
+                o,
+            ],
+            "--with-past applies to causal token models, and this is a vision model",
+        ),
+        (
+            &[
+                "build",
+                "--preset",
+                "amlp-base",
+                "--layers",
+                "1",
+                "--causal",
+                "--with-past",
+                "--fixed-seq",
+                "-o",
+                o,
+            ],
+            "cannot be used with",
+        ),
+    ] {
+        assert_refused(d, args, 2, needle);
+    }
+}
+
+#[test]
+fn generation_refuses_long_prompts_passing_n_bad_ids_and_models_without_state() {
+    let models = tempfile::tempdir().unwrap();
+    let past = small(models.path(), "past.onnx", &["--with-past"]);
+    let fixed = small(models.path(), "fixed.onnx", &["--fixed-seq"]);
+    let variable = small(models.path(), "variable.onnx", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = s(&past);
+    for (args, needle) in [
+        (
+            &["generate", p, "--prompt-ids", "1,2,3,4,5,6,7,8,9"][..],
+            "the prompt has 9 tokens, more than the model's 8 positions",
+        ),
+        (
+            &[
+                "generate",
+                p,
+                "--prompt-ids",
+                "1,2,3",
+                "--max-new-tokens",
+                "6",
+            ],
+            "--max-new-tokens 6 would generate past the model's 8 positions",
+        ),
+        (
+            &["generate", p, "--prompt-ids", "1,20"],
+            "prompt token id 20 is outside the vocabulary 0..20",
+        ),
+        (
+            &["generate", p, "--prompt-ids", "1,-3"],
+            "outside the vocabulary",
+        ),
+        (
+            &["generate", p, "--prompt-ids", "1,,2"],
+            "'' is not a token id",
+        ),
+        (
+            &["generate", p, "--prompt-text", "hello"],
+            "--prompt-text needs a byte-level vocabulary of 256 tokens",
+        ),
+        (
+            &["generate", p, "--prompt-ids", "1", "--temperature=-1"],
+            "--temperature must be a finite number >= 0",
+        ),
+        (
+            &["generate", s(&fixed), "--prompt-ids", "1"],
+            "is not a causal token model built by gmlp-onnx with a variable length or --with-past",
+        ),
+        (
+            &["validate", s(&variable), "--decode-steps", "2"],
+            "apply to models built with --with-past",
+        ),
+        (
+            &[
+                "validate",
+                p,
+                "--decode-prefill",
+                "6",
+                "--decode-steps",
+                "3",
+            ],
+            "must fit in the model's 8 positions",
+        ),
+    ] {
+        assert_refused(d, args, 2, needle);
+    }
+}

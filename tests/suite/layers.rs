@@ -1,0 +1,335 @@
+//! The library's modules form one stack, each importing only from the layers below it, so the
+//! data path points one way and there is no import circle (docs/architecture.md). This reads
+//! the sources and checks every `crate::NAME` reference against the order documented in
+//! src/lib.rs; it also checks that the gMLP model knows nothing of protobuf.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Top-level modules by layer; a module may use its own layer's module only if it is
+/// itself, and any module of a lower layer.
+const LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["tensor", "rng", "fs"],
+    &["npz", "plot"],
+    &["onnx"],
+    &["gmlp"],
+    &["checkpoint"],
+    &["inspect"],
+    &["runtime"],
+    &["serve"],
+    &["validate"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a library source file belongs to (`src/onnx/ops.rs` → `onnx`).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    Some(first.trim_end_matches(".rs").to_string())
+}
+
+/// Every `crate::NAME` in the text (comments included: a doc link that points up is a
+/// dependency of the reader's mind too, and there is none).
+fn crate_references(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("crate::") {
+        let tail = &rest[at + "crate::".len()..];
+        let name: String = tail
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let before = rest[..at].chars().last();
+        // `gmlp_onnx::crate` never occurs; skip `super::crate`-like false hits of other idents.
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty() {
+            found.push(name);
+        }
+        rest = tail;
+    }
+    found
+}
+
+#[test]
+fn modules_import_only_from_the_layers_below() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut violations = BTreeMap::new();
+    let mut checked = 0;
+    for file in &files {
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        if ["lib", "main", "cli"].contains(&module.as_str()) {
+            continue; // the crate root and the binary sit on top of everything
+        }
+        let own = layer_of(&module)
+            .unwrap_or_else(|| panic!("{}: module {module} is not in LAYERS", file.display()));
+        let text = std::fs::read_to_string(file).unwrap();
+        for used in crate_references(&text) {
+            checked += 1;
+            if used == module || used == "Error" || used == "Result" {
+                continue;
+            }
+            let ok = matches!(layer_of(&used), Some(l) if l < own);
+            if !ok {
+                violations
+                    .entry(format!("{}", file.strip_prefix(&src).unwrap().display()))
+                    .or_insert_with(Vec::new)
+                    .push(used);
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} references seen: is the scan broken?"
+    );
+    assert!(
+        violations.is_empty(),
+        "imports that point up or sideways: {violations:?}"
+    );
+}
+
+#[test]
+fn the_gmlp_model_knows_nothing_of_protobuf() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gmlp");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 8);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for needle in [
+            "onnx::proto",
+            "prost",
+            "onnx::reader",
+            "onnx::writer::encode",
+        ] {
+            assert!(
+                !text.contains(needle),
+                "{} mentions {needle}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_scanner_sees_references() {
+    assert_eq!(
+        crate_references("use crate::onnx::graph::Dim; x(crate::gmlp::A); mycrate::no"),
+        vec!["onnx", "gmlp"]
+    );
+}
+
+/// The module path of a library source file (`src/validate/decoding.rs` →
+/// `[validate, decoding]`; a folder's `mod.rs` is the folder itself).
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_str()
+                .unwrap()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The module paths a file refers to: `crate::a::b::c` and `super::b` (one level of
+/// `{…}` groups expanded), each as the path of identifiers it names.
+fn path_references(own: &[String], text: &str) -> Vec<Vec<String>> {
+    fn ident(s: &str) -> (&str, &str) {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        (&s[..end], &s[end..])
+    }
+    // Reads `a::b::{c::d, e}` from `rest`: every path it names.
+    fn paths(prefix: Vec<String>, rest: &str, out: &mut Vec<Vec<String>>) {
+        let mut path = prefix;
+        let mut rest = rest;
+        loop {
+            if let Some(group) = rest.strip_prefix('{') {
+                // Split the group at its top-level commas, up to the matching brace.
+                let (mut depth, mut start) = (0usize, 0usize);
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => {
+                            paths(path.clone(), group[start..i].trim(), out);
+                            return;
+                        }
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            paths(path.clone(), group[start..i].trim(), out);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                return;
+            }
+            let (name, tail) = ident(rest);
+            if name.is_empty() {
+                break;
+            }
+            if name == "super" {
+                path.pop(); // `super::super::x`
+            } else {
+                path.push(name.to_string());
+            }
+            match tail.strip_prefix("::") {
+                Some(next) => rest = next,
+                None => break,
+            }
+        }
+        out.push(path);
+    }
+    let mut out = Vec::new();
+    for (needle, base) in [
+        ("crate::", Vec::new()),
+        ("super::", own[..own.len().saturating_sub(1)].to_vec()),
+    ] {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(needle).map(|at| from + at) {
+            let before = text[..at].chars().last();
+            let tail = &text[at + needle.len()..];
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                paths(base.clone(), tail, &mut out);
+            }
+            from = at + needle.len();
+        }
+    }
+    out
+}
+
+/// A cycle in `edges` (module → the sibling modules it uses), if there is one.
+fn find_cycle(edges: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, std::collections::BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
+}
+
+/// Inside every folder of src/, the files and sub-folders (siblings) use each other
+/// without a circle: `a` using `b` and `b` using `a` (directly or through others) is a
+/// dependency pointing both ways. A module using its parent's own items, or a parent
+/// using its children, is not a sibling edge; doc links count, as above.
+#[test]
+fn no_circle_between_the_files_of_a_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: std::collections::BTreeSet<Vec<String>> =
+        files.iter().map(|f| module_path(&src, f)).collect();
+    let is_module = |path: &[String]| modules.iter().any(|m| m.starts_with(path));
+    // folder path → (sibling → siblings it uses)
+    let mut folders: BTreeMap<Vec<String>, BTreeMap<String, std::collections::BTreeSet<String>>> =
+        BTreeMap::new();
+    let mut edges_seen = 0;
+    for file in &files {
+        let own = module_path(&src, file);
+        if own.is_empty() || own[0] == "main" || own[0] == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        // A file's unit tests (its `#[cfg(test)]` module, last by convention) may use any
+        // sibling: they are not part of the library's dependency graph.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        for target in path_references(&own, text) {
+            let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == 0 || common >= own.len() || common >= target.len() {
+                continue; // top level (checked above), or parent and child
+            }
+            if !is_module(&target[..=common]) {
+                continue; // an item of the parent module, not a sibling
+            }
+            edges_seen += 1;
+            folders
+                .entry(own[..common].to_vec())
+                .or_default()
+                .entry(own[common].clone())
+                .or_default()
+                .insert(target[common].clone());
+        }
+    }
+    assert!(
+        edges_seen > 50,
+        "only {edges_seen} sibling edges seen: is the scan broken?"
+    );
+    let circles: Vec<String> = folders
+        .iter()
+        .filter_map(|(folder, edges)| {
+            find_cycle(edges).map(|c| format!("src/{}: {}", folder.join("/"), c.join(" → ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "modules of a folder import each other in a circle: {circles:#?}"
+    );
+}
+
+#[test]
+fn the_path_scanner_reads_groups_and_super() {
+    let own = vec!["validate".to_string(), "decoding".to_string()];
+    let found = path_references(
+        &own,
+        "use crate::validate::{compare::X, report::{a, b}}; use super::inputs::Y; x::super::no; super::super::gmlp::Z",
+    );
+    let as_str: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        as_str,
+        vec![
+            "validate::compare::X",
+            "validate::report::a",
+            "validate::report::b",
+            "validate::inputs::Y",
+            "gmlp::Z"
+        ]
+    );
+}

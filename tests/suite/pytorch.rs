@@ -1,0 +1,165 @@
+//! PyTorch `torch.save` checkpoints (fixtures made by scripts/make_pt_fixtures.py with torch
+//! 2.15 itself): the timm and g-mlp-pytorch fixture models saved as `.pt` (flat, nested
+//! under "model" with an optimizer state, Lightning-style under "state_dict", and in the
+//! legacy non-zip format) convert with the real binary and reproduce PyTorch's outputs in
+//! tract and ONNX Runtime; synthetic files of every dtype and of strided / shared views
+//! read back exactly the values NumPy wrote next to them. Hostile files: tests/suite/hostile/.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+use gmlp_onnx::checkpoint::{pytorch, Checkpoint};
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
+use ndarray::ArrayD;
+use safetensors::SafeTensors;
+
+/// max|ours − PyTorch| / max|PyTorch| allowed (as for the safetensors fixtures).
+const PYTORCH_RTOL: f64 = 1e-4;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// The inputs and PyTorch's logits of a fixture (io.safetensors, written by the library).
+fn io(name: &str) -> (Vec<NamedTensor>, ArrayD<f32>) {
+    let dir = fixtures().join(name);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let input_name = meta["input_name"].as_str().unwrap();
+    let bytes = std::fs::read(dir.join("io.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let read = |name: &str| safetensors_tensor(&st, name).unwrap();
+    let TensorValue::F32(logits) = read("logits") else {
+        panic!("f32 logits")
+    };
+    let inputs = vec![NamedTensor {
+        name: input_name.to_string(),
+        value: read(input_name),
+    }];
+    (inputs, logits)
+}
+
+/// Converts `fixtures/NAME/FILE` with `gmlp-onnx build --weights` and compares both CPU
+/// runtimes with PyTorch's logits; also checks that every tensor read from the `.pt`
+/// equals the one in the fixture's model.safetensors bit for bit.
+fn check_conversion(name: &str, file: &str, flags: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let weights = fixtures().join(name).join(file);
+    let out = dir.path().join("model.onnx");
+    let mut args = vec![
+        "build",
+        "-q",
+        "--weights",
+        path_str(&weights),
+        "-o",
+        path_str(&out),
+    ];
+    args.extend(flags);
+    let o = gmlp(&args);
+    assert!(o.status.success(), "{name}/{file}: {}", output_text(&o));
+
+    let (inputs, logits) = io(name);
+    for kind in CPU_RUNTIMES {
+        let d = rel_diff(&f32_output(&run(kind, &out, &inputs)), &logits);
+        eprintln!(
+            "{name}/{file}: {} vs PyTorch: max|diff|/max|ref| = {d:.2e}",
+            kind.name()
+        );
+        assert!(d <= PYTORCH_RTOL, "{name}/{file}: {} {d:e}", kind.name());
+    }
+
+    let pt = Checkpoint::open(&weights).unwrap();
+    let st = Checkpoint::open(&fixtures().join(name).join("model.safetensors")).unwrap();
+    let pt_keys: Vec<&str> = pt.keys().collect();
+    let st_keys: Vec<&str> = st.keys().collect();
+    assert_eq!(pt_keys, st_keys, "{name}/{file}: tensor names");
+    for key in st_keys {
+        assert_eq!(pt.shape(key), st.shape(key), "{name}/{file}: {key}");
+        assert_eq!(
+            pt.f32(key).unwrap(),
+            st.f32(key).unwrap(),
+            "{name}/{file}: {key}"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn timm_state_dict_from_torch_save_matches_pytorch() {
+    check_conversion("timm_gmlp_vision", "model.pt", &[]);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn g_mlp_pytorch_checkpoints_nested_lightning_and_legacy_match_pytorch() {
+    // {"model": state_dict, "optimizer": Adam state, "epoch": 3}
+    check_conversion("lucid_vision", "model.ckpt.pt", &["--in-chans", "1"]);
+    // Lightning: {"state_dict": ..., "epoch", "global_step", "hyper_parameters", ...}
+    check_conversion("lucid_amlp_causal", "model.lightning.pt", &["--causal"]);
+    // torch.save(..., _use_new_zipfile_serialization=False)
+    check_conversion("lucid_tokens", "model.legacy.pt", &[]);
+}
+
+/// The arrays NumPy saved next to a synthetic file (float64, contiguous).
+fn expected(stem: &str) -> Vec<NamedTensor> {
+    gmlp_onnx::npz::read_npz(
+        &fixtures()
+            .join("pytorch")
+            .join(format!("{stem}.expected.npz")),
+    )
+    .unwrap()
+}
+
+fn check_synthetic(file: &str, stem: &str) {
+    let path = fixtures().join("pytorch").join(file);
+    let got = pytorch::read_file(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let want = expected(stem);
+    let mut got_names: Vec<&str> = got.iter().map(|t| t.name.as_str()).collect();
+    let mut want_names: Vec<&str> = want.iter().map(|t| t.name.as_str()).collect();
+    got_names.sort();
+    want_names.sort();
+    assert_eq!(got_names, want_names, "{file}");
+    for w in &want {
+        let g = got.iter().find(|t| t.name == w.name).unwrap();
+        assert_eq!(g.value.shape(), w.value.shape(), "{file}: {}", w.name);
+        // Exact: f16/bf16/f32 widen to f32 exactly, integers are small.
+        assert_eq!(g.value.to_f64(), w.value.to_f64(), "{file}: {}", w.name);
+        let dtype = match w.name.as_str() {
+            "f64" => "float64",
+            "i64" => "int64",
+            "i32" | "i16" | "i8" | "u8" | "bool" => "int32",
+            _ => "float32",
+        };
+        assert_eq!(g.value.dtype(), dtype, "{file}: {}", w.name);
+    }
+}
+
+#[test]
+fn every_dtype_reads_back_exactly_in_both_formats() {
+    check_synthetic("dtypes.pt", "dtypes");
+    check_synthetic("dtypes.legacy.pt", "dtypes");
+    // Integer tensors are kept, but refused as weights by name.
+    let ck = Checkpoint::open(&fixtures().join("pytorch").join("dtypes.pt")).unwrap();
+    let e = ck.f32("i64").unwrap_err().to_string();
+    assert!(
+        e.contains("i64: element type int64 is not supported"),
+        "{e}"
+    );
+    assert_eq!(ck.f32("bf16").unwrap().len(), 24);
+}
+
+#[test]
+fn strided_and_shared_views_read_back_exactly() {
+    check_synthetic("views.pt", "views");
+    check_synthetic("views.legacy.pt", "views");
+    // The same tensors nested under "state_dict" (with an epoch) and under "model" (with
+    // an optimizer state of dicts, lists and floats).
+    check_synthetic("views.state_dict.pt", "views");
+    check_synthetic("views.model.pt", "views");
+}
