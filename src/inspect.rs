@@ -1,6 +1,8 @@
 //! `inspect`: what an ONNX file declares and holds, without running it: IR version and
 //! opsets, inputs and outputs, parameter count and bytes, operator histogram, external
-//! data files, and our own metadata (configuration, FLOPs) when present. It sits above
+//! data files, and our own metadata (configuration, FLOPs) when present; for files
+//! `gmlp-onnx build` wrote, each block's spatial weight W and its Toeplitz-ness
+//! ([`spatial`]), and on request pictures of them ([`pictures`]). It sits above
 //! [`crate::gmlp`] because it reads the keys [`crate::gmlp::metadata`] defines.
 
 use std::collections::BTreeMap;
@@ -9,8 +11,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub mod params;
+pub mod pictures;
+pub mod spatial;
 
-use crate::error::Result;
+pub use pictures::inspect_and_plot;
+
+use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, StateTensor};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
 use crate::gmlp::weights::param_specs;
@@ -22,6 +28,8 @@ use crate::onnx::reader::{
     declared_inputs, declared_outputs, element_count, external_reference, metadata_value,
     read_model, DeclaredTensor,
 };
+use crate::plot::PlotFile;
+use spatial::{spatial_lines, spatial_weights, SpatialSummary, SpatialWeights};
 
 /// A graph input or output.
 #[derive(Clone, Debug, Serialize)]
@@ -106,6 +114,14 @@ pub struct ModelSummary {
     pub metadata: BTreeMap<String, String>,
     /// External data files referenced by initializers (empty when all data is inline).
     pub external_data: Vec<ExternalFile>,
+    /// Each block's spatial weight W: stored form, the cells it reads, its Toeplitz-ness
+    /// (files `gmlp-onnx build` wrote; see [`spatial`]).
+    pub spatial: Vec<SpatialSummary>,
+    /// Why `spatial` is empty, when it is.
+    pub spatial_unavailable: Option<String>,
+    /// The pictures `inspect --plot` wrote (absent from the JSON when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plots: Vec<PlotFile>,
 }
 
 fn elements(t: &TensorProto) -> u64 {
@@ -145,8 +161,25 @@ fn count_ops(graph: &GraphProto, ops: &mut BTreeMap<String, usize>, nodes: &mut 
 
 /// Summarizes the model at `path`.
 pub fn inspect(path: &Path) -> Result<ModelSummary> {
-    let model = read_model(path)?;
+    let model = read_model(checked_onnx_path(path)?)?;
     Ok(summarize(&model, path))
+}
+
+/// Refuses a checkpoint given where an ONNX file is read, with the command that makes one.
+pub(crate) fn checked_onnx_path(path: &Path) -> Result<&Path> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if ["safetensors", "pt", "pth", "ckpt", "bin"].contains(&ext.as_str()) {
+        return Err(Error::InvalidArgument(format!(
+            "{} is a checkpoint; inspect reads ONNX files: build one first (gmlp-onnx build --weights {} -o model.onnx, with the flags the checkpoint needs), then inspect model.onnx",
+            path.display(),
+            path.display()
+        )));
+    }
+    Ok(path)
 }
 
 /// Summarizes a decoded model; `path` locates external data files.
@@ -190,6 +223,11 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     let mut ops = BTreeMap::new();
     let mut nodes = 0;
     count_ops(graph, &mut ops, &mut nodes);
+    let (spatial, spatial_unavailable) = match spatial_weights(model, path) {
+        Ok(w) => (w.iter().map(SpatialWeights::summary).collect(), None),
+        Err(Error::InvalidArgument(m)) => (Vec::new(), Some(m)),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     ModelSummary {
         model: path.to_path_buf(),
         ir_version: model.ir_version(),
@@ -240,6 +278,9 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
                 tensors,
             })
             .collect(),
+        spatial,
+        spatial_unavailable,
+        plots: Vec::new(),
     }
 }
 
@@ -342,6 +383,10 @@ impl ModelSummary {
         s += &format!("nodes       {}: {}\n", self.nodes, ops.join(", "));
         if let Some(c) = &self.config {
             s += &format!("config      {c}\n");
+            s += &spatial_lines(&self.spatial);
+            if let Some(why) = &self.spatial_unavailable {
+                s += &format!("spatial     unavailable: {why}\n");
+            }
         }
         if let Some(d) = &self.decoding {
             s += &format!(
@@ -365,6 +410,14 @@ impl ModelSummary {
                 e.location,
                 e.tensors,
                 if e.exists { "" } else { " MISSING" }
+            );
+        }
+        for p in &self.plots {
+            s += &format!(
+                "picture     {} ({} x {})\n",
+                p.file.display(),
+                p.width,
+                p.height
             );
         }
         s

@@ -6,8 +6,9 @@
 //! [`runtime`] (tract, ONNX Runtime) → [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
-//! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
-//! [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the sources.
+//! [`fs`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
+//! [`runtime`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
+//! sources.
 #![warn(missing_docs)]
 
 pub mod error;
@@ -16,6 +17,7 @@ pub mod rng;
 pub mod tensor;
 
 pub mod npz;
+pub mod plot;
 
 pub mod onnx;
 

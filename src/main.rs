@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Command::Presets { json } => cli::presets::run(json),
         Command::Validate(args) => cli::validate::run(args),
         Command::Generate(args) => cli::generate::run(args),
-        Command::Inspect { model, json } => cli::inspect::run(&model, json),
+        Command::Inspect { model, json, plot } => cli::inspect::run(&model, json, plot.as_deref()),
         Command::Triton(args) => cli::triton::run(args),
         Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
     })

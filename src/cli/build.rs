@@ -599,7 +599,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         options.runtime.ort_library = a.ort_lib.clone();
         options.tolerance = tolerance;
         let report = validate_with_spinner(&a.output, &options, a.quiet)?;
-        finish_validation(report, None)?;
+        finish_validation(report, None, None)?;
     }
     Ok(())
 }

@@ -51,13 +51,16 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Generate tokens with a causal token model (built with --with-past, or variable length).
     Generate(generate::GenerateArgs),
-    /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata.
+    /// Describe an ONNX file: opsets, inputs/outputs, parameters, operators, metadata, and each block's spatial weight W with its Toeplitz-ness.
     Inspect {
         /// The ONNX model.
         model: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Write pictures of the spatial weights W into this directory (created if missing): one PNG per block and overview.png.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
     },
     /// Say which ONNX Runtime library each runtime would load and why, whether CUDA registers, and run a check model.
     Doctor {

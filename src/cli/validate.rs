@@ -7,6 +7,7 @@ use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::validate::histograms::write_histograms;
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
@@ -71,6 +72,9 @@ pub struct ValidateArgs {
     /// With-past models: length of the final multi-token chunk [default: 4].
     #[arg(long)]
     pub decode_chunk: Option<usize>,
+    /// Write a histogram of the elementwise errors |a - b| / max|b| of every compared pair and output into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
@@ -82,9 +86,14 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
     Ok((k.to_string(), v))
 }
 
-/// Prints the report (and writes it as JSON to `json`), then PASS, or FAIL as [`Disagreement`].
-pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyhow::Result<()> {
-    // The file first: printing can end the process (SIGPIPE when the reader is gone).
+/// Prints the report (and writes it as JSON to `json`, and its error histograms into
+/// `plot`), then PASS, or FAIL as [`Disagreement`].
+pub fn finish_validation(
+    report: ValidationReport,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> anyhow::Result<()> {
+    // The files first: printing can end the process (SIGPIPE when the reader is gone).
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         write_atomically(path, |w| {
@@ -92,7 +101,14 @@ pub fn finish_validation(report: ValidationReport, json: Option<&Path>) -> anyho
             w.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
         })?;
     }
+    let pictures = match plot {
+        Some(dir) => write_histograms(dir, &report.histograms)?,
+        None => Vec::new(),
+    };
     print!("{}", report.render());
+    for p in &pictures {
+        println!("picture {} ({} x {})", p.file.display(), p.width, p.height);
+    }
     if report.pairs.is_empty() {
         println!("only one runtime ran and no --expected file: nothing was compared");
     }
@@ -136,10 +152,11 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         decode_prefill: a.decode_prefill,
         decode_steps: a.decode_steps,
         decode_chunk: a.decode_chunk,
+        histograms: a.plot.is_some(),
     };
     let report = validate_with_spinner(&a.model, &options, false)
         .with_context(|| format!("validate {}", a.model.display()))?;
-    finish_validation(report, a.report.as_deref())
+    finish_validation(report, a.report.as_deref(), a.plot.as_deref())
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
 //! helper per operator in [`ops`], [`primitive`] and [`quant_ops`], and, for sizes known only at
 //! run time, [`dynamic`]; the shape rules in [`shape`]), the streaming writer ([`writer`]), the
-//! reader ([`reader`]) and in-place edits of a read model ([`edit`]); the opset range and IR
-//! version table ([`versions`]) and the op forms a target can ask for ([`forms`]).
+//! reader ([`reader`], stored values in [`values`]) and in-place edits of a read model
+//! ([`edit`]); the opset range and IR version table ([`versions`]) and the op forms a target
+//! can ask for ([`forms`]).
 
 pub mod activation;
 pub mod builder;
@@ -18,5 +19,6 @@ pub mod proto;
 pub mod quant_ops;
 pub mod reader;
 pub mod shape;
+pub mod values;
 pub mod versions;
 pub mod writer;

@@ -2,10 +2,11 @@
 //! [`inputs`]), run on each runtime, every pair of runtimes compared output by output
 //! ([`compare`]), each runtime compared with stored reference outputs when given, ONNX
 //! Runtime's placement checked ([`placement`]); the result is a [`ValidationReport`]
-//! ([`report`]).
+//! ([`report`]), with error histograms on request ([`histograms`]).
 
 pub mod compare;
 pub mod decoding;
+pub mod histograms;
 pub mod inputs;
 pub mod placement;
 pub mod report;
@@ -64,6 +65,9 @@ pub struct ValidateOptions {
     pub decode_steps: Option<usize>,
     /// With-past models: length of the final multi-token chunk (default 4).
     pub decode_chunk: Option<usize>,
+    /// Keep the elementwise error histogram of every compared pair and output in the
+    /// report ([`ValidationReport::histograms`], for `validate --plot`).
+    pub histograms: bool,
 }
 
 impl ValidateOptions {
@@ -83,6 +87,7 @@ impl ValidateOptions {
             decode_prefill: None,
             decode_steps: None,
             decode_chunk: None,
+            histograms: false,
         }
     }
 }
@@ -272,10 +277,21 @@ pub fn validate_with_progress(
         npz::save_npz(file, outputs)?;
     }
     let mut pairs = Vec::new();
+    let mut error_histograms = Vec::new();
     for i in 0..results.len() {
         for j in i + 1..results.len() {
-            let outputs = compare_all(&results[i].1, &results[j].1, tolerance)?;
-            pairs.push(pair(&results[i].0, &results[j].0, outputs));
+            let (reference, other) = (&results[i], &results[j]);
+            let outputs = compare_all(&reference.1, &other.1, tolerance)?;
+            pairs.push(pair(&reference.0, &other.0, outputs));
+            if options.histograms {
+                error_histograms.extend(histograms::error_histograms(
+                    &reference.0,
+                    &other.0,
+                    &reference.1,
+                    &other.1,
+                    tolerance,
+                )?);
+            }
         }
     }
     if let Some(expected) = &expected {
@@ -288,6 +304,11 @@ pub fn validate_with_progress(
             let diffs = compare_all(expected, outputs, tolerance)
                 .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
             pairs.push(pair(EXPECTED, name, diffs));
+            if options.histograms {
+                error_histograms.extend(histograms::error_histograms(
+                    EXPECTED, name, expected, outputs, tolerance,
+                )?);
+            }
         }
     }
     let pass = pairs.iter().all(|p| p.pass) && decoding.as_ref().is_none_or(|d| d.pass);
@@ -314,5 +335,6 @@ pub fn validate_with_progress(
         precision: resolved.precision,
         decoding,
         pass,
+        histograms: error_histograms,
     })
 }

@@ -9,6 +9,7 @@ use crate::gmlp::Precision;
 use crate::runtime::Placement;
 use crate::validate::compare::{PairReport, Tolerance};
 use crate::validate::decoding::DecodingReport;
+use crate::validate::histograms::ErrorHistogram;
 
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";
@@ -84,6 +85,10 @@ pub struct ValidationReport {
     pub decoding: Option<DecodingReport>,
     /// True when every pair agrees (and the decoding check passes).
     pub pass: bool,
+    /// The elementwise error histograms of every pair and output, when asked for
+    /// ([`crate::validate::ValidateOptions::histograms`]); not part of the JSON report.
+    #[serde(skip)]
+    pub histograms: Vec<ErrorHistogram>,
 }
 
 impl ValidationReport {

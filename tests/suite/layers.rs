@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["tensor", "rng", "fs"],
-    &["npz"],
+    &["npz", "plot"],
     &["onnx"],
     &["gmlp"],
     &["checkpoint"],

@@ -24,6 +24,7 @@ mod model;
 mod newcomer;
 mod npz;
 mod ops;
+mod pictures;
 mod presets;
 mod pytorch;
 mod targets;

@@ -1,0 +1,256 @@
+//! The values of stored tensors (initializers) as numbers: inline (`raw_data` or the typed
+//! fields) or external data beside the model, every size checked against the dims first.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::onnx::dtype::DataType;
+use crate::onnx::proto as onnx;
+use crate::onnx::reader::{element_count, external_reference};
+
+/// Element types [`tensor_f32`] converts, with their bytes per element.
+const F32_READABLE: &[(DataType, usize)] = &[
+    (DataType::Float, 4),
+    (DataType::Float16, 2),
+    (DataType::Bfloat16, 2),
+    (DataType::Double, 8),
+    (DataType::Int8, 1),
+    (DataType::Uint8, 1),
+];
+
+/// The values of a stored tensor (an initializer) as f32, row-major: float, float16,
+/// bfloat16 and double tensors converted, int8 and uint8 tensors as the integers they hold.
+/// The data may be `raw_data` (little-endian, as the ONNX spec requires), the typed field
+/// the spec assigns to the type (`float_data`, `double_data`, `int32_data`), or external
+/// data beside `model_path`. The byte count is checked against the dims before anything
+/// is allocated or read, so a file that declares more than it holds is refused.
+pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> {
+    let bad = |reason: String| Error::BadModel {
+        path: model_path.to_path_buf(),
+        reason: format!("initializer {}: {reason}", t.name()),
+    };
+    let code = t.data_type();
+    let &(dtype, width) = F32_READABLE
+        .iter()
+        .find(|(d, _)| *d as i32 == code)
+        .ok_or_else(|| {
+            bad(format!(
+                "element type {} cannot be read as numbers here",
+                crate::onnx::dtype::type_name(code)
+            ))
+        })?;
+    let n = element_count(t)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| bad(format!("dims {:?} have no valid element count", t.dims)))?;
+    let bytes = n
+        .checked_mul(width)
+        .ok_or_else(|| bad(format!("dims {:?} are too large", t.dims)))?;
+    let external = t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32);
+    let raw: Option<std::borrow::Cow<'_, [u8]>> = if external {
+        Some(read_external(t, model_path, bytes).map_err(bad)?.into())
+    } else {
+        t.raw_data.as_deref().map(Into::into)
+    };
+    if let Some(raw) = raw {
+        if raw.len() != bytes {
+            return Err(bad(format!(
+                "{} bytes of data for dims {:?} ({bytes} expected)",
+                raw.len(),
+                t.dims
+            )));
+        }
+        let chunks = raw.chunks_exact(width);
+        return Ok(match dtype {
+            DataType::Float => chunks
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            DataType::Float16 => chunks
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DataType::Bfloat16 => chunks
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DataType::Double => chunks
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+            DataType::Int8 => raw.iter().map(|&b| f32::from(b as i8)).collect(),
+            _ => raw.iter().map(|&b| f32::from(b)).collect(),
+        });
+    }
+    let typed_len = match dtype {
+        DataType::Float => t.float_data.len(),
+        DataType::Double => t.double_data.len(),
+        _ => t.int32_data.len(),
+    };
+    if typed_len != n {
+        return Err(bad(format!(
+            "{typed_len} values for dims {:?} ({n} expected)",
+            t.dims
+        )));
+    }
+    // int32_data holds float16 / bfloat16 as their 16 bits, int8 / uint8 as the integer.
+    let bits16 = |v: i32| v as u16;
+    Ok(match dtype {
+        DataType::Float => t.float_data.clone(),
+        DataType::Double => t.double_data.iter().map(|&v| v as f32).collect(),
+        DataType::Float16 => t
+            .int32_data
+            .iter()
+            .map(|&v| half::f16::from_bits(bits16(v)).to_f32())
+            .collect(),
+        DataType::Bfloat16 => t
+            .int32_data
+            .iter()
+            .map(|&v| half::bf16::from_bits(bits16(v)).to_f32())
+            .collect(),
+        _ => t.int32_data.iter().map(|&v| v as f32).collect(),
+    })
+}
+
+/// The `bytes` external bytes of `t`, after checking the reference against the file's
+/// size (the file beside `model_path`; its location was checked at decoding).
+fn read_external(
+    t: &onnx::TensorProto,
+    model_path: &Path,
+    bytes: usize,
+) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let r = external_reference(t)?;
+    let dir = match model_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let file_path = dir.join(&r.location);
+    let mut file = std::fs::File::open(&file_path)
+        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?
+        .len();
+    let length = r.length.unwrap_or(file_len.saturating_sub(r.offset));
+    if length != bytes as u64 {
+        return Err(format!(
+            "{length} external bytes for dims {:?} ({bytes} expected)",
+            t.dims
+        ));
+    }
+    if r.offset
+        .checked_add(length)
+        .is_none_or(|end| end > file_len)
+    {
+        return Err(format!(
+            "external bytes {}..{} lie past the end of {} ({file_len} bytes)",
+            r.offset,
+            r.offset.saturating_add(length),
+            r.location
+        ));
+    }
+    let mut data = vec![0u8; bytes];
+    file.seek(SeekFrom::Start(r.offset))
+        .and_then(|_| file.read_exact(&mut data))
+        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?;
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onnx::tensor_proto::DataLocation;
+
+    fn tensor(data_type: DataType, dims: &[i64]) -> onnx::TensorProto {
+        onnx::TensorProto {
+            name: Some("w".into()),
+            data_type: Some(data_type as i32),
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn values_come_from_raw_data_or_the_typed_field_of_each_type() {
+        let path = Path::new("m.onnx");
+        let mut t = tensor(DataType::Float, &[2]);
+        t.raw_data = Some(
+            [1.5f32, -2.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        );
+        assert_eq!(tensor_f32(&t, path).unwrap(), vec![1.5, -2.0]);
+        let mut t = tensor(DataType::Float, &[3]);
+        t.float_data = vec![1.0, 2.0, 3.0];
+        assert_eq!(tensor_f32(&t, path).unwrap(), vec![1.0, 2.0, 3.0]);
+        // float16 in int32_data holds the 16 bits; int8 the integer.
+        let mut t = tensor(DataType::Float16, &[2]);
+        t.int32_data = vec![
+            i32::from(half::f16::from_f32(0.5).to_bits()),
+            i32::from(half::f16::from_f32(-3.0).to_bits()),
+        ];
+        assert_eq!(tensor_f32(&t, path).unwrap(), vec![0.5, -3.0]);
+        let mut t = tensor(DataType::Int8, &[3]);
+        t.raw_data = Some(vec![0x7f, 0x81, 0]);
+        assert_eq!(tensor_f32(&t, path).unwrap(), vec![127.0, -127.0, 0.0]);
+        let mut t = tensor(DataType::Bfloat16, &[1]);
+        t.raw_data = Some(half::bf16::from_f32(0.25).to_le_bytes().to_vec());
+        assert_eq!(tensor_f32(&t, path).unwrap(), vec![0.25]);
+    }
+
+    #[test]
+    fn sizes_that_disagree_with_the_dims_and_other_types_are_refused() {
+        let path = Path::new("m.onnx");
+        let mut t = tensor(DataType::Float, &[1 << 40, 1 << 20]);
+        t.raw_data = Some(vec![0; 8]);
+        let err = tensor_f32(&t, path).unwrap_err().to_string();
+        assert!(err.contains("initializer w"), "{err}");
+        let mut t = tensor(DataType::Float, &[3]);
+        t.float_data = vec![1.0];
+        assert!(tensor_f32(&t, path)
+            .unwrap_err()
+            .to_string()
+            .contains("1 values for dims [3]"));
+        let t = tensor(DataType::String, &[1]);
+        assert!(tensor_f32(&t, path)
+            .unwrap_err()
+            .to_string()
+            .contains("string"));
+    }
+
+    #[test]
+    fn external_data_is_read_from_its_range_after_checking_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        let bytes: Vec<u8> = [9f32, 7.0, 5.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        std::fs::write(dir.path().join("m.data"), &bytes).unwrap();
+        let external = |offset: &str, length: &str| {
+            let mut t = tensor(DataType::Float, &[2]);
+            t.data_location = Some(DataLocation::External as i32);
+            t.external_data = [
+                ("location", "m.data"),
+                ("offset", offset),
+                ("length", length),
+            ]
+            .iter()
+            .map(|(k, v)| onnx::StringStringEntryProto {
+                key: Some(k.to_string()),
+                value: Some(v.to_string()),
+            })
+            .collect();
+            t
+        };
+        assert_eq!(
+            tensor_f32(&external("4", "8"), &path).unwrap(),
+            vec![7.0, 5.0]
+        );
+        let err = tensor_f32(&external("8", "8"), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("past the end"), "{err}");
+        let err = tensor_f32(&external("0", "12"), &path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("12 external bytes"), "{err}");
+    }
+}
