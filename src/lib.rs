@@ -6,10 +6,11 @@
 //! [`runtime`] (tract, ONNX Runtime) → [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
-//! [`fs`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
+//! [`fs`], [`archive`] → [`npz`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] → [`runtime`] →
 //! [`serve`] → [`validate`]. `tests/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod error;
 pub mod fs;
 pub mod rng;
