@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bombs;
 mod checkpoints;
 mod cli_args;
 mod generation;
