@@ -27,6 +27,7 @@
 //! deflate can produce from its compressed bytes; what is read is checked against the
 //! declared size and CRC-32, and a stream that inflates past its declared size is refused.
 
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
 /// A reason an archive or member was refused, on one line.
@@ -82,6 +83,7 @@ pub struct Entry {
 pub struct ZipArchive<R> {
     reader: R,
     entries: Vec<Entry>,
+    by_name: HashMap<String, usize>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -178,6 +180,7 @@ fn find_directory<R: Read + Seek>(reader: &mut R, len: u64) -> ZipResult<(u64, u
 /// The central records in `cd`: (entry without its data offset, local header offset).
 fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
     let mut out: Vec<(Entry, u64)> = Vec::with_capacity(count as usize);
+    let mut names = std::collections::HashSet::new();
     let mut pos = 0usize;
     for i in 0..count {
         let record = cd
@@ -235,7 +238,7 @@ fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
                 "member '{name}': zip64 sizes without a zip64 extra field"
             ));
         }
-        if out.iter().any(|(e, _)| e.name == name) {
+        if !names.insert(name.clone()) {
             return Err(format!("member '{name}' appears twice"));
         }
         out.push((
@@ -324,7 +327,16 @@ impl<R: Read + Seek> ZipArchive<R> {
                 entries[w[0].2].name, entries[w[1].2].name
             ));
         }
-        Ok(ZipArchive { reader, entries })
+        let by_name = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        Ok(ZipArchive {
+            reader,
+            entries,
+            by_name,
+        })
     }
 
     /// The members, in central directory order.
@@ -334,7 +346,7 @@ impl<R: Read + Seek> ZipArchive<R> {
 
     /// The index of the member named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.entries.iter().position(|e| e.name == name)
+        self.by_name.get(name).copied()
     }
 
     /// A reader of member `index`'s inflated bytes: exactly its declared size, checked
