@@ -326,7 +326,7 @@ fn read_zip<R: std::io::Read + std::io::Seek>(
 
 fn too_short(path: &Path, len: u64) -> Error {
     Error::BadTensor(format!(
-        "{}: {len} bytes is too short for a safetensors file",
+        "{}: {len} bytes is too short for a safetensors file, PyTorch file or .npz archive",
         path.display()
     ))
 }
