@@ -100,6 +100,10 @@ for f in dtypes.pt dtypes.legacy.pt views.pt views.legacy.pt views.model.pt \
          hostile_os_system.pt hostile_os_system.legacy.pt hostile_eval.pt no_state_dict.pt; do
   cp "fixtures/pytorch/$f" "$out/pytorch_reader/$f"
 done
+# A torch zip whose 21-character record folder makes its first central record as long as
+# the zip64 end records (what zip 9.x misread), and the same state_dict nested.
+cp "fixtures/pytorch/names/zip/789_-abcdefghijklmnop.pt" "$out/pytorch_reader/stem21.pt"
+cp "fixtures/pytorch/names/nested/789_-abcdefghijklmnop.pt" "$out/pytorch_reader/stem21.nested.pt"
 "$py" - "$out/pytorch_reader" <<'PY'
 import sys, zipfile
 for n in ["dtypes", "views", "views.model"]:

@@ -6,11 +6,12 @@
 //! [`runtime`] (tract, ONNX Runtime) → [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
-//! [`fs`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
+//! [`fs`], [`archive`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
 //! [`runtime`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
 //! sources.
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod error;
 pub mod fs;
 pub mod rng;

@@ -5,13 +5,16 @@
 //! types [`TensorValue`] holds); anything else is refused with the dtype named. Every
 //! size read from a file is checked against the bytes actually present before the
 //! array is allocated, so a hostile header cannot make the reader allocate more than
-//! the archive holds.
+//! the archive holds: in an `.npz`, each member's header is inflated first and its
+//! declared size must be exactly what the header's shape and type need before the rest
+//! is inflated (the archive itself is read by [`crate::archive`]).
 
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 use ndarray::{ArrayD, IxDyn};
 
+use crate::archive::ZipArchive;
 use crate::error::{one_line, Error, Result};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -20,10 +23,6 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 const MAX_HEADER: usize = 1 << 16;
 /// Largest rank accepted (NumPy's own limit is 64).
 const MAX_RANK: usize = 64;
-/// Deflate cannot expand data by more than about 1032:1.
-const MAX_DEFLATE_RATIO: u64 = 1032;
-/// Bytes reserved up front for one entry; larger entries grow as they are read.
-const MAX_PREALLOCATION: u64 = 1 << 26;
 
 fn bad(what: &str, reason: impl std::fmt::Display) -> Error {
     Error::BadTensor(format!("{what}: {reason}"))
@@ -63,8 +62,9 @@ fn le_array<T, const N: usize>(
     ArrayD::from_shape_vec(IxDyn(shape), values).map_err(|e| bad(what, e))
 }
 
-/// Parses one `.npy` file held in `bytes`; `what` names it in errors.
-pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
+/// The preamble of a `.npy` file: (header length, offset of the header), from at least
+/// its first 12 bytes (or all of a shorter file).
+fn preamble(bytes: &[u8], what: &str) -> Result<(usize, usize)> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(bad(what, "not a .npy array (bad magic)"));
     }
@@ -79,11 +79,23 @@ pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
         }
         v => return Err(bad(what, format!("unsupported .npy format version {v}"))),
     };
-    if header_len > MAX_HEADER || header_len > bytes.len() - offset {
+    if header_len > MAX_HEADER {
         return Err(bad(what, "the .npy header runs past the end of the data"));
     }
-    let header = std::str::from_utf8(&bytes[offset..offset + header_len])
-        .map_err(|_| bad(what, "the .npy header is not text"))?;
+    Ok((header_len, offset))
+}
+
+/// What a `.npy` header declares.
+struct Header {
+    descr: &'static str,
+    shape: Vec<usize>,
+    /// Bytes of data the shape and type need.
+    data_len: usize,
+}
+
+/// Parses the header text of a `.npy` file.
+fn parse_header(text: &[u8], what: &str) -> Result<Header> {
+    let header = std::str::from_utf8(text).map_err(|_| bad(what, "the .npy header is not text"))?;
     let descr = header_field(header, "descr")
         .ok_or_else(|| bad(what, "the .npy header has no 'descr'"))?
         .trim_matches('\'');
@@ -110,9 +122,11 @@ pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
     if shape.len() > MAX_RANK {
         return Err(bad(what, format!("rank {} is too large", shape.len())));
     }
-    let elem_size: usize = match descr {
-        "<f4" | "<i4" => 4,
-        "<f8" | "<i8" => 8,
+    let (descr, elem_size) = match descr {
+        "<f4" => ("<f4", 4),
+        "<i4" => ("<i4", 4),
+        "<f8" => ("<f8", 8),
+        "<i8" => ("<i8", 8),
         other => {
             return Err(bad(
                 what,
@@ -122,26 +136,93 @@ pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
             ))
         }
     };
-    let data = &bytes[offset + header_len..];
-    let need = shape
+    let data_len = shape
         .iter()
-        .try_fold(elem_size, |a, &d| a.checked_mul(d))
+        .try_fold(elem_size, |a: usize, &d| a.checked_mul(d))
         .ok_or_else(|| bad(what, format!("shape {shape:?} overflows")))?;
-    if data.len() != need {
+    Ok(Header {
+        descr,
+        shape,
+        data_len,
+    })
+}
+
+/// Decodes the data of a parsed header (whose length has been checked).
+fn decode(header: &Header, data: &[u8], what: &str) -> Result<TensorValue> {
+    let shape = &header.shape;
+    Ok(match header.descr {
+        "<f4" => TensorValue::F32(le_array(data, shape, what, f32::from_le_bytes)?),
+        "<f8" => TensorValue::F64(le_array(data, shape, what, f64::from_le_bytes)?),
+        "<i4" => TensorValue::I32(le_array(data, shape, what, i32::from_le_bytes)?),
+        _ => TensorValue::I64(le_array(data, shape, what, i64::from_le_bytes)?),
+    })
+}
+
+/// Parses one `.npy` file held in `bytes`; `what` names it in errors.
+pub fn parse_npy(bytes: &[u8], what: &str) -> Result<TensorValue> {
+    let (header_len, offset) = preamble(bytes, what)?;
+    let text = bytes
+        .get(offset..)
+        .and_then(|rest| rest.get(..header_len))
+        .ok_or_else(|| bad(what, "the .npy header runs past the end of the data"))?;
+    let header = parse_header(text, what)?;
+    let data = &bytes[offset + header_len..];
+    if data.len() != header.data_len {
         return Err(bad(
             what,
             format!(
-                "shape {shape:?} of dtype {descr} needs {need} bytes of data, the array has {}",
+                "shape {:?} of dtype {} needs {} bytes of data, the array has {}",
+                header.shape,
+                header.descr,
+                header.data_len,
                 data.len()
             ),
         ));
     }
-    Ok(match descr {
-        "<f4" => TensorValue::F32(le_array(data, &shape, what, f32::from_le_bytes)?),
-        "<f8" => TensorValue::F64(le_array(data, &shape, what, f64::from_le_bytes)?),
-        "<i4" => TensorValue::I32(le_array(data, &shape, what, i32::from_le_bytes)?),
-        _ => TensorValue::I64(le_array(data, &shape, what, i64::from_le_bytes)?),
-    })
+    decode(&header, data, what)
+}
+
+/// Reads an `.npy` member of an archive: its header first, then its data only once the
+/// member's declared size is what the header's shape and type need.
+fn read_member<R: Read + Seek>(
+    archive: &mut ZipArchive<R>,
+    index: usize,
+    what: &str,
+) -> Result<TensorValue> {
+    let declared = archive.entries()[index].size;
+    let zip_err = |e: String| bad(what, e);
+    let mut member = archive.open(index).map_err(zip_err)?;
+    let io_err = |e: std::io::Error| bad(what, one_line(e));
+    let mut start = vec![0u8; declared.min(12) as usize];
+    member.read_exact(&mut start).map_err(io_err)?;
+    let (header_len, offset) = preamble(&start, what)?;
+    let header_end = (offset + header_len) as u64;
+    if header_end > declared {
+        return Err(bad(what, "the .npy header runs past the end of the data"));
+    }
+    let got = start.len();
+    if header_end > got as u64 {
+        start.resize(header_end as usize, 0);
+        member.read_exact(&mut start[got..]).map_err(io_err)?;
+    }
+    let header = parse_header(&start[offset..header_end as usize], what)?;
+    if declared - header_end != header.data_len as u64 {
+        return Err(bad(
+            what,
+            format!(
+                "the member declares {} bytes of data, shape {:?} of dtype {} needs {}",
+                declared - header_end,
+                header.shape,
+                header.descr,
+                header.data_len
+            ),
+        ));
+    }
+    // A version-1 preamble is 10 bytes: up to two bytes after it were read with it.
+    let mut data = start.split_off(header_end as usize);
+    data.reserve_exact(header.data_len - data.len());
+    member.read_to_end(&mut data).map_err(io_err)?;
+    decode(&header, &data, what)
 }
 
 /// Reads every array of an `.npz` archive (stored or deflated, as `np.savez` and
@@ -159,51 +240,30 @@ pub fn read_npz(path: &Path) -> Result<Vec<NamedTensor>> {
 /// Reads an `.npz` archive from any seekable reader of `len` bytes; `what` names it in
 /// errors.
 pub fn read_npz_from<R: Read + Seek>(reader: R, len: u64, what: &str) -> Result<Vec<NamedTensor>> {
-    let mut archive = zip::ZipArchive::new(reader).map_err(|e| {
+    let mut archive = ZipArchive::new(reader, len).map_err(|e| {
         bad(
             what,
             format!("not a readable .npz (zip) archive ({})", one_line(e)),
         )
     })?;
+    read_npz_archive(&mut archive, what)
+}
+
+/// Reads every array of an opened `.npz` archive; `what` names it in errors.
+pub fn read_npz_archive<R: Read + Seek>(
+    archive: &mut ZipArchive<R>,
+    what: &str,
+) -> Result<Vec<NamedTensor>> {
     let mut out: Vec<NamedTensor> = Vec::new();
-    for i in 0..archive.len() {
-        let mut entry = archive
-            .by_index(i)
-            .map_err(|e| bad(what, format!("entry {i}: {}", one_line(e))))?;
-        let entry_name = entry
-            .name()
-            .map_err(|e| bad(what, format!("entry {i}: bad name ({})", one_line(e))))?
-            .to_string();
+    for i in 0..archive.entries().len() {
+        let entry_name = archive.entries()[i].name.clone();
         let Some(name) = entry_name.strip_suffix(".npy") else {
             return Err(bad(
                 what,
                 format!("entry '{entry_name}' is not a .npy array"),
             ));
         };
-        if out.iter().any(|t| t.name == name) {
-            return Err(bad(what, format!("array '{name}' appears twice")));
-        }
-        let claimed = entry.size();
-        if claimed > len.saturating_mul(MAX_DEFLATE_RATIO) {
-            return Err(bad(
-                what,
-                format!(
-                    "entry '{entry_name}' claims {claimed} bytes, more than the archive can hold"
-                ),
-            ));
-        }
-        let mut bytes = Vec::with_capacity(claimed.min(MAX_PREALLOCATION) as usize);
-        (&mut entry)
-            .take(claimed.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| bad(what, format!("entry '{entry_name}': {}", one_line(e))))?;
-        if bytes.len() as u64 != claimed {
-            return Err(bad(
-                what,
-                format!("entry '{entry_name}' does not hold the {claimed} bytes it claims"),
-            ));
-        }
-        let value = parse_npy(&bytes, &format!("{what}: array '{name}'"))?;
+        let value = read_member(archive, i, &format!("{what}: array '{name}'"))?;
         out.push(NamedTensor {
             name: name.to_string(),
             value,

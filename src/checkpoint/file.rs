@@ -165,7 +165,7 @@ impl Checkpoint {
         let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
         let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
             bad(format!(
-                "not a valid safetensors file ({})",
+                "not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (as safetensors: {})",
                 one_line(format!("{e:?}"))
             ))
         })?;
@@ -312,24 +312,21 @@ fn read_zip<R: std::io::Read + std::io::Seek>(
     path: &Path,
 ) -> Result<Vec<NamedTensor>> {
     let what = path.display().to_string();
-    let mut archive = match zip::ZipArchive::new(reader) {
-        Ok(a) => a,
-        Err(e) => {
-            return Err(Error::BadTensor(format!(
-                "{what}: not a readable zip archive (torch or .npz) ({})",
-                one_line(e)
-            )))
-        }
-    };
+    let mut archive = crate::archive::ZipArchive::new(reader, len).map_err(|e| {
+        Error::BadTensor(format!(
+            "{what}: not a readable zip archive (PyTorch or .npz) ({})",
+            one_line(e)
+        ))
+    })?;
     if pytorch::torch_record(&archive).is_some() {
-        return pytorch::read_torch_zip(&mut archive, len, &what);
+        return pytorch::read_torch_zip(&mut archive, &what);
     }
-    crate::npz::read_npz_from(archive.into_inner(), len, &what)
+    crate::npz::read_npz_archive(&mut archive, &what)
 }
 
 fn too_short(path: &Path, len: u64) -> Error {
     Error::BadTensor(format!(
-        "{}: {len} bytes is too short for a safetensors file",
+        "{}: {len} bytes is too short for a safetensors file, PyTorch file or .npz archive",
         path.display()
     ))
 }

@@ -27,6 +27,7 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
 use super::pickle::{unpickle, Pickle, StorageDtype, StorageRef, TensorView, Value};
+use crate::archive::ZipArchive;
 use crate::error::{one_line, Error, Result};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -36,8 +37,6 @@ pub const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\x
 
 /// Largest `data.pkl` accepted (a state_dict's pickle is about 100 bytes per tensor).
 const MAX_PICKLE: u64 = 1 << 28;
-/// Deflate cannot expand data by more than about 1032:1.
-const MAX_DEFLATE_RATIO: u64 = 1032;
 /// Tensors may repeat storage elements (views sharing one storage, stride 0) up to this
 /// many times the elements of all storages together.
 const MAX_VIEW_FACTOR: u64 = 4;
@@ -50,10 +49,9 @@ fn bad(what: &str, reason: impl std::fmt::Display) -> Error {
 
 /// The record folder of a torch zip archive (`NAME` of `NAME/data.pkl`), if the archive
 /// has one; `None` for other zips (such as `.npz`).
-pub fn torch_record<R: Read + Seek>(archive: &zip::ZipArchive<R>) -> Option<String> {
-    archive.file_names().find_map(|n| {
-        let n = n.ok()?;
-        let dir = n.strip_suffix("/data.pkl")?;
+pub fn torch_record<R: Read + Seek>(archive: &ZipArchive<R>) -> Option<String> {
+    archive.entries().iter().find_map(|e| {
+        let dir = e.name.strip_suffix("/data.pkl")?;
         (!dir.is_empty() && !dir.contains('/')).then(|| dir.to_string())
     })
 }
@@ -76,26 +74,34 @@ pub fn read_bytes(bytes: Vec<u8>, what: &str) -> Result<Vec<NamedTensor>> {
         return read_legacy(&bytes, what);
     }
     let len = bytes.len() as u64;
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| bad(what, format!("not a torch file ({})", one_line(e))))?;
-    read_torch_zip(&mut archive, len, what)
+    let mut archive = ZipArchive::new(std::io::Cursor::new(bytes), len).map_err(|e| {
+        bad(
+            what,
+            format!(
+                "not a PyTorch zip archive or legacy PyTorch file (as zip: {})",
+                one_line(e)
+            ),
+        )
+    })?;
+    read_torch_zip(&mut archive, what)
 }
 
-/// Reads a torch zip archive; `len` is its size, `what` names it in errors.
+/// Reads a torch zip archive; `what` names it in errors. Every storage member's declared
+/// size is checked against what the pickle's tensors need before any storage is read.
 pub fn read_torch_zip<R: Read + Seek>(
-    archive: &mut zip::ZipArchive<R>,
-    len: u64,
+    archive: &mut ZipArchive<R>,
     what: &str,
 ) -> Result<Vec<NamedTensor>> {
     let record = torch_record(archive).ok_or_else(|| bad(what, "no data.pkl in the archive"))?;
     let records = archive
-        .file_names()
-        .filter(|n| n.as_ref().is_ok_and(|n| n.ends_with("/data.pkl")))
+        .entries()
+        .iter()
+        .filter(|e| e.name.ends_with("/data.pkl"))
         .count();
     if records > 1 {
         return Err(bad(what, "the archive holds more than one data.pkl"));
     }
-    if let Some(order) = read_member(archive, &format!("{record}/byteorder"), len, 16, what)? {
+    if let Some(order) = read_member(archive, &format!("{record}/byteorder"), 16, what)? {
         if order != b"little" {
             return Err(bad(
                 what,
@@ -107,19 +113,29 @@ pub fn read_torch_zip<R: Read + Seek>(
         }
     }
     let pickle_name = format!("{record}/data.pkl");
-    let pickle_bytes = read_member(archive, &pickle_name, len, MAX_PICKLE, what)?
+    let pickle_bytes = read_member(archive, &pickle_name, MAX_PICKLE, what)?
         .ok_or_else(|| bad(what, "no data.pkl in the archive"))?;
     let pickle = unpickle(&pickle_bytes).map_err(|e| bad(what, format!("{pickle_name}: {e}")))?;
-    let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
-    for storage in &pickle.storages {
+    // Every declared size first: nothing is inflated for a member that lies about its size.
+    let mut members = Vec::new();
+    for (storage, need) in declared_storages(&pickle, what)? {
         let key: &str = &storage.key;
-        if storages.contains_key(key) {
-            continue;
-        }
         let name = format!("{record}/data/{key}");
-        let bytes = read_member(archive, &name, len, u64::MAX, what)?
+        let index = archive
+            .index_of(&name)
             .ok_or_else(|| bad(what, format!("storage '{key}' has no member {name}")))?;
-        storages.insert(key.to_string(), bytes);
+        let have = archive.entries()[index].size;
+        if have != need as u64 {
+            return Err(bad(what, storage_mismatch(storage, have, need)));
+        }
+        members.push((key.to_string(), index, need));
+    }
+    let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
+    for (key, index, need) in members {
+        let bytes = archive
+            .read(index, need as u64)
+            .map_err(|e| bad(what, one_line(e)))?;
+        storages.insert(key, bytes);
     }
     tensors_of(&pickle, &storages, what)
 }
@@ -208,39 +224,52 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
     tensors_of(&pickle, &storages, what)
 }
 
-/// Reads the member `name` whole (None if absent), refusing one that claims more than
-/// `limit` bytes or more than an archive of `len` bytes can hold.
+/// Reads the member `name` whole (None if absent), refusing one that declares more than
+/// `limit` bytes before reading it.
 fn read_member<R: Read + Seek>(
-    archive: &mut zip::ZipArchive<R>,
+    archive: &mut ZipArchive<R>,
     name: &str,
-    len: u64,
     limit: u64,
     what: &str,
 ) -> Result<Option<Vec<u8>>> {
-    let mut entry = match archive.by_name(name) {
-        Ok(e) => e,
-        Err(zip::result::ZipError::FileNotFound) => return Ok(None),
-        Err(e) => return Err(bad(what, format!("{name}: {}", one_line(e)))),
+    let Some(index) = archive.index_of(name) else {
+        return Ok(None);
     };
-    let claimed = entry.size();
-    if claimed > limit || claimed > len.saturating_mul(MAX_DEFLATE_RATIO) {
-        return Err(bad(
-            what,
-            format!("{name} claims {claimed} bytes, more than the archive can hold"),
-        ));
+    archive
+        .read(index, limit)
+        .map(Some)
+        .map_err(|e| bad(what, one_line(e)))
+}
+
+/// The storages the pickle's tensors use, once per key, with the bytes each needs;
+/// refuses a key declared with two types or sizes.
+fn declared_storages<'p>(pickle: &'p Pickle, what: &str) -> Result<Vec<(&'p StorageRef, usize)>> {
+    let mut seen: HashMap<&str, &StorageRef> = HashMap::new();
+    let mut out = Vec::new();
+    for s in &pickle.storages {
+        match seen.get(&*s.key) {
+            Some(first) if first.dtype != s.dtype || first.numel != s.numel => {
+                return Err(bad(
+                    what,
+                    format!("storage '{}' is declared with two types or sizes", s.key),
+                ));
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        out.push((s, storage_bytes(s, what)?));
+        seen.insert(&s.key, s);
     }
-    let mut bytes = Vec::with_capacity(claimed.min(len) as usize);
-    (&mut entry)
-        .take(claimed.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| bad(what, format!("{name}: {}", one_line(e))))?;
-    if bytes.len() as u64 != claimed {
-        return Err(bad(
-            what,
-            format!("{name} does not hold the {claimed} bytes it claims"),
-        ));
-    }
-    Ok(Some(bytes))
+    Ok(out)
+}
+
+fn storage_mismatch(s: &StorageRef, have: u64, need: usize) -> String {
+    format!(
+        "storage '{}' holds {have} bytes, {} {} elements need {need}",
+        s.key,
+        s.numel,
+        s.dtype.name()
+    )
 }
 
 fn storage_bytes(storage: &StorageRef, what: &str) -> Result<usize> {
@@ -320,34 +349,13 @@ fn tensors_of(
     what: &str,
 ) -> Result<Vec<NamedTensor>> {
     // Every reference to a key must agree on type and size, and match the bytes present.
-    let mut seen: HashMap<&str, &StorageRef> = HashMap::new();
     let mut budget: u64 = 0;
-    for s in &pickle.storages {
-        match seen.get(&*s.key) {
-            Some(first) if first.dtype != s.dtype || first.numel != s.numel => {
-                return Err(bad(
-                    what,
-                    format!("storage '{}' is declared with two types or sizes", s.key),
-                ));
-            }
-            Some(_) => continue,
-            None => {}
-        }
-        let need = storage_bytes(s, what)?;
+    for (s, need) in declared_storages(pickle, what)? {
         let have = storages.get(&*s.key).map_or(0, Vec::len);
         if have != need {
-            return Err(bad(
-                what,
-                format!(
-                    "storage '{}' holds {have} bytes, {} {} elements need {need}",
-                    s.key,
-                    s.numel,
-                    s.dtype.name()
-                ),
-            ));
+            return Err(bad(what, storage_mismatch(s, have as u64, need)));
         }
         budget = budget.saturating_add(s.numel);
-        seen.insert(&s.key, s);
     }
     let mut budget = budget
         .saturating_mul(MAX_VIEW_FACTOR)

@@ -163,3 +163,86 @@ fn strided_and_shared_views_read_back_exactly() {
     check_synthetic("views.state_dict.pt", "views");
     check_synthetic("views.model.pt", "views");
 }
+
+/// A safetensors tensor as this reader converts it: (dtype name, values widened to f64).
+fn safetensors_values(t: &safetensors::tensor::TensorView<'_>) -> (&'static str, Vec<f64>) {
+    use safetensors::tensor::Dtype;
+    let data = t.data();
+    match t.dtype() {
+        Dtype::F32 => (
+            "float32",
+            data.chunks_exact(4)
+                .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+                .collect(),
+        ),
+        Dtype::F16 => (
+            "float32",
+            data.chunks_exact(2)
+                .map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+        ),
+        Dtype::BF16 => (
+            "float32",
+            data.chunks_exact(2)
+                .map(|c| f64::from(half::bf16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+        ),
+        Dtype::F64 => (
+            "float64",
+            data.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        Dtype::I64 => (
+            "int64",
+            data.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// torch.save names the zip archive's top folder after the file, so the archive's layout
+/// depends on the name's length (zip 9.x refused every stem of 21 characters). Every file
+/// of fixtures/pytorch/names/ (scripts/make_pt_name_fixtures.py, torch 2.15: stems of 1 to
+/// 64 characters; a flat state_dict as a zip archive, the same nested under "state_dict",
+/// and in the legacy format) must read exactly equal to its safetensors copy, written by
+/// safetensors.torch from the same tensors; and open as a checkpoint as `build` does.
+#[test]
+fn files_saved_under_names_of_every_length_equal_their_safetensors_copies() {
+    let root = fixtures().join("pytorch").join("names");
+    let mut lengths = std::collections::BTreeSet::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("safetensors")).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut want_names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+        want_names.sort();
+        for kind in ["zip", "nested", "legacy"] {
+            let file = root.join(kind).join(format!("{stem}.pt"));
+            let what = format!("{kind}/{stem}.pt");
+            let got = pytorch::read_file(&file).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut got_names: Vec<String> = got.iter().map(|t| t.name.clone()).collect();
+            got_names.sort();
+            assert_eq!(got_names, want_names, "{what}");
+            for t in &got {
+                let view = st.tensor(&t.name).unwrap();
+                let (dtype, values) = safetensors_values(&view);
+                assert_eq!(t.value.shape(), view.shape(), "{what}: {}", t.name);
+                assert_eq!(t.value.dtype(), dtype, "{what}: {}", t.name);
+                assert_eq!(t.value.to_f64(), values, "{what}: {}", t.name);
+            }
+            let opened = Checkpoint::open(&file).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut keys: Vec<String> = opened.keys().map(str::to_string).collect();
+            keys.sort();
+            assert_eq!(keys, want_names, "{what}");
+            checked += 1;
+        }
+        lengths.insert(stem.chars().count());
+    }
+    assert_eq!(lengths, (1..=64).collect(), "a stem of every length 1..=64");
+    assert_eq!(checked, 3 * 64);
+}

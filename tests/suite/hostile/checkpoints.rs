@@ -89,7 +89,7 @@ fn files_that_are_not_safetensors_are_refused() {
     refuse_weights(
         d,
         &huge_header,
-        "not a valid safetensors file (HeaderTooLarge)",
+        "not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (as safetensors: HeaderTooLarge)",
     );
     let mut past_end = 1000u64.to_le_bytes().to_vec();
     past_end.extend(b"{}");
@@ -138,7 +138,7 @@ fn headers_that_lie_about_sizes_are_refused() {
             "offsets_reversed",
             r#"{"a":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}}"#,
             &[0u8; 16],
-            "not a valid safetensors file",
+            "not a safetensors file",
         ),
         (
             "unknown_dtype",

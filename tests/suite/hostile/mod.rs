@@ -3,6 +3,7 @@
 //! with `gmlp-onnx: error:` and names the problem, no panic, no hang, and no file left behind
 //! in the output directory (neither the output nor a temporary file).
 
+mod bombs;
 mod checkpoints;
 mod cli_args;
 mod generation;
