@@ -600,3 +600,240 @@ fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
         }
     }
 }
+
+/// The command line: a plain `--with-past` is the static form (inspect says so, validate
+/// decodes it with the state written in place in ONNX Runtime, tract agreeing), and
+/// `generate --prompts-file` decodes prompts of different lengths together with the
+/// tokens each gets alone, in both runtimes.
+#[test]
+fn cli_builds_validates_and_generates_a_batch_with_static_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("static.onnx");
+    let report = dir.path().join("report.json");
+    let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&checkpoint),
+        "--causal",
+        "--with-past",
+        "-q",
+        "-o",
+        path_str(&model),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["inspect", path_str(&model)]);
+    let text = output_text(&o);
+    // n = 32, e = 48, a = 16: 2 blocks · 32 rows · (48 + 2·16) · 4 bytes.
+    assert!(
+        text.contains("sequence    static, up to 32 positions")
+            && text.contains("past_sgu.0 [batch, 32, 48], past_key.0 [batch, 32, 16]")
+            && text.contains("20480 bytes per sequence for all 2 blocks")
+            && text.contains("input       position int64 [batch]"),
+        "{text}"
+    );
+    let o = gmlp(&[
+        "validate",
+        path_str(&model),
+        "--decode-steps",
+        "5",
+        "--report",
+        path_str(&report),
+    ]);
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("ort-cpu stepwise vs whole sequence"),
+        "{text}"
+    );
+    assert!(text.contains("state written in place"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["decoding"]["pass"], true);
+    let inputs = json["inputs"].as_array().unwrap();
+    assert!(inputs.iter().any(|i| i["name"] == "position"), "{json}");
+    // Three prompts of different lengths, together and alone.
+    let prompts = [
+        "80,101,114,109,105,115",
+        "84,104,101",
+        "73,110,32,110,111,32,101,118,101,110,116",
+    ];
+    let file = dir.path().join("prompts.txt");
+    std::fs::write(
+        &file,
+        format!("{}\n\n{}\n{}\n", prompts[0], prompts[1], prompts[2]),
+    )
+    .unwrap();
+    let o = gmlp(&[
+        "generate",
+        path_str(&model),
+        "--prompts-file",
+        path_str(&file),
+        "--max-new-tokens",
+        "9",
+        "--compare",
+        "tract,ort-cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = json.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["batch"], 3);
+    assert_eq!(runs[0]["prompt_tokens"], serde_json::json!([6, 3, 11]));
+    assert_eq!(runs[1]["state_in_place"], true);
+    assert_eq!(runs[0]["steps"], 8);
+    assert!(runs[0]["step_tokens_per_s"].as_f64().unwrap() > 0.0);
+    for (b, prompt) in prompts.iter().enumerate() {
+        let o = gmlp(&[
+            "generate",
+            path_str(&model),
+            "--prompt-ids",
+            prompt,
+            "--max-new-tokens",
+            "9",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let alone: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for run in runs {
+            assert_eq!(
+                run["tokens"][b], alone[0]["tokens"],
+                "sequence {b} in {}",
+                run["runtime"]
+            );
+        }
+    }
+}
+
+/// Bad input to the batch path: one line, exit 2.
+#[test]
+fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = d.join("s.onnx");
+    let growing = d.join("g.onnx");
+    for (path, form) in [(&model, "static"), (&growing, "growing")] {
+        let o = gmlp(&[
+            "build",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "1",
+            "--d-model",
+            "16",
+            "--d-ffn",
+            "32",
+            "--attn-dim",
+            "4",
+            "--seq-len",
+            "8",
+            "--vocab-size",
+            "20",
+            "--causal",
+            "--with-past",
+            form,
+            "-q",
+            "-o",
+            path_str(path),
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+    }
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let many = write("many.txt", &"1\n".repeat(65));
+    let cases: Vec<(PathBuf, &Path, Vec<&str>, &str)> = vec![
+        (
+            write("word.txt", "1,x\n"),
+            &model,
+            vec![],
+            "line 1: 'x' is not a token id",
+        ),
+        (
+            write("vocab.txt", "1\n2,20\n"),
+            &model,
+            vec![],
+            "line 2: token id 20 is outside the vocabulary 0..20",
+        ),
+        (write("empty.txt", "\n \n"), &model, vec![], "no prompt"),
+        (
+            write("long.txt", "1,2,3,4,5,6,7,8,9\n"),
+            &model,
+            vec![],
+            "line 1: 9 tokens, more than the model's 8 positions",
+        ),
+        (many, &model, vec![], "more than 64 prompts"),
+        (
+            write("room.txt", "1,2,3\n1,2,3,4,5\n"),
+            &model,
+            vec!["--max-new-tokens", "4"],
+            "the longest prompt, 5 tokens, leaves room for 3",
+        ),
+        (
+            write("mixed.txt", "1,2,3\n4\n"),
+            &growing,
+            vec![],
+            "prompts of different lengths (1 and 3 tokens) need a static-state model",
+        ),
+        (d.join("missing.txt"), &model, vec![], "missing.txt"),
+    ];
+    for (file, m, extra, needle) in cases {
+        let mut args = vec!["generate", path_str(m), "--prompts-file", path_str(&file)];
+        args.extend(extra);
+        let o = gmlp(&args);
+        let text = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{needle}: {text}");
+        assert!(text.contains(needle), "{needle}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+    }
+    // Prompts of one length decode in a growing model too.
+    let same = write("same.txt", "1,2,3\n4,5,6\n");
+    let o = gmlp(&[
+        "generate",
+        path_str(&growing),
+        "--prompts-file",
+        path_str(&same),
+        "--max-new-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    // --with-past static refuses local mixing; a plain --with-past builds it growing.
+    let window = fixture("gpt_window").join("model.safetensors");
+    let out = d.join("w.onnx");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&window),
+        "--seq-len",
+        "32",
+        "--with-past",
+        "static",
+        "-q",
+        "-o",
+        path_str(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
+    assert!(output_text(&o).contains("--with-past static does not support local token mixing"));
+    assert!(!out.exists());
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&window),
+        "--seq-len",
+        "32",
+        "--with-past",
+        "-q",
+        "-o",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["inspect", path_str(&out)]);
+    assert!(
+        output_text(&o).contains("sequence    with-past, up to 32"),
+        "{}",
+        output_text(&o)
+    );
+}

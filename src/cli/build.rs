@@ -75,8 +75,8 @@ pub enum DtypeArg {
 /// The state form of `--with-past` (docs/static-state.md).
 #[derive(Clone, Copy, ValueEnum)]
 pub enum PastArg {
-    /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]: the
-    /// default; batches sequences at different positions.
+    /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]
+    /// (batches sequences at different positions).
     Static,
     /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
     /// followed by the new rows out (the form before the static one).
@@ -209,12 +209,12 @@ pub struct BuildArgs {
     #[arg(long, conflicts_with = "with_past")]
     pub fixed_seq: bool,
     /// Causal token models: one graph for prefill and single steps, with each block's
-    /// state as past_* inputs and present_* outputs: `static` (the default: fixed size
-    /// [batch, n, ·], per-sequence `position` input, new rows written in place) or
-    /// `growing` (past_* [batch, P, ·], present_* one row longer per token); see
-    /// docs/static-state.md.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "static")]
-    pub with_past: Option<PastArg>,
+    /// state as past_* inputs and present_* outputs: `static` (fixed size [batch, n, ·],
+    /// a per-sequence `position` input, new rows written in place) or `growing` (past_*
+    /// [batch, P, ·], present_* one row longer per token) [default: static, growing for
+    /// models with local windows or axial folds]; see docs/static-state.md.
+    #[arg(long, value_enum, num_args = 0..=1)]
+    pub with_past: Option<Option<PastArg>>,
     /// After writing, run the model in tract and ONNX Runtime and compare.
     #[arg(long)]
     pub validate: bool,
@@ -525,8 +525,9 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     };
     target.check(cfg.spatial)?;
     let mode = match a.with_past {
-        Some(PastArg::Static) => SequenceMode::Static,
-        Some(PastArg::Growing) => SequenceMode::WithPast,
+        Some(Some(PastArg::Static)) => SequenceMode::Static,
+        Some(Some(PastArg::Growing)) => SequenceMode::WithPast,
+        Some(None) => SequenceMode::with_past_for(&cfg),
         None if a.fixed_seq => SequenceMode::Fixed,
         None => target.target.sequence_for(&cfg),
     };

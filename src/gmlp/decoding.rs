@@ -66,6 +66,17 @@ impl SequenceMode {
         }
     }
 
+    /// The state form a plain `--with-past` gets: [`SequenceMode::Static`], or
+    /// [`SequenceMode::WithPast`] (growing) for a model with local windows or axial folds,
+    /// whose window states the static form does not hold.
+    pub fn with_past_for(cfg: &GmlpConfig) -> SequenceMode {
+        if (0..cfg.layers).all(|i| cfg.block.mixing(i).is_global()) {
+            SequenceMode::Static
+        } else {
+            SequenceMode::WithPast
+        }
+    }
+
     /// The spelling in metadata and reports.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -89,7 +100,7 @@ impl SequenceMode {
             SequenceMode::Fixed => return Ok(()),
             SequenceMode::Variable => "a variable sequence length",
             SequenceMode::WithPast => "--with-past",
-            SequenceMode::Static => "--with-past static",
+            SequenceMode::Static => "--with-past",
         };
         match cfg.task {
             Task::Tokens { .. } => {}

@@ -301,8 +301,11 @@ impl Decoder {
         }
         if shortest != longest && self.model.info.mode != SequenceMode::Static {
             return Err(Error::InvalidArgument(format!(
-                "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model (build --with-past static); in this {} model every sequence of a batch is at the same position",
-                self.model.info.mode.as_str()
+                "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model (build --with-past static); in a {} model every sequence of a batch is at the same position",
+                match self.model.info.mode {
+                    SequenceMode::WithPast => "growing-state (--with-past growing)",
+                    _ => "variable-length",
+                }
             )));
         }
         let ids = Array2::from_shape_fn((self.batch, longest), |(b, t)| {

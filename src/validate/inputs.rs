@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::{DecodingInfo, POSITION};
 use crate::gmlp::emit::BATCH;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY};
 use crate::gmlp::{GmlpConfig, Task};
@@ -82,6 +83,20 @@ pub fn input_shapes(
         out.push((input, shape));
     }
     Ok(out)
+}
+
+/// Makes generated inputs of a static-state model (docs/static-state.md) a first run: every
+/// sequence at `position` 0 and every `past_*` state zero (the whole sequence then fills
+/// the state from its first row, as a prompt does).
+pub fn start_static_state(inputs: &mut [NamedTensor], info: &DecodingInfo) {
+    for t in inputs.iter_mut() {
+        let is_state = info.state.iter().any(|s| s.past == t.name);
+        match &mut t.value {
+            TensorValue::I64(a) if t.name == POSITION => a.fill(0),
+            TensorValue::F32(a) if is_state => a.fill(0.0),
+            _ => {}
+        }
+    }
 }
 
 /// Seeded inputs for every declared input of `model`: floats uniform in [−1, 1);
