@@ -22,6 +22,9 @@ fn quoted(s: &str) -> String {
 }
 
 fn dims_text(dims: &[i64]) -> String {
+    if dims.is_empty() {
+        return "[ ]".into();
+    }
     let list: Vec<String> = dims.iter().map(i64::to_string).collect();
     format!("[ {} ]", list.join(", "))
 }
@@ -33,6 +36,9 @@ fn tensor_list(out: &mut String, field: &str, tensors: &[TritonTensor]) {
         let _ = writeln!(out, "    name: {}", quoted(&t.name));
         let _ = writeln!(out, "    data_type: {}", t.data_type);
         let _ = writeln!(out, "    dims: {}", dims_text(&t.dims));
+        if let Some(shape) = &t.reshape {
+            let _ = writeln!(out, "    reshape: {{ shape: {} }}", dims_text(shape));
+        }
         let comma = if i + 1 < tensors.len() { "," } else { "" };
         let _ = writeln!(out, "  }}{comma}");
     }
@@ -72,11 +78,20 @@ impl TritonConfig {
                 out,
                 "    max_candidate_sequences: {MAX_CANDIDATE_SEQUENCES}"
             );
-            let _ = writeln!(out, "    max_queue_delay_microseconds: 0");
+            // Growing states run one request at a time (max_batch_size 1); static ones
+            // wait as long as the dynamic batcher would, to batch sequences together.
+            let static_state = self.states.iter().all(|s| s.sequence_axis.is_none());
+            let delay = if static_state {
+                o.max_queue_delay_us
+            } else {
+                0
+            };
+            let _ = writeln!(out, "    max_queue_delay_microseconds: {delay}");
             let _ = writeln!(out, "  }}");
             let _ = writeln!(out, "  state [");
             for (i, s) in self.states.iter().enumerate() {
-                // The one zero slot the adapter slices off (see adapt_with_past).
+                // The one zero slot the adapter slices off (see adapt_with_past), or the
+                // whole fixed-size state.
                 let initial: Vec<i64> = s
                     .input
                     .dims
@@ -89,7 +104,12 @@ impl TritonConfig {
                 let _ = writeln!(out, "      data_type: {}", s.input.data_type);
                 let _ = writeln!(out, "      dims: {}", dims_text(&s.input.dims));
                 let _ = writeln!(out, "      initial_state: {{");
-                let _ = writeln!(out, "        name: \"slot\"");
+                let initial_name = if s.sequence_axis.is_none() {
+                    "zeros"
+                } else {
+                    "slot"
+                };
+                let _ = writeln!(out, "        name: \"{initial_name}\"");
                 let _ = writeln!(out, "        data_type: {}", s.input.data_type);
                 let _ = writeln!(out, "        dims: {}", dims_text(&initial));
                 let _ = writeln!(out, "        zero_data: true");
