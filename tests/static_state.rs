@@ -837,3 +837,65 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
         output_text(&o)
     );
 }
+
+/// Inputs given to `validate` for a static file: a position that leaves 0..n and a state of
+/// the wrong size are refused before any run, in one line, exit 2.
+#[test]
+fn validate_refuses_bad_positions_and_state_sizes_in_given_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cfg) = causal_configs().swap_remove(1);
+    let path = write_for(
+        &cfg,
+        Arc::new(spread(3)),
+        SequenceMode::Static,
+        &BuildTarget::at_opset(17),
+        dir.path(),
+        "v.onnx",
+    );
+    let info = DecodingModel::read(&path).unwrap().info;
+    let inputs = |positions: Vec<i64>, rows: usize| {
+        let mut all = vec![
+            NamedTensor {
+                name: "input_ids".into(),
+                value: TensorValue::I64(Array2::<i64>::ones((2, 3)).into_dyn()),
+            },
+            NamedTensor {
+                name: "position".into(),
+                value: TensorValue::I64(Array1::from(positions).into_dyn()),
+            },
+        ];
+        all.extend(info.state.iter().map(|s| NamedTensor {
+            name: s.past.clone(),
+            value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, rows, s.width]))),
+        }));
+        all
+    };
+    for (name, positions, rows, needle) in [
+        (
+            "late.npz",
+            vec![0, 10],
+            12,
+            "position[1] = 10 with 3 tokens leaves the model's 12 positions",
+        ),
+        ("negative.npz", vec![-1, 0], 12, "position[0] = -1"),
+        (
+            "rows.npz",
+            vec![0, 0],
+            11,
+            "input past_sgu.0: the model declares shape [batch, 12, 16]",
+        ),
+    ] {
+        let file = dir.path().join(name);
+        gmlp_onnx::npz::save_npz(&file, &inputs(positions, rows)).unwrap();
+        let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
+        let text = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {text}");
+        assert!(text.contains(needle), "{name}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+    }
+    // In range, the same inputs validate in both runtimes.
+    let file = dir.path().join("good.npz");
+    gmlp_onnx::npz::save_npz(&file, &inputs(vec![0, 9], 12)).unwrap();
+    let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
+    assert!(o.status.success(), "{}", output_text(&o));
+}

@@ -99,6 +99,31 @@ pub fn start_static_state(inputs: &mut [NamedTensor], info: &DecodingInfo) {
     }
 }
 
+/// Checks the `position` of given inputs of a static-state model before any run: every
+/// sequence's position P and its T new tokens must stay within the model's n positions
+/// (0 ≤ P and P + T ≤ n); the graph would fail at its checking `Gather` otherwise.
+pub fn check_static_positions(inputs: &[NamedTensor], info: &DecodingInfo) -> Result<()> {
+    let n = info.max_sequence;
+    let tokens = inputs
+        .iter()
+        .find(|t| t.name == crate::gmlp::emit::INPUT_IDS)
+        .and_then(|t| t.value.shape().get(1).copied())
+        .unwrap_or(0);
+    let Some(TensorValue::I64(position)) =
+        inputs.iter().find(|t| t.name == POSITION).map(|t| &t.value)
+    else {
+        return Ok(());
+    };
+    for (b, &p) in position.iter().enumerate() {
+        if p < 0 || p as u128 + tokens as u128 > n as u128 {
+            return Err(Error::BadTensor(format!(
+                "position[{b}] = {p} with {tokens} tokens leaves the model's {n} positions (0 <= position, position + sequence <= {n})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Seeded inputs for every declared input of `model`: floats uniform in [−1, 1);
 /// integer inputs are token ids uniform in [0, vocab) when the metadata gives a
 /// vocabulary, else in [0, 2).

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 pub use compare::{compare, compare_all, OutputDiff, Tolerance};
 pub use inputs::{
-    check_inputs, input_shapes, make_inputs, start_static_state, stored_config, MAX_INPUT_ELEMENTS,
+    check_inputs, check_static_positions, input_shapes, make_inputs, start_static_state,
+    stored_config, MAX_INPUT_ELEMENTS,
 };
 pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
@@ -173,7 +174,18 @@ pub fn validate_with_progress(
         )));
     }
     let inputs = match &options.inputs {
-        Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
+        Some(file) => {
+            let what = file.display().to_string();
+            let given = check_inputs(&model, npz::read_npz(file)?, &what)?;
+            if let Some(d) = decoding
+                .as_ref()
+                .filter(|d| d.info.mode == SequenceMode::Static)
+            {
+                check_static_positions(&given, &d.info)
+                    .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
+            }
+            given
+        }
         None => {
             let mut generated = make_inputs(&model, options.batch, &dims, options.seed)?;
             if let Some(d) = decoding
