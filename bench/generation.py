@@ -64,6 +64,7 @@ class Bench:
             ROOT, "target", "release", "examples", "read_bandwidth")
         self.threads = a.threads
         self.work = a.work or tempfile.mkdtemp(prefix="gmlp-gen-bench-")
+        os.makedirs(self.work, exist_ok=True)
         self.prompt = [(7919 * i + 13) % 32000 for i in range(a.prompt)]
         self.new_tokens = a.new_tokens
         self.forward_runs = a.forward_runs
