@@ -1,4 +1,4 @@
-//! Causal token models as generators (SPEC §6): how the sequence axis is emitted
+//! Causal token models as generators: how the sequence axis is emitted
 //! ([`SequenceMode`]), the names and shapes of the per-block state of a `--with-past`
 //! graph, and the description of it stored in the model's metadata.
 //!

@@ -156,7 +156,8 @@ impl TritonConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::triton::testing::token_model;
+    use crate::onnx::dtype::DataType;
+    use crate::serve::triton::testing::{model, tensor, token_model};
     use crate::serve::triton::{plan, TritonOptions};
 
     #[test]
@@ -221,6 +222,48 @@ instance_group [
             .unwrap_err()
             .to_string()
             .contains("--triton-kind gpu"));
+    }
+
+    #[test]
+    fn static_state_models_batch_sequences_and_take_their_position_per_request() {
+        let m = model(
+            &[
+                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
+                tensor("position", DataType::Int64, &["batch"]),
+                tensor("past_sgu.0", DataType::Float, &["batch", "32", "16"]),
+            ],
+            &[
+                tensor("logits", DataType::Float, &["batch", "sequence", "50"]),
+                tensor("present_sgu.0", DataType::Float, &["batch", "32", "16"]),
+            ],
+        );
+        let config = plan(&m, &TritonOptions::new("lm")).unwrap();
+        assert_eq!(
+            config.max_batch_size,
+            crate::serve::triton::DEFAULT_MAX_BATCH_SIZE
+        );
+        assert_eq!(config.states[0].sequence_axis, None);
+        assert_eq!(config.states[0].input.dims, vec![32, 16]);
+        assert_eq!(config.inputs[1].dims, vec![1]);
+        assert_eq!(config.inputs[1].reshape, Some(vec![]));
+        let text = config.to_pbtxt();
+        assert!(
+            text.contains("dims: [ 1 ]\n    reshape: { shape: [ ] }"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "name: \"zeros\"\n        data_type: TYPE_FP32\n        dims: [ 32, 16 ]"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("max_queue_delay_microseconds: 100"), "{text}");
+        let mut options = TritonOptions::new("lm");
+        options.max_batch_size = Some(16);
+        assert_eq!(plan(&m, &options).unwrap().max_batch_size, 16);
+        options.max_batch_size = Some(0);
+        let e = plan(&m, &options).unwrap_err().to_string();
+        assert!(e.contains("needs max_batch_size >= 1"), "{e}");
     }
 
     #[test]
