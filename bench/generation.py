@@ -26,7 +26,8 @@ and the roofline = bytes / measured bandwidth; "step / roofline" is how far a st
 from streaming its bytes at the machine's read bandwidth.
 
 Rows are one function each (`ROWS` below): another row kind (e.g. weight-only int4/int8)
-is one more entry calling `step_row` with its build flags.
+is one more entry calling `step_row` with its build flags (and `f32=False`: its tokens
+are compared with the f32 rows', not required to equal them).
 
 Usage: python3 bench/generation.py [--threads 2] [--work DIR] [--prompt 448]
        [--new-tokens 64] [--exe BIN] [--bandwidth-exe BIN] [--rows a,b,...] > section.md
@@ -117,10 +118,11 @@ def state_bytes(info, form, position, copied=False):
     return total
 
 
-def step_row(b, label, model, flags, form, extra=(), copied=False):
+def step_row(b, label, model, flags, form, extra=(), copied=False, f32=True):
     """One sequence: the prompt, then single steps, with the file `model` built with
     `flags`; its step time against the whole forward and against the roofline of the
-    bytes it moves."""
+    bytes it moves. `f32` rows must generate the tokens of every other f32 row (checked);
+    a quantized row reports how many of them it generates."""
     path, info = b.build(model, flags)
     g = b.generate(path, ["--prompt-ids", ",".join(map(str, b.prompt)), *extra])
     position = len(b.prompt) + (b.new_tokens - 1) / 2
@@ -129,7 +131,7 @@ def step_row(b, label, model, flags, form, extra=(), copied=False):
     return {
         "label": label, "batch": 1, "gen": g, "weights": weights, "state": state,
         "step_ms": g["step_median_ms"], "tokens_per_s": g["step_tokens_per_s"],
-        "tokens": g["tokens"], "in_place": g.get("state_in_place", False),
+        "tokens": g["tokens"], "in_place": g.get("state_in_place", False), "f32": f32,
     }
 
 
@@ -147,7 +149,7 @@ def batch_row(b, batch):
         "weights": info["parameter_bytes"],
         "state": batch * state_bytes(info, "static", position),
         "step_ms": g["step_median_ms"], "tokens_per_s": g["step_tokens_per_s"],
-        "tokens": g["tokens"][0], "in_place": g["state_in_place"],
+        "tokens": g["tokens"][0], "in_place": g["state_in_place"], "f32": True,
     }
 
 
@@ -167,12 +169,18 @@ ROWS = {
 }
 
 
+def median(values):
+    return statistics.median(values)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default=None)
     ap.add_argument("--prompt", type=int, default=448)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--forward-runs", type=int, default=5)
+    ap.add_argument("--forward-runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every row (and the forward and bandwidth), interleaved")
     ap.add_argument("--exe", default=None, help="gmlp-onnx binary (default: target/release)")
     ap.add_argument("--bandwidth-exe", default=None,
                     help="read_bandwidth example (default: target/release/examples)")
@@ -184,45 +192,65 @@ def main():
     unknown = [r for r in names if r not in ROWS]
     if unknown:
         raise SystemExit(f"unknown rows {unknown} (known: {', '.join(ROWS)})")
-    bw_before = b.bandwidth()
-    forward = b.whole_forward_ms()
-    rows = [ROWS[name](b) for name in names]
-    bw_after = b.bandwidth()
-    bandwidth = statistics.mean([bw_before["best_gb_s"], bw_after["best_gb_s"]]) * 1e9
-    # f32 rows of one sequence generate the same tokens (checked).
-    singles = [r for r in rows if r["label"].startswith(("growing f32", "static f32"))]
-    for r in singles[1:]:
-        if r["tokens"] != singles[0]["tokens"]:
-            raise SystemExit(f"{r['label']}: other tokens than {singles[0]['label']}")
+    # Every round measures the bandwidth, the whole forward and each row once, so that a
+    # machine whose speed drifts (shared hosts) hits every row alike; each ratio is taken
+    # within its round, then the median over the rounds is reported.
+    rounds = []
+    for k in range(a.rounds):
+        log(f"round {k + 1}/{a.rounds}")
+        bw = b.bandwidth()["best_gb_s"] * 1e9
+        forward = b.whole_forward_ms()
+        rounds.append({"bandwidth": bw, "forward": forward,
+                       "rows": [ROWS[name](b) for name in names]})
+    # f32 rows generate the same tokens (sequence 0 of a batch: the full prompt; checked).
+    first = rounds[0]["rows"]
+    f32_rows = [r for rnd in rounds for r in rnd["rows"] if r["f32"]]
+    for r in f32_rows:
+        if r["tokens"] != f32_rows[0]["tokens"]:
+            raise SystemExit(f"{r['label']}: other tokens than {f32_rows[0]['label']}")
+    forwards = [rnd["forward"] for rnd in rounds]
+    bandwidths = [rnd["bandwidth"] / 1e9 for rnd in rounds]
     print("## Generation: static state written in place, batched sequences\n")
     print(f"amlp-base `--layers 6 --causal` (n = 512, vocabulary 32000), ONNX Runtime CPU, "
           f"`--threads {a.threads}`, prompt {a.prompt} tokens then {a.new_tokens} new tokens "
           f"(greedy), `gmlp-onnx generate --json`; \"step\" = median of the "
-          f"{a.new_tokens - 1} single-token runs after the prompt. Whole forward: the "
-          f"variable-length file at sequence = 512, batch 1, median of {a.forward_runs} "
-          f"`validate --bench` runs: **{forward:.1f} ms**. Read bandwidth "
-          f"(`examples/read_bandwidth`, {bw_before['threads']} threads, 1 GiB, best of 10): "
-          f"{bw_before['best_gb_s']:.1f} GB/s before the rows, {bw_after['best_gb_s']:.1f} GB/s "
-          f"after; the roofline uses their mean, {bandwidth / 1e9:.1f} GB/s. Bytes per step: "
-          f"every weight once plus the state each sequence reads and writes at the mean "
-          f"position (bench/generation.py's doc).\n")
-    print("| row | state in place | median step ms | step / forward | tokens/s | "
-          "weights MB | state MB / step | bytes / step MB | roofline ms | step / roofline |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        total = r["weights"] + r["state"]
-        roofline_ms = total / bandwidth * 1e3
-        print(f"| {r['label']} | {'yes' if r['in_place'] else 'no'} | {r['step_ms']:.2f} | "
-              f"1/{forward / r['step_ms']:.0f} | {r['tokens_per_s']:.0f} | "
-              f"{r['weights'] / MB:.1f} | {r['state'] / MB:.1f} | {total / MB:.1f} | "
-              f"{roofline_ms:.2f} | {r['step_ms'] / roofline_ms:.2f}x |")
-    batches = {r["batch"]: r for r in rows if r["label"].startswith("static f32 batch")}
-    if 1 in batches and 8 in batches:
-        ratio = batches[8]["tokens_per_s"] / batches[1]["tokens_per_s"]
-        print(f"\nBatch 8 / batch 1 tokens/s: **{ratio:.1f}x**.")
-    print(f"\nSame generated tokens in every single-sequence f32 row (checked), and sequence 0 "
-          f"of each batch (the {a.prompt}-token prompt) "
-          f"{'generated them too' if all(r['tokens'] == singles[0]['tokens'] for r in batches.values()) else 'DIFFERED'}.\n")
+          f"{a.new_tokens - 1} single-token runs after the prompt. {a.rounds} rounds, each "
+          f"measuring the read bandwidth (`examples/read_bandwidth`, {a.threads} threads, "
+          f"1 GiB, best of 10), one whole forward (the variable-length file at sequence = "
+          f"512, batch 1, median of {a.forward_runs} `validate --bench` runs) and every row "
+          f"once; ratios are taken within a round, the table shows medians over the rounds "
+          f"(per-round values in brackets). Whole forward: "
+          f"{', '.join(f'{f:.0f}' for f in forwards)} ms; bandwidth: "
+          f"{', '.join(f'{x:.1f}' for x in bandwidths)} GB/s. Bytes per step: every weight "
+          f"once plus the state each sequence reads and writes at the mean position "
+          f"(bench/generation.py's doc); roofline = bytes / the round's bandwidth.\n")
+    print("| row | state in place | median step ms (per round) | step / forward | tokens/s | "
+          "weights MB | state MB / step | bytes / step MB | roofline ms | step / roofline | "
+          "same tokens as f32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, r0 in enumerate(first):
+        per = [rnd["rows"][i] for rnd in rounds]
+        steps = [r["step_ms"] for r in per]
+        total = r0["weights"] + r0["state"]
+        fraction = median([rnd["forward"] / r["step_ms"] for rnd, r in zip(rounds, per)])
+        roofline = [total / rnd["bandwidth"] * 1e3 for rnd in rounds]
+        over = median([r["step_ms"] / t for r, t in zip(per, roofline)])
+        print(f"| {r0['label']} | {'yes' if r0['in_place'] else 'no'} | "
+              f"{median(steps):.2f} ({', '.join(f'{x:.2f}' for x in steps)}) | "
+              f"1/{fraction:.0f} | {median([r['tokens_per_s'] for r in per]):.0f} | "
+              f"{r0['weights'] / MB:.1f} | {r0['state'] / MB:.1f} | {total / MB:.1f} | "
+              f"{median(roofline):.2f} | {over:.2f}x | "
+              f"{sum(x == y for x, y in zip(r0['tokens'], f32_rows[0]['tokens']))}"
+              f"/{len(r0['tokens'])} |")
+    labels = [r["label"] for r in first]
+    if "static f32 batch 1" in labels and "static f32 batch 8" in labels:
+        i1, i8 = labels.index("static f32 batch 1"), labels.index("static f32 batch 8")
+        ratios = [rnd["rows"][i8]["tokens_per_s"] / rnd["rows"][i1]["tokens_per_s"]
+                  for rnd in rounds]
+        print(f"\nBatch 8 / batch 1 tokens/s: **{median(ratios):.1f}x** "
+              f"({', '.join(f'{x:.1f}' for x in ratios)}).")
+    print("\nEvery f32 row generated the same tokens (sequence 0 of a batch: the full prompt; "
+          "checked).\n")
 
 
 if __name__ == "__main__":
