@@ -13,7 +13,7 @@
 //!
 //! The static form (`--with-past static`, [`SequenceMode::Static`]; docs/static-state.md)
 //! keeps the same state at a fixed size instead: every state tensor is [batch, n, width]
-//! (the token shift keeps all n normalized inputs too), a `position` input [batch] gives
+//! (the token shift keeps all n normalized inputs too), a `position` input `[batch]` gives
 //! each sequence's P, and a run writes only its T new rows into the state (`ScatterND`, or
 //! `TensorScatter` at opset 24), so `present_*` can be the same buffer as `past_*`.
 
@@ -32,7 +32,7 @@ pub const TOTAL_SEQUENCE: &str = "past_sequence + sequence";
 pub const PAST_SHIFT_SEQUENCE: &str = "past_shift_sequence";
 /// Symbol of the rows in a token-shift window output, min(past_sequence + sequence, s).
 pub const PRESENT_SHIFT_SEQUENCE: &str = "present_shift_sequence";
-/// Name of the static form's input of each sequence's position P, int64 [batch].
+/// Name of the static form's input of each sequence's position P, int64 `[batch]`.
 pub const POSITION: &str = "position";
 
 /// How the sequence axis of a token model is emitted.
@@ -50,7 +50,7 @@ pub enum SequenceMode {
     /// width] out.
     WithPast,
     /// Variable length plus fixed-size state written in place (`--with-past`, `--with-past
-    /// static`): `past_*` and `present_*` [batch, n, width], a `position` [batch] input,
+    /// static`): `past_*` and `present_*` [batch, n, width], a `position` `[batch]` input,
     /// the new rows scattered into the state.
     Static,
 }

@@ -80,7 +80,7 @@ pub struct TritonTensor {
     /// Dimensions without the batch dimension when batching; −1 for a variable size.
     pub dims: Vec<i64>,
     /// The shape the model sees when it differs from `dims`: a batched tensor of shape
-    /// [batch] (the static form's `position`) is `dims: [ 1 ]` to clients, since Triton
+    /// `[batch]` (the static form's `position`) is `dims: [ 1 ]` to clients, since Triton
     /// needs at least one dimension, and `reshape: { shape: [ ] }` to the model.
     pub reshape: Option<Vec<i64>>,
 }

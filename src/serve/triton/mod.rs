@@ -10,7 +10,7 @@
 //! requests of a sequence and a client sends only the new tokens.
 //!
 //! A static-state model (docs/static-state.md: `past_*` [batch, n, width], a `position`
-//! input [batch]) is served as it is: each state starts as n zero rows, every sequence's
+//! input `[batch]`) is served as it is: each state starts as n zero rows, every sequence's
 //! state has the same size, so the `oldest` strategy batches requests of different
 //! sequences at different positions (`max_batch_size` 8 by default, the dynamic batcher's
 //! queue delay); the client sends each request's `position` (the tokens its sequence has
