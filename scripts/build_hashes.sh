@@ -66,17 +66,35 @@ build lucid_tokens-gather --weights fixtures/lucid_tokens_causal/model.safetenso
   --spatial toeplitz-gather --toeplitz-tol 1
 # --with-past graphs (skipped by versions without it): presets in each precision, a
 # target, and the causal fixtures (the token-shift one has a window state).
+# The growing form is `--with-past growing` in versions that have the static form (whose
+# help names it), and a plain `--with-past` before.
+static_form=0
+grep -q -- 'growing' <<<"$help" && static_form=1
 if grep -q -- '--with-past' <<<"$help"; then
-  build amlp-base-with-past --preset amlp-base --layers 2 --causal --with-past
-  build amlp-base-with-past-int8 --preset amlp-base --layers 2 --causal --with-past --dtype int8
-  build gmlp-base-with-past-f16 --preset gmlp-base --layers 2 --causal --with-past --dtype f16
-  build amlp-base-with-past-portable --preset amlp-base --layers 2 --causal --with-past \
+  past=(--with-past)
+  [ "$static_form" = 1 ] && past=(--with-past growing)
+  build amlp-base-with-past --preset amlp-base --layers 2 --causal "${past[@]}"
+  build amlp-base-with-past-int8 --preset amlp-base --layers 2 --causal "${past[@]}" --dtype int8
+  build gmlp-base-with-past-f16 --preset gmlp-base --layers 2 --causal "${past[@]}" --dtype f16
+  build amlp-base-with-past-portable --preset amlp-base --layers 2 --causal "${past[@]}" \
     --target portable
   build lucid_amlp_causal-with-past --weights fixtures/lucid_amlp_causal/model.safetensors \
-    --causal --with-past
+    --causal "${past[@]}"
   # Refused before the token-shift window state existed.
   build lucid_shift_causal-with-past --weights fixtures/lucid_shift_causal/model.safetensors \
-    --causal --shift-tokens 2 --with-past 2>/dev/null || echo "(refused)" >"$out/lucid_shift_causal-with-past.onnx"
+    --causal --shift-tokens 2 "${past[@]}" 2>/dev/null || echo "(refused)" >"$out/lucid_shift_causal-with-past.onnx"
+fi
+# Static state (docs/static-state.md; skipped by versions without it): ScatterND at the
+# default opset, TensorScatter at 24, each precision, a target, the token-shift fixture.
+if [ "$static_form" = 1 ]; then
+  build amlp-base-static --preset amlp-base --layers 2 --causal --with-past static
+  build amlp-base-static-opset24 --preset amlp-base --layers 2 --causal --with-past static --opset 24
+  build amlp-base-static-int8 --preset amlp-base --layers 2 --causal --with-past static --dtype int8
+  build gmlp-base-static-f16 --preset gmlp-base --layers 2 --causal --with-past static --dtype f16
+  build amlp-base-static-portable --preset amlp-base --layers 2 --causal --with-past static \
+    --target portable
+  build lucid_shift_causal-static --weights fixtures/lucid_shift_causal/model.safetensors \
+    --causal --shift-tokens 2 --with-past static
 fi
 
 (cd "$out" && sha256sum -- * | sort -k2)

@@ -29,13 +29,24 @@ build() { # NAME ARGS...
 build tokens --preset amlp-base --layers 2
 build vision --preset gmlp-ti16 --layers 2
 build tokens-ext --preset amlp-base --layers 2 --external-data
-build past --preset amlp-base --layers 2 --causal --with-past
-build past-f16 --preset gmlp-base --layers 2 --causal --with-past --dtype f16
-build past-int8 --preset amlp-base --layers 2 --causal --with-past --dtype int8
-build past-ext --preset amlp-base --layers 2 --causal --with-past --external-data
-build past-lucid --weights fixtures/lucid_amlp_causal/model.safetensors --causal --with-past
+# The growing form is `--with-past growing` in versions that have the static form.
+past=(--with-past)
+"$bin" build --help | grep -q -- 'growing' && past=(--with-past growing)
+build past --preset amlp-base --layers 2 --causal "${past[@]}"
+build past-f16 --preset gmlp-base --layers 2 --causal "${past[@]}" --dtype f16
+build past-int8 --preset amlp-base --layers 2 --causal "${past[@]}" --dtype int8
+build past-ext --preset amlp-base --layers 2 --causal "${past[@]}" --external-data
+build past-lucid --weights fixtures/lucid_amlp_causal/model.safetensors --causal "${past[@]}"
 build past-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
-  --shift-tokens 2 --with-past
+  --shift-tokens 2 "${past[@]}"
+# Static state (docs/static-state.md; versions that have it): served as built, batched.
+static_form=0
+"$bin" build --help | grep -q -- 'growing' && static_form=1
+if [ "$static_form" = 1 ]; then
+  build static --preset amlp-base --layers 2 --causal --with-past static
+  build static-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
+    --shift-tokens 2 --with-past static
+fi
 # External data already named model.onnx.data: copied as it is, the model unchanged.
 "$bin" build -q --preset amlp-base --layers 2 --external-data -o "$models/kept/model.onnx" >/dev/null
 
@@ -67,6 +78,13 @@ triton past-int8 past-int8.onnx c
 triton past-ext past-ext.onnx c
 triton past-lucid past-lucid.onnx c
 triton past-shift past-shift.onnx c
+if [ "$static_form" = 1 ]; then
+  triton static static.onnx e
+  triton static-batch-16 static.onnx e --triton-name static16 --triton-max-batch-size 16 \
+    --triton-max-queue-delay-us 500
+  triton static-shift static-shift.onnx e
+  triton static-batch-0 static.onnx f --triton-max-batch-size 0
+fi
 # Refusals: nothing may be written.
 triton past-batch-8 past.onnx d --triton-max-batch-size 8
 triton past-batch-0 past.onnx d --triton-max-batch-size 0
@@ -81,7 +99,7 @@ touch "$repos/file"
 triton repo-is-a-file tokens.onnx file
 # build --triton-repo writes the same entry as build then triton.
 rc=0
-"$bin" build -q --preset amlp-base --layers 2 --causal --with-past -o "$models/built.onnx" \
+"$bin" build -q --preset amlp-base --layers 2 --causal "${past[@]}" -o "$models/built.onnx" \
   --triton-repo "$repos/e" --triton-name built --triton-version 2 >/dev/null 2>&1 || rc=$?
 echo "build-triton-repo: exit $rc"
 

@@ -17,7 +17,7 @@ pub mod spatial;
 pub use pictures::inspect_and_plot;
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, StateTensor};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateTensor};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
 use crate::gmlp::weights::param_specs;
 use crate::onnx::dtype::{self, type_name};
@@ -389,13 +389,17 @@ impl ModelSummary {
             }
         }
         if let Some(d) = &self.decoding {
-            s += &format!(
-                "sequence    {}, up to {} positions (past_sequence + sequence)\n",
-                d.mode.as_str(),
-                d.max_sequence
-            );
-            if !d.state.is_empty() {
-                s += &state_lines(d);
+            if d.mode == SequenceMode::Static {
+                s += &static_state_lines(d);
+            } else {
+                s += &format!(
+                    "sequence    {}, up to {} positions (past_sequence + sequence)\n",
+                    d.mode.as_str(),
+                    d.max_sequence
+                );
+                if !d.state.is_empty() {
+                    s += &state_lines(d);
+                }
             }
         }
         for (key, value) in &self.metadata {
@@ -422,6 +426,26 @@ impl ModelSummary {
         }
         s
     }
+}
+
+/// The `sequence` and `state` lines of a static-state model (docs/static-state.md): every
+/// state tensor keeps n rows, so its size per sequence is fixed.
+fn static_state_lines(d: &DecodingInfo) -> String {
+    let n = d.max_sequence;
+    let blocks = d.state.iter().map(|t| t.block + 1).max().unwrap_or(0);
+    let per_sequence: usize = d.state.iter().map(|t| n * t.width * 4).sum();
+    let first: Vec<String> = d
+        .state
+        .iter()
+        .filter(|t| t.block == 0)
+        .map(|t| format!("{} [batch, {n}, {}]", t.past, t.width))
+        .collect();
+    format!(
+        "sequence    static, up to {n} positions (position + sequence), one position per sequence\n\
+         state       per block: {}; fixed size, written in place: {} bytes per sequence for all {blocks} blocks (f32)\n",
+        first.join(", "),
+        per_sequence
+    )
 }
 
 /// The `state` line(s) of the report: one line for models whose blocks all carry the same

@@ -5,6 +5,9 @@ Subcommands (each prints one JSON object on stdout; the Rust test asserts on it)
   toy-with-past OUT.onnx         write a small model with the with-past interface
   stateless URL NAME MODEL.onnx  concurrent single-example requests vs ONNX Runtime
   with-past URL NAME MODEL.onnx  sequences of one-token requests vs one whole-sequence run
+  static URL NAME MODEL.onnx     concurrent sequences of a static-state model: a prompt each
+                                 (different lengths), then one-token steps in lock step, each
+                                 answer vs the sequence's own ONNX Runtime run
   stats URL NAME                 Triton's inference statistics of a model
 """
 
@@ -222,6 +225,72 @@ def run_with_past(args):
     }))
 
 
+def run_static(args):
+    """A static-state model (docs/static-state.md): `args.sequences` sequences with prompts
+    of different lengths, sent concurrently; then `args.steps` one-token requests per
+    sequence, all sequences in lock step so that Triton's sequence batcher can put them in
+    one execution. Every request carries its sequence's `position` (tokens sent before).
+    Each answer must equal the matching rows of one ONNX Runtime run of the same file on
+    the sequence's whole token list from position 0 and zero state."""
+    inputs, outputs = onnx_io(args.model)
+    pasts = [(n, t, d) for n, t, d in inputs if n.startswith("past_")]
+    sess = session(args.model)
+    rng = np.random.default_rng(args.seed)
+    lengths = [args.prompt_min + k for k in range(args.sequences)]
+    sequences = [rng.integers(0, args.int_high, size=(1, n + args.steps)).astype(np.int64)
+                 for n in lengths]
+    expected = []
+    for ids in sequences:
+        feeds = {"input_ids": ids, "position": np.zeros([1], dtype=np.int64)}
+        for n, t, d in pasts:
+            feeds[n] = np.zeros([1] + d[1:], dtype=t)
+        expected.append(sess.run(["logits"], feeds)[0])
+    worst = [0.0] * len(sequences)
+    errors = []
+    barrier = threading.Barrier(args.sequences)
+    before = statistics(args.url, args.name)
+
+    def sequence_thread(k):
+        try:
+            client = http_client(args.url)
+            n = lengths[k]
+            barrier.wait(timeout=120)
+            got = infer(client, args.name,
+                        {"input_ids": sequences[k][:, :n], "position": np.array([[0]], dtype=np.int64)},
+                        ["logits"], sequence_id=2000 + k, sequence_start=True)["logits"]
+            worst[k] = rel(got[0], expected[k][0, :n])
+            for t in range(args.steps):
+                barrier.wait(timeout=120)
+                p = n + t
+                got = infer(client, args.name,
+                            {"input_ids": sequences[k][:, p:p + 1],
+                             "position": np.array([[p]], dtype=np.int64)},
+                            ["logits"], sequence_id=2000 + k,
+                            sequence_end=(t == args.steps - 1))["logits"]
+                worst[k] = max(worst[k], rel(got[0, 0], expected[k][0, p]))
+        except Exception as e:
+            errors.append(f"sequence {k}: {type(e).__name__}: {e}")
+            barrier.abort()
+
+    threads = [threading.Thread(target=sequence_thread, args=(k,)) for k in range(args.sequences)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    requests = args.sequences * (1 + args.steps)
+    after = statistics_after(args.url, args.name, before, requests)
+    print(json.dumps({
+        "sequences": args.sequences,
+        "prompt_lengths": lengths,
+        "steps": args.steps,
+        "errors": errors,
+        "max_rel": max(worst),
+        "inference_count": after["inference_count"] - before["inference_count"],
+        "execution_count": after["execution_count"] - before["execution_count"],
+        "batch_sizes": after["batch_sizes"],
+    }))
+
+
 def make_toy_with_past(args):
     """input_ids [batch, sequence] int64 and past_sgu.0 [batch, past_sequence, 4] →
     present_sgu.0 = Concat(past, embedding(ids)) and logits [batch, sequence, vocab] from
@@ -286,7 +355,7 @@ def main():
     t = sub.add_parser("toy-with-past")
     t.add_argument("out")
     t.add_argument("--vocab", type=int, default=11)
-    for name in ("stateless", "with-past"):
+    for name in ("stateless", "with-past", "static"):
         s = sub.add_parser(name)
         s.add_argument("url")
         s.add_argument("name")
@@ -299,6 +368,9 @@ def main():
         else:
             s.add_argument("--sequences", type=int, default=3)
             s.add_argument("--steps", type=int, default=6)
+        if name == "static":
+            s.add_argument("--prompt-min", type=int, default=2,
+                           help="sequence k's prompt has this + k tokens")
     st = sub.add_parser("stats")
     st.add_argument("url")
     st.add_argument("name")
@@ -309,6 +381,8 @@ def main():
         run_stateless(args)
     elif args.command == "with-past":
         run_with_past(args)
+    elif args.command == "static":
+        run_static(args)
     else:
         print(json.dumps(statistics(args.url, args.name)))
 

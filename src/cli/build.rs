@@ -72,6 +72,17 @@ pub enum DtypeArg {
     Int8,
 }
 
+/// The state form of `--with-past` (docs/static-state.md).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PastArg {
+    /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]
+    /// (batches sequences at different positions).
+    Static,
+    /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
+    /// followed by the new rows out (the default).
+    Growing,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum InitArg {
     /// The paper's init: W near zero, b = 1 (identity gating at start).
@@ -148,7 +159,7 @@ pub struct BuildArgs {
     /// Deployment profile: picks the opset, spatial form and op forms its consumers accept (explicit --opset / --spatial win).
     #[arg(long, value_enum, default_value = "ort")]
     pub target: TargetArg,
-    /// ONNX opset (13..=21) [default: 13 for --target portable, else 17]; LayerNormalization from 17 (primitive ops below), `Gelu` from 20 (the exact erf form below).
+    /// ONNX opset (13..=24) [default: 13 for --target portable, else 17]; LayerNormalization from 17 (primitive ops below), `Gelu` from 20 (the exact erf form below).
     #[arg(long)]
     pub opset: Option<i64>,
     /// Storage and compute type.
@@ -198,9 +209,13 @@ pub struct BuildArgs {
     #[arg(long, conflicts_with = "with_past")]
     pub fixed_seq: bool,
     /// Causal token models: one graph for prefill and single steps, with each block's
-    /// state as past_* inputs and present_* outputs (see docs/generation.md).
-    #[arg(long)]
-    pub with_past: bool,
+    /// state as past_* inputs and present_* outputs: `growing` (past_* [batch, P, ·],
+    /// present_* one row longer per token; the form loops, Triton and consumers have used
+    /// so far) or `static` (fixed size [batch, n, ·], a per-sequence `position` input, new
+    /// rows written in place: faster steps, batches of sequences at different positions)
+    /// [default: growing]; see docs/generation.md and docs/static-state.md.
+    #[arg(long, value_enum, num_args = 0..=1)]
+    pub with_past: Option<Option<PastArg>>,
     /// After writing, run the model in tract and ONNX Runtime and compare.
     #[arg(long)]
     pub validate: bool,
@@ -510,12 +525,12 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::Int8 => Precision::Int8,
     };
     target.check(cfg.spatial)?;
-    let mode = if a.with_past {
-        SequenceMode::WithPast
-    } else if a.fixed_seq {
-        SequenceMode::Fixed
-    } else {
-        target.target.sequence_for(&cfg)
+    let mode = match a.with_past {
+        Some(Some(PastArg::Static)) => SequenceMode::Static,
+        Some(Some(PastArg::Growing)) => SequenceMode::WithPast,
+        Some(None) => SequenceMode::WithPast,
+        None if a.fixed_seq => SequenceMode::Fixed,
+        None => target.target.sequence_for(&cfg),
     };
     mode.check(&cfg)?;
     let model = export_for(

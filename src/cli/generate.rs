@@ -1,7 +1,8 @@
 //! `gmlp-onnx generate`: text generation with a causal token model on any runtime. A
 //! `--with-past` model runs the prompt once and then one token per step, its state fed
 //! back; a variable-length model without state re-runs the whole prefix for every token
-//! (slower, the comparison the state is for).
+//! (slower, the comparison the state is for). `--prompts-file` decodes several prompts as
+//! one batch (see [`batch`]).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +20,8 @@ use gmlp_onnx::Error;
 
 use crate::cli::Disagreement;
 
+mod batch;
+
 #[derive(Args)]
 pub struct GenerateArgs {
     /// A causal token model built with --with-past (or with a variable length).
@@ -26,13 +29,22 @@ pub struct GenerateArgs {
     /// Prompt as comma-separated token ids.
     #[arg(
         long,
-        conflicts_with = "prompt_text",
-        required_unless_present = "prompt_text"
+        conflicts_with_all = ["prompt_text", "prompts_file"],
+        required_unless_present_any = ["prompt_text", "prompts_file"]
     )]
     pub prompt_ids: Option<String>,
     /// Prompt as text, for byte-level vocabularies (256 tokens: one token per UTF-8 byte).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prompts_file")]
     pub prompt_text: Option<String>,
+    /// Several prompts decoded together as one batch, one per line as comma-separated
+    /// token ids (blank lines skipped); of different lengths with a static-state model
+    /// (each sequence at its own position), of one length otherwise.
+    #[arg(long)]
+    pub prompts_file: Option<PathBuf>,
+    /// Let ONNX Runtime copy a static-state model's state every step instead of writing
+    /// it in place (for measuring what writing in place saves).
+    #[arg(long)]
+    pub copy_state: bool,
     /// Tokens to generate [default: until the model's n positions are full].
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
@@ -70,6 +82,7 @@ pub struct GenerateArgs {
 struct Generation {
     runtime: String,
     mode: &'static str,
+    state_in_place: bool,
     prompt_tokens: usize,
     tokens: Vec<i64>,
     prefill_ms: f64,
@@ -80,19 +93,20 @@ struct Generation {
     step_tokens_per_s: Option<f64>,
 }
 
+/// Comma-separated token ids (`what` names their origin in messages).
+fn parse_ids(list: &str, what: &str) -> Result<Vec<i64>, Error> {
+    list.split(',')
+        .map(|s| {
+            s.trim().parse::<i64>().map_err(|_| {
+                Error::InvalidArgument(format!("{what}: '{}' is not a token id", s.trim()))
+            })
+        })
+        .collect()
+}
+
 fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
     let ids: Vec<i64> = match (&a.prompt_ids, &a.prompt_text) {
-        (Some(list), _) => list
-            .split(',')
-            .map(|s| {
-                s.trim().parse::<i64>().map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "--prompt-ids: '{}' is not a token id",
-                        s.trim()
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?,
+        (Some(list), _) => parse_ids(list, "--prompt-ids")?,
         (None, Some(text)) => {
             if vocab != 256 {
                 anyhow::bail!(Error::InvalidArgument(format!(
@@ -128,6 +142,7 @@ fn generate_on(
         ..Default::default()
     };
     let mut decoder = Decoder::open(kind, &a.model, &options, 1)?;
+    decoder.set_in_place(!a.copy_state);
     let mut sampler = Sampler::new(a.temperature, a.top_k, a.seed)?;
     let target = if a.quiet || a.json {
         ProgressDrawTarget::hidden()
@@ -167,6 +182,7 @@ fn generate_on(
     Ok(Generation {
         runtime: kind.name().to_string(),
         mode: decoder.model().info.mode.as_str(),
+        state_in_place: decoder.in_place(),
         prompt_tokens: prompt.len(),
         tokens,
         prefill_ms,
@@ -191,6 +207,9 @@ fn show_tokens(tokens: &[i64], vocab: usize) -> String {
 /// Runs `generate`.
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let model = DecodingModel::read(&a.model)?;
+    if let Some(file) = &a.prompts_file {
+        return batch::run(&a, file, &model);
+    }
     let n = model.info.max_sequence;
     let prompt = parse_prompt(&a, model.vocab_size)?;
     if prompt.len() > n {

@@ -45,7 +45,7 @@ pub struct TritonFlags {
     /// Version directory [default: 1].
     #[arg(long)]
     triton_version: Option<u64>,
-    /// max_batch_size; 0 turns batching off [default: 8, 1 for with-past models].
+    /// max_batch_size; 0 turns batching off [default: 8, 1 for growing-state with-past models].
     #[arg(long)]
     triton_max_batch_size: Option<u32>,
     /// Where the instances run [default: cpu].
@@ -57,7 +57,7 @@ pub struct TritonFlags {
     /// TensorRT execution accelerator for gpu instances.
     #[arg(long, value_enum)]
     triton_tensorrt: Option<TritonTensorRtArg>,
-    /// Dynamic batcher max_queue_delay_microseconds [default: 100].
+    /// Dynamic batcher max_queue_delay_microseconds, also the sequence batcher's for static-state models [default: 100].
     #[arg(long)]
     triton_max_queue_delay_us: Option<u64>,
 }
@@ -119,10 +119,13 @@ pub fn print_repository(w: &RepositoryWritten) {
         "wrote Triton model {} (max_batch_size {}{}): {} and {}{}",
         w.config.options.name,
         w.config.max_batch_size,
-        if w.config.states.is_empty() {
-            String::new()
-        } else {
-            format!(", {} implicit states", w.config.states.len())
+        match w.config.states.first() {
+            None => String::new(),
+            Some(s) if s.sequence_axis.is_none() => format!(
+                ", {} implicit states of fixed size, sequences batched",
+                w.config.states.len()
+            ),
+            Some(_) => format!(", {} implicit states", w.config.states.len()),
         },
         w.paths.config.display(),
         w.paths.model.display(),

@@ -10,6 +10,12 @@
 //! (`shift_tokens` = s), block i also needs its last s normalized inputs h = LN(x): the
 //! window `past_shift.{i}` [batch, min(P, s), d] in, `present_shift.{i}` = the last
 //! min(P + T, s) rows of past followed by the new ones out.
+//!
+//! The static form (`--with-past static`, [`SequenceMode::Static`]; docs/static-state.md)
+//! keeps the same state at a fixed size instead: every state tensor is [batch, n, width]
+//! (the token shift keeps all n normalized inputs too), a `position` input `[batch]` gives
+//! each sequence's P, and a run writes only its T new rows into the state (`ScatterND`, or
+//! `TensorScatter` at opset 24), so `present_*` can be the same buffer as `past_*`.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +32,8 @@ pub const TOTAL_SEQUENCE: &str = "past_sequence + sequence";
 pub const PAST_SHIFT_SEQUENCE: &str = "past_shift_sequence";
 /// Symbol of the rows in a token-shift window output, min(past_sequence + sequence, s).
 pub const PRESENT_SHIFT_SEQUENCE: &str = "present_shift_sequence";
+/// Name of the static form's input of each sequence's position P, int64 `[batch]`.
+pub const POSITION: &str = "position";
 
 /// How the sequence axis of a token model is emitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,8 +45,14 @@ pub enum SequenceMode {
     /// `input_ids` [batch, sequence], 1 ≤ sequence ≤ n; W and b sliced to the length
     /// (the default for causal token models).
     Variable,
-    /// Variable length plus the per-block state in and out (`--with-past`).
+    /// Variable length plus the per-block state in and out, growing with every token
+    /// (`--with-past growing`): `past_*` [batch, P, width] in, `present_*` [batch, P + T,
+    /// width] out.
     WithPast,
+    /// Variable length plus fixed-size state written in place (`--with-past`, `--with-past
+    /// static`): `past_*` and `present_*` [batch, n, width], a `position` `[batch]` input,
+    /// the new rows scattered into the state.
+    Static,
 }
 
 impl SequenceMode {
@@ -58,7 +72,13 @@ impl SequenceMode {
             SequenceMode::Fixed => "fixed",
             SequenceMode::Variable => "variable",
             SequenceMode::WithPast => "with-past",
+            SequenceMode::Static => "static",
         }
+    }
+
+    /// Whether the graph carries state (`past_*` inputs, `present_*` outputs).
+    pub fn has_state(self) -> bool {
+        matches!(self, SequenceMode::WithPast | SequenceMode::Static)
     }
 
     /// Refuses a mode the model cannot have: a variable length or state for a vision or
@@ -69,6 +89,7 @@ impl SequenceMode {
             SequenceMode::Fixed => return Ok(()),
             SequenceMode::Variable => "a variable sequence length",
             SequenceMode::WithPast => "--with-past",
+            SequenceMode::Static => "--with-past",
         };
         match cfg.task {
             Task::Tokens { .. } => {}
@@ -87,6 +108,13 @@ impl SequenceMode {
             return Err(Error::InvalidArgument(format!(
                 "{flag} needs a causal model (--causal): in a bidirectional model every position depends on the tokens after it"
             )));
+        }
+        if self == SequenceMode::Static {
+            if let Some(i) = (0..cfg.layers).find(|&i| !cfg.block.mixing(i).is_global()) {
+                return Err(Error::InvalidArgument(format!(
+                    "--with-past static does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use --with-past growing"
+                )));
+            }
         }
         Ok(())
     }
@@ -180,10 +208,22 @@ pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
     out
 }
 
+/// The state tensors of a graph emitted in `mode`, in graph order: [`block_state`] of
+/// every block for `with-past`; for `static` the same tensors, each keeping all n rows
+/// (no window); none otherwise.
+pub fn mode_state(cfg: &GmlpConfig, mode: SequenceMode) -> Vec<StateTensor> {
+    let all = (0..cfg.layers).flat_map(|i| block_state(cfg, i));
+    match mode {
+        SequenceMode::WithPast => all.collect(),
+        SequenceMode::Static => all.map(|s| StateTensor { window: None, ..s }).collect(),
+        SequenceMode::Fixed | SequenceMode::Variable => Vec::new(),
+    }
+}
+
 /// What the metadata key `gmlp_onnx.decoding` holds for a variable-length or with-past model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecodingInfo {
-    /// `variable` or `with-past`.
+    /// `variable`, `with-past` or `static`.
     pub mode: SequenceMode,
     /// Largest past_sequence + sequence (n).
     pub max_sequence: usize,
@@ -207,13 +247,14 @@ impl DecodingInfo {
         if mode == SequenceMode::Fixed {
             return None;
         }
-        let state = if mode == SequenceMode::WithPast {
-            (0..cfg.layers).flat_map(|i| block_state(cfg, i)).collect()
-        } else {
-            Vec::new()
-        };
+        let state = mode_state(cfg, mode);
         // The largest block (every block of the paper's models is the same).
-        let blocks: Vec<Vec<StateTensor>> = (0..cfg.layers).map(|i| block_state(cfg, i)).collect();
+        let blocks: Vec<Vec<StateTensor>> = match mode {
+            SequenceMode::Static => (0..cfg.layers)
+                .map(|i| state.iter().filter(|s| s.block == i).cloned().collect())
+                .collect(),
+            _ => (0..cfg.layers).map(|i| block_state(cfg, i)).collect(),
+        };
         let per_token: usize = blocks
             .iter()
             .map(|b| {

@@ -181,6 +181,7 @@ pub fn export_for(
                     (true, SequenceMode::Fixed) => ", causal",
                     (true, SequenceMode::Variable) => ", causal, any length up to n",
                     (true, SequenceMode::WithPast) => ", causal, with past state",
+                    (true, SequenceMode::Static) => ", causal, with static state",
                 }
             ),
             metadata,

@@ -2,7 +2,7 @@
 //! the public gMLP implementations need: unary activations, tanh GELU, SiLU, elementwise
 //! `Min` / `Abs` on i64 index tensors, RMS normalization spelled with primitive ops, and a
 //! causal depthwise 1-D convolution. Each helper documents the operator's version history
-//! over the builder's opset range (13..=21).
+//! over the builder's opset range (13..=24).
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;

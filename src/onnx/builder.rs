@@ -350,7 +350,7 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(
-            GraphBuilder::new(22),
+            GraphBuilder::new(25),
             Err(Error::InvalidArgument(_))
         ));
     }

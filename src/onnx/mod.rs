@@ -1,10 +1,10 @@
 //! Everything ONNX, and nothing about any one model: the protobuf types ([`proto`]), element
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
-//! helper per operator in [`ops`], [`primitive`] and [`quant_ops`], and, for sizes known only at
-//! run time, [`dynamic`]; the shape rules in [`shape`]), the streaming writer ([`writer`]), the
-//! reader ([`reader`], stored values in [`values`]) and in-place edits of a read model
-//! ([`edit`]); the opset range and IR version table ([`versions`]) and the op forms a target
-//! can ask for ([`forms`]).
+//! helper per operator in [`ops`], [`primitive`], [`quant_ops`] and [`scatter`], and, for
+//! sizes known only at run time, [`dynamic`]; the shape rules in [`shape`]), the streaming
+//! writer ([`writer`]), the reader ([`reader`], stored values in [`values`]) and in-place
+//! edits of a read model ([`edit`]); the opset range and IR version table ([`versions`]) and
+//! the op forms a target can ask for ([`forms`]).
 
 pub mod activation;
 pub mod builder;
@@ -18,6 +18,7 @@ pub mod primitive;
 pub mod proto;
 pub mod quant_ops;
 pub mod reader;
+pub mod scatter;
 pub mod shape;
 pub mod values;
 pub mod versions;

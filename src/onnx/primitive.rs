@@ -1,7 +1,7 @@
 //! Primitive spellings for consumers that lack an operator or misread one of its forms
 //! (chosen through [`crate::onnx::forms::OpForms`]): the elementwise helpers they need,
 //! `ReduceSum`, the mean in either form, and LayerNorm as primitive ops. Each helper
-//! documents the operator's version history over the builder's opset range (13..=21).
+//! documents the operator's version history over the builder's opset range (13..=24).
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;

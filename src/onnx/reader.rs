@@ -277,6 +277,35 @@ pub fn metadata_value<'m>(model: &'m onnx::ModelProto, key: &str) -> Option<&'m 
         .map(|p| p.value())
 }
 
+/// Whether the main graph updates `input` into `output` by a scatter that can run in place:
+/// exactly one node reads `input`, it is a `ScatterND` or `TensorScatter` taking `input`
+/// as its data (first) input, and its first output is the graph output `output`. Only
+/// then may a runtime write `output` into `input`'s own buffer (ONNX Runtime's kernels of
+/// both skip their copy when the two are the same): no other node can see the input
+/// change under it.
+pub fn updates_in_place(model: &onnx::ModelProto, input: &str, output: &str) -> bool {
+    let Some(graph) = model.graph.as_ref() else {
+        return false;
+    };
+    if !graph.output.iter().any(|o| o.name() == output) {
+        return false;
+    }
+    let mut readers = graph
+        .node
+        .iter()
+        .filter(|n| n.input.iter().any(|i| i == input));
+    match (readers.next(), readers.next()) {
+        (Some(node), None) => {
+            matches!(node.op_type(), "ScatterND" | "TensorScatter")
+                && node.domain().is_empty()
+                && node.input.first().map(String::as_str) == Some(input)
+                && node.input.iter().filter(|i| *i == input).count() == 1
+                && node.output.first().map(String::as_str) == Some(output)
+        }
+        _ => false,
+    }
+}
+
 /// Number of f32 and f16 values stored in the initializers of a decoded model.
 pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
     model

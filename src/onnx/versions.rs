@@ -11,12 +11,16 @@
 use std::ops::RangeInclusive;
 
 /// Lowest and highest `ai.onnx` opset the builder can target.
-pub const OPSET_RANGE: RangeInclusive<i64> = 13..=21;
+pub const OPSET_RANGE: RangeInclusive<i64> = 13..=24;
 
 /// `(opset, IR version)` for every opset in [`OPSET_RANGE`], from
 /// `onnx.helper.VERSION_TABLE` (onnx 1.23.2): onnx 1.8/1.9 (opsets 13, 14) shipped IR 7,
-/// 1.10–1.13 (opsets 15–18) IR 8, 1.14/1.15 (opsets 19, 20) IR 9, 1.16 (opset 21) IR 10.
-pub const IR_VERSION_TABLE: [(i64, i64); 9] = [
+/// 1.10–1.13 (opsets 15–18) IR 8, 1.14/1.15 (opsets 19, 20) IR 9, 1.16/1.17 (opsets 21,
+/// 22) IR 10, 1.18 (opset 23) IR 11, 1.19 (opset 24) IR 12. Opsets 22–24 change none of
+/// the operators the builder emits except by adding element types (Conv 22; Reshape,
+/// Transpose, Shape, Cast, Pad, Constant, Unsqueeze, Squeeze 23 and 24); opset 24 adds
+/// `TensorScatter`, which the static state form uses (docs/static-state.md).
+pub const IR_VERSION_TABLE: [(i64, i64); 12] = [
     (13, 7),
     (14, 7),
     (15, 8),
@@ -26,6 +30,9 @@ pub const IR_VERSION_TABLE: [(i64, i64); 9] = [
     (19, 9),
     (20, 9),
     (21, 10),
+    (22, 10),
+    (23, 11),
+    (24, 12),
 ];
 
 /// The IR version written for `opset`: the release table's pairing ([`IR_VERSION_TABLE`]).
@@ -57,8 +64,8 @@ mod tests {
 
     #[test]
     fn ir_versions_follow_the_release_table() {
-        let got: Vec<i64> = (13..=21).map(ir_version_for).collect();
-        assert_eq!(got, vec![7, 7, 8, 8, 8, 8, 9, 9, 10]);
+        let got: Vec<i64> = (13..=24).map(ir_version_for).collect();
+        assert_eq!(got, vec![7, 7, 8, 8, 8, 8, 9, 9, 10, 10, 11, 12]);
         // ONNX Runtime 1.14 reads IR ≤ 8: the default opset 17 must be IR 8.
         assert_eq!(ir_version_for(17), 8);
     }

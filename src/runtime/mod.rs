@@ -119,6 +119,27 @@ pub trait Runtime {
             }
         }
     }
+    /// [`Runtime::run_carrying`] for a model whose graph writes each carried `present`
+    /// output into a copy of its `past` input by a scatter that is that input's only reader
+    /// (a static-state file; the caller checks this): a runtime that can binds the output
+    /// onto the input's own buffer, so the run writes only the new rows and copies
+    /// nothing. This default runs [`Runtime::run_carrying`]. If the run fails, rows after
+    /// the sequences' positions may have been written; no run reads a row before writing
+    /// it, so the state stays valid for the positions fed so far.
+    fn run_in_place(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[(String, String)],
+    ) -> Result<Vec<NamedTensor>> {
+        self.run_carrying(inputs, state, carry)
+    }
+
+    /// Whether [`Runtime::run_in_place`] really writes in place (ONNX Runtime's I/O
+    /// binding); `false` for runtimes that copy.
+    fn writes_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// One value a [`CarriedState`] holds.

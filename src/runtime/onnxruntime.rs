@@ -23,6 +23,8 @@ use crate::runtime::{
 };
 use crate::tensor::{NamedTensor, TensorValue};
 
+mod in_place;
+
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
 
@@ -294,6 +296,20 @@ impl Runtime for OrtRuntime {
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
+    }
+
+    fn run_in_place(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[(String, String)],
+    ) -> Result<Vec<NamedTensor>> {
+        let name = self.name;
+        contain_panic(name, || self.run_in_place_unguarded(inputs, state, carry))
+    }
+
+    fn writes_in_place(&self) -> bool {
+        true
     }
 }
 

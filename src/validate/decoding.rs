@@ -1,4 +1,4 @@
-//! The decoding check of a `--with-past` model (docs/generation.md): in each runtime, prefill P
+//! The decoding check of a `--with-past` model, growing or static state (docs/generation.md): in each runtime, prefill P
 //! tokens, then K single steps, then one multi-token chunk, feeding `present_*` back as
 //! `past_*`; every piece's logits and the final state are compared with one
 //! whole-sequence run of the same model (past empty), and the stepwise results are
@@ -86,6 +86,9 @@ pub struct DecodingRuntimeReport {
     pub prefill_ms: f64,
     /// Median wall time of a single step, ms.
     pub step_median_ms: Option<f64>,
+    /// Whether the runs wrote a static-state model's state in place (ONNX Runtime's I/O
+    /// binding; docs/static-state.md).
+    pub state_in_place: bool,
     /// Each piece's logits (`logits[prefill]`, `logits[step 1]`, ..., `logits[chunk]`) and
     /// each final state tensor against the whole-sequence run of the same runtime.
     pub against_whole: Vec<OutputDiff>,
@@ -135,6 +138,7 @@ pub fn check_decoding(
         let name = rt.name().to_string();
         progress(&format!("decoding {name}"));
         let mut decoder = Decoder::new(rt, model.clone(), batch);
+        let state_in_place = decoder.in_place();
         let whole = decoder.feed(ids.view())?;
         let whole_state = decoder.state()?;
         decoder.reset();
@@ -177,6 +181,7 @@ pub fn check_decoding(
             name,
             prefill_ms,
             step_median_ms: (!step_ms.is_empty()).then(|| step_ms[step_ms.len() / 2]),
+            state_in_place,
             pass: against_whole.iter().all(|d| d.pass),
             against_whole,
         });
@@ -214,14 +219,19 @@ impl DecodingReport {
         for r in &self.runtimes {
             let worst = r.against_whole.iter().fold(0f64, |m, d| m.max(d.max_rel));
             s += &format!(
-                "{}  {} stepwise vs whole sequence: {} comparisons, worst max_rel {:.3e}; prefill {:.1} ms, step median {}\n",
+                "{}  {} stepwise vs whole sequence: {} comparisons, worst max_rel {:.3e}; prefill {:.1} ms, step median {}{}\n",
                 if r.pass { "agree " } else { "DIFFER" },
                 r.name,
                 r.against_whole.len(),
                 worst,
                 r.prefill_ms,
                 r.step_median_ms
-                    .map_or("-".to_string(), |m| format!("{m:.2} ms"))
+                    .map_or("-".to_string(), |m| format!("{m:.2} ms")),
+                if r.state_in_place {
+                    "; state written in place"
+                } else {
+                    ""
+                }
             );
             for d in r.against_whole.iter().filter(|d| !d.pass) {
                 s += &format!(

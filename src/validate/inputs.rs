@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::{DecodingInfo, POSITION};
 use crate::gmlp::emit::BATCH;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY};
 use crate::gmlp::{GmlpConfig, Task};
@@ -82,6 +83,45 @@ pub fn input_shapes(
         out.push((input, shape));
     }
     Ok(out)
+}
+
+/// Makes generated inputs of a static-state model (docs/static-state.md) a first run: every
+/// sequence at `position` 0 and every `past_*` state zero (the whole sequence then fills
+/// the state from its first row, as a prompt does).
+pub fn start_static_state(inputs: &mut [NamedTensor], info: &DecodingInfo) {
+    for t in inputs.iter_mut() {
+        let is_state = info.state.iter().any(|s| s.past == t.name);
+        match &mut t.value {
+            TensorValue::I64(a) if t.name == POSITION => a.fill(0),
+            TensorValue::F32(a) if is_state => a.fill(0.0),
+            _ => {}
+        }
+    }
+}
+
+/// Checks the `position` of given inputs of a static-state model before any run: every
+/// sequence's position P and its T new tokens must stay within the model's n positions
+/// (0 ≤ P and P + T ≤ n); the graph would fail at its checking `Gather` otherwise.
+pub fn check_static_positions(inputs: &[NamedTensor], info: &DecodingInfo) -> Result<()> {
+    let n = info.max_sequence;
+    let tokens = inputs
+        .iter()
+        .find(|t| t.name == crate::gmlp::emit::INPUT_IDS)
+        .and_then(|t| t.value.shape().get(1).copied())
+        .unwrap_or(0);
+    let Some(TensorValue::I64(position)) =
+        inputs.iter().find(|t| t.name == POSITION).map(|t| &t.value)
+    else {
+        return Ok(());
+    };
+    for (b, &p) in position.iter().enumerate() {
+        if p < 0 || p as u128 + tokens as u128 > n as u128 {
+            return Err(Error::BadTensor(format!(
+                "position[{b}] = {p} with {tokens} tokens leaves the model's {n} positions (0 <= position, position + sequence <= {n})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Seeded inputs for every declared input of `model`: floats uniform in [−1, 1);

@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use compare::{compare, compare_all, OutputDiff, PairReport, Tolerance};
-pub use inputs::{check_inputs, input_shapes, make_inputs, stored_config, MAX_INPUT_ELEMENTS};
+pub use inputs::{
+    check_inputs, check_static_positions, input_shapes, make_inputs, start_static_state,
+    stored_config, MAX_INPUT_ELEMENTS,
+};
 pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
     BenchReport, InputReport, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
@@ -156,7 +159,7 @@ pub fn validate_with_progress(
                 }
             }
         }
-        if d.info.mode == SequenceMode::WithPast {
+        if d.info.mode.has_state() {
             plan = Some(DecodingPlan::new(
                 d.info.max_sequence,
                 options.decode_prefill,
@@ -176,8 +179,28 @@ pub fn validate_with_progress(
         )));
     }
     let inputs = match &options.inputs {
-        Some(file) => check_inputs(&model, npz::read_npz(file)?, &file.display().to_string())?,
-        None => make_inputs(&model, options.batch, &dims, options.seed)?,
+        Some(file) => {
+            let what = file.display().to_string();
+            let given = check_inputs(&model, npz::read_npz(file)?, &what)?;
+            if let Some(d) = decoding
+                .as_ref()
+                .filter(|d| d.info.mode == SequenceMode::Static)
+            {
+                check_static_positions(&given, &d.info)
+                    .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
+            }
+            given
+        }
+        None => {
+            let mut generated = make_inputs(&model, options.batch, &dims, options.seed)?;
+            if let Some(d) = decoding
+                .as_ref()
+                .filter(|d| d.info.mode == SequenceMode::Static)
+            {
+                start_static_state(&mut generated, &d.info);
+            }
+            generated
+        }
     };
     let output_names: Vec<String> = declared_outputs(&model)
         .into_iter()

@@ -352,7 +352,7 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let toy = dir.path().join("toy-with-past.onnx");
     client(&env, &["toy-with-past", path_str(&toy), "--vocab", "11"]);
     check_with_past_model(&env, &toy, 11, dir.path());
-    // And a real one from `build --with-past`: a causal aMLP (heads 1, Toeplitz gather),
+    // And a real one from `build --with-past growing`: a causal aMLP (heads 1, Toeplitz gather),
     // 2 blocks, n = 16 (48 steps of one token fill 4 sequences of 12).
     let real = dir.path().join("amlp-with-past.onnx");
     gmlp_ok(&[
@@ -373,6 +373,7 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
         "50",
         "--causal",
         "--with-past",
+        "growing",
         "--init",
         "spread",
         "-o",
@@ -394,12 +395,109 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
         "--shift-tokens",
         "2",
         "--with-past",
+        "growing",
         "-o",
         path_str(&shifted),
     ]);
     let work = dir.path().join("shift");
     std::fs::create_dir(&work).expect("mkdir");
     check_with_past_model(&env, &shifted, 256, &work);
+}
+
+/// A static-state model (`build --with-past`, docs/static-state.md) served with
+/// max_batch_size 8: eight concurrent sequences with prompts of different lengths (2 to
+/// 9 tokens), then one-token steps in lock step. Every answer equals the sequence's own
+/// ONNX Runtime run, and Triton's statistics show executions of several sequences at
+/// different positions at once.
+#[test]
+fn static_state_sequences_at_different_positions_batch_together() {
+    let env = triton_env();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("amlp-static.onnx");
+    let repo = dir.path().join("repo-static");
+    let out = gmlp_ok(&[
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--d-ffn",
+        "64",
+        "--attn-dim",
+        "8",
+        "--seq-len",
+        "24",
+        "--vocab-size",
+        "50",
+        "--causal",
+        "--with-past",
+        "static",
+        "--init",
+        "spread",
+        "-o",
+        path_str(&model),
+        "--triton-repo",
+        path_str(&repo),
+        "--triton-name",
+        "lm",
+        // Long enough for eight clients on a busy 2-core machine to meet in one batch.
+        "--triton-max-queue-delay-us",
+        "20000",
+    ]);
+    assert!(
+        out.contains("max_batch_size 8, 6 implicit states of fixed size"),
+        "{out}"
+    );
+    let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
+    assert!(
+        config.contains("name: \"position\"\n    data_type: TYPE_INT64\n    dims: [ 1 ]\n    reshape: { shape: [ ] }")
+            && config.contains("dims: [ 24, 32 ]\n        zero_data: true")
+            && config.contains("max_queue_delay_microseconds: 20000"),
+        "{config}"
+    );
+    // Served as built: no adapter.
+    assert_eq!(
+        std::fs::read(&model).expect("model"),
+        std::fs::read(repo.join("lm/1/model.onnx")).expect("served model")
+    );
+    let server = Server::start(&env, &repo, dir.path().join("server-static.log"));
+    let steps = 12;
+    let report = client(
+        &env,
+        &[
+            "static",
+            &server.url(),
+            "lm",
+            path_str(&model),
+            "--sequences",
+            "8",
+            "--steps",
+            &steps.to_string(),
+            "--prompt-min",
+            "2",
+            "--int-high",
+            "50",
+        ],
+    );
+    assert_no_errors(&report, &server);
+    let max_rel = report["max_rel"].as_f64().expect("max_rel");
+    assert!(max_rel <= REL_TOL, "static: rel {max_rel:.3e}: {report}");
+    let inferences = report["inference_count"].as_u64().expect("count");
+    let executions = report["execution_count"].as_u64().expect("count");
+    assert_eq!(inferences, 8 * (1 + steps), "{report}");
+    let batch_sizes: Vec<u64> = report["batch_sizes"]
+        .as_array()
+        .expect("batch sizes")
+        .iter()
+        .map(|b| b.as_u64().expect("size"))
+        .collect();
+    assert!(
+        executions < inferences && batch_sizes.iter().any(|&b| b > 1),
+        "no batched executions: {inferences} inferences in {executions} executions, batch sizes {batch_sizes:?}"
+    );
+    eprintln!("static: {report}");
 }
 
 /// Every file and folder under `dir`, for "nothing was written" checks.

@@ -391,7 +391,7 @@ fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position(
     }
 }
 
-/// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past`: validate's
+/// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past growing`: validate's
 /// whole-sequence run and decoding check (the window state starts empty too), inspect's
 /// window line, and generate in both runtimes.
 #[test]
@@ -411,6 +411,7 @@ fn cli_validates_and_generates_a_token_shift_model_with_past() {
         "--shift-tokens",
         "2",
         "--with-past",
+        "growing",
         "-q",
         "-o",
         path_str(&model),
@@ -460,6 +461,7 @@ fn cli_builds_validates_and_generates_with_past() {
         path_str(&checkpoint),
         "--causal",
         "--with-past",
+        "growing",
         "-q",
         "-o",
         path_str(&model),

@@ -27,6 +27,8 @@ mod ops;
 mod pictures;
 mod presets;
 mod pytorch;
+mod static_batch;
+mod static_state;
 mod targets;
 mod upstream;
 mod validate;

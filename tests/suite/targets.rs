@@ -244,7 +244,7 @@ fn explicit_opsets_override_the_profile_and_keep_its_forms() {
     let feed = inputs(&cfg);
     let reference = reference(&cfg, &feed);
     let mut paths = Vec::new();
-    for opset in 13..=21 {
+    for opset in 13..=24 {
         let b = BuildTarget::resolve(Target::Portable, Some(opset)).unwrap();
         let (_, path) = build(&cfg, &b, dir.path(), &format!("portable_{opset}.onnx"));
         check_forms(Target::Portable, &path);
@@ -337,7 +337,7 @@ fn cli_target_flags_and_refusals() {
         ),
         (
             &["--opset", "12"],
-            "opset 12 is not supported (supported: 13..=21)",
+            "opset 12 is not supported (supported: 13..=24)",
         ),
     ] {
         let o = build_with(extra);

@@ -2,7 +2,8 @@
 //! parameters by name with the source of their values, the constants shared by the blocks
 //! (Toeplitz index table, causal mask), and the run-time positions and state of a
 //! variable-length or with-past graph ([`Positions`]; their helpers are in
-//! `sequence.rs`).
+//! `sequence.rs`) or of a static-state graph ([`StaticRows`], helpers in
+//! `static_state.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +39,30 @@ pub(crate) struct Emitter {
     pub(crate) past: HashMap<String, Value>,
     /// `present_*` values in the order they were made (with-past graphs).
     pub(crate) present: Vec<(String, Value)>,
+    /// Row positions of a static-state graph (see `static_state.rs`).
+    pub(crate) static_rows: Option<StaticRows>,
+}
+
+/// The per-sequence positions of a static-state graph, computed once and shared by the
+/// blocks (the derived index tensors are made on first use).
+pub(crate) struct StaticRows {
+    /// The checked positions P_b + t of the new tokens, i64 [batch, sequence]: a run
+    /// whose rows leave 0..n fails at the `Gather`s that check them.
+    pub(crate) rows: Value,
+    /// The same as [batch, sequence, 1].
+    pub(crate) rows3: Value,
+    /// Each sequence's checked P (the first row), i64 [batch].
+    pub(crate) start: Value,
+    /// The positions 0..n−1, i64 [n] (the state's rows).
+    pub(crate) table: Value,
+    /// Each sequence's index b, i64 [batch, 1].
+    pub(crate) batch_index: Value,
+    /// `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2].
+    pub(crate) scatter_indices: Option<Value>,
+    /// The additive causal mask over the state's rows, f32 [batch, sequence, n].
+    pub(crate) mask: Option<Value>,
+    /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
+    pub(crate) toeplitz_index: Option<Value>,
 }
 
 /// The run-time positions of a variable-length graph, computed once and shared by blocks.
@@ -79,6 +104,7 @@ impl Emitter {
             positions: None,
             past: HashMap::new(),
             present: Vec::new(),
+            static_rows: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! The network's input and its embedding: `input_ids` through the token embedding table
 //! (fixed length n, or a variable length with the positions and state of a causal
-//! model), or `pixel_values` through the patch stem (a Conv with stride p, tokens in
+//! model, growing or static), or `pixel_values` through the patch stem (a Conv with stride p, tokens in
 //! row-major patch order, as timm's `PatchEmbed` and g-mlp-pytorch's `to_patch_embed`),
 //! or, for a backbone, `inputs_embeds` as they are.
 
@@ -25,13 +25,19 @@ impl Emitter {
                 let ids =
                     self.g
                         .input(INPUT_IDS, ElemType::I64, vec![batch.clone(), seq.clone()])?;
-                if self.mode == SequenceMode::WithPast {
-                    self.declare_past_inputs(&batch)?;
+                match self.mode {
+                    SequenceMode::WithPast => self.declare_past_inputs(&batch)?,
+                    SequenceMode::Static => self.declare_static_inputs(&batch)?,
+                    SequenceMode::Fixed | SequenceMode::Variable => {}
                 }
                 let table = self.param("embed.weight")?;
                 let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
-                if self.mode != SequenceMode::Fixed {
-                    self.compute_positions(&ids, &seq)?;
+                match self.mode {
+                    SequenceMode::Fixed => {}
+                    SequenceMode::Static => self.compute_static_rows(&ids)?,
+                    SequenceMode::Variable | SequenceMode::WithPast => {
+                        self.compute_positions(&ids, &seq)?
+                    }
                 }
                 Ok((x, Some(table)))
             }

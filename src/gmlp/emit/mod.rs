@@ -3,6 +3,7 @@
 //! ```text
 //! context.rs    the emitter: graph builder, parameters by name, shared constants
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
+//! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
 //! linear.rs     x·W + b in f32/f16 or as a dynamically quantized int8 MatMul
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
 //! block/        one block: norm, token shift, channel projections, tiny attention,
@@ -26,12 +27,13 @@ mod head;
 mod linear;
 mod sequence;
 mod stack;
+mod static_state;
 
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::gmlp::config::{GmlpConfig, Task};
-use crate::gmlp::decoding::{block_state, SequenceMode};
+use crate::gmlp::decoding::{mode_state, SequenceMode};
 use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
@@ -87,7 +89,7 @@ pub fn build_graph_in(
     let mut outputs = vec![out];
     // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
     let mut present = std::mem::take(&mut em.present);
-    for state in (0..cfg.layers).flat_map(|i| block_state(cfg, i)) {
+    for state in mode_state(cfg, mode) {
         if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
             let (name, value) = present.remove(k);
             outputs.push(em.g.rename(&value, &name)?);

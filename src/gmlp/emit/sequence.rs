@@ -252,6 +252,10 @@ impl Emitter {
                 self.g
                     .range("key_positions", &start, &total, &one, keys.shape[1].clone())
             }
+            // Local mixing is refused for static state (SequenceMode::check).
+            SequenceMode::Static => Err(Error::Internal(
+                "key positions of local mixing in a static-state graph".into(),
+            )),
         }
     }
 

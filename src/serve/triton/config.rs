@@ -79,19 +79,25 @@ pub struct TritonTensor {
     pub data_type: &'static str,
     /// Dimensions without the batch dimension when batching; −1 for a variable size.
     pub dims: Vec<i64>,
+    /// The shape the model sees when it differs from `dims`: a batched tensor of shape
+    /// `[batch]` (the static form's `position`) is `dims: [ 1 ]` to clients, since Triton
+    /// needs at least one dimension, and `reshape: { shape: [ ] }` to the model.
+    pub reshape: Option<Vec<i64>>,
 }
 
 /// An implicit state of a with-past model: Triton feeds `input` from the `output` of the
-/// previous request of the same sequence, starting from one zero slot (see
-/// [`adapt_with_past`](super::adapt_with_past)).
+/// previous request of the same sequence, starting from zeros: one zero slot for a state
+/// that grows (see [`adapt_with_past`](super::adapt_with_past)), the whole fixed-size state
+/// for a static one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImplicitState {
     /// The `past_*` input (name, type, dims as in [`TritonTensor`]).
     pub input: TritonTensor,
     /// The matching `present_*` output.
     pub output_name: String,
-    /// The axis of the full ONNX shape (batch included) along which the state grows.
-    pub sequence_axis: usize,
+    /// The axis of the full ONNX shape (batch included) along which a growing state
+    /// grows; `None` for a fixed-size (static) state.
+    pub sequence_axis: Option<usize>,
 }
 
 /// A configuration ready to render as `config.pbtxt`.
@@ -136,17 +142,26 @@ fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<Triton
             }
         }
     }
-    let dims = shape
+    let dims: Vec<i64> = shape
         .iter()
         .map(|d| match d {
             Dim::Fixed(n) => i64::try_from(*n).unwrap_or(i64::MAX),
             Dim::Symbol(_) => -1,
         })
         .collect();
+    if batched && dims.is_empty() {
+        return Ok(TritonTensor {
+            name: t.name.clone(),
+            data_type,
+            dims: vec![1],
+            reshape: Some(Vec::new()),
+        });
+    }
     Ok(TritonTensor {
         name: t.name.clone(),
         data_type,
         dims,
+        reshape: None,
     })
 }
 
@@ -172,6 +187,16 @@ fn refused_type_name(code: i32) -> &'static str {
     }
 }
 
+/// The two state forms of a with-past model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PastKind {
+    /// `past_*` [batch, past_sequence, width]: one variable dimension, the positions.
+    Growing,
+    /// `past_*` [batch, n, width]: fixed size, written in place; sequences at different
+    /// positions batch together.
+    Static,
+}
+
 /// Derives the configuration of a decoded model: each graph input and output with
 /// Triton's type and dims, and for a with-past model the implicit states pairing each
 /// `past_*` input with its `present_*` output.
@@ -189,16 +214,32 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
     }
     let outputs_by_name: BTreeMap<&str, &DeclaredTensor> =
         declared_out.iter().map(|t| (t.name.as_str(), t)).collect();
-    let with_past = declared_in.iter().any(|t| t.name.starts_with(PAST_PREFIX));
-    let max_batch_size = match (options.max_batch_size, with_past) {
-        (None, false) => DEFAULT_MAX_BATCH_SIZE,
-        (None, true) | (Some(WITH_PAST_MAX_BATCH_SIZE), true) => WITH_PAST_MAX_BATCH_SIZE,
-        (Some(n), true) => {
+    let pasts: Vec<&DeclaredTensor> = declared_in
+        .iter()
+        .filter(|t| t.name.starts_with(PAST_PREFIX))
+        .collect();
+    // A static state (docs/static-state.md) has a fixed size besides the batch.
+    let fixed = |t: &DeclaredTensor| t.shape.iter().skip(1).all(|d| matches!(d, Dim::Fixed(_)));
+    let past_kind = match (pasts.is_empty(), pasts.iter().all(|t| fixed(t))) {
+        (true, _) => None,
+        (false, true) => Some(PastKind::Static),
+        (false, false) => Some(PastKind::Growing),
+    };
+    let max_batch_size = match (options.max_batch_size, past_kind) {
+        (None, None) | (None, Some(PastKind::Static)) => DEFAULT_MAX_BATCH_SIZE,
+        (None, Some(PastKind::Growing))
+        | (Some(WITH_PAST_MAX_BATCH_SIZE), Some(PastKind::Growing)) => WITH_PAST_MAX_BATCH_SIZE,
+        (Some(n), Some(PastKind::Growing)) => {
             return Err(invalid(format!(
-                "a with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (see docs/serving.md)"
+                "a growing-state with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (build it with --with-past static to batch sequences; docs/static-state.md)"
             )))
         }
-        (Some(n), false) => n,
+        (Some(0), Some(PastKind::Static)) => {
+            return Err(invalid(
+                "a static-state model is served by Triton's sequence batcher with its state per sequence, which needs max_batch_size >= 1 (0 would make the batch part of the state)",
+            ))
+        }
+        (Some(n), _) => n,
     };
     let batched = max_batch_size > 0;
     let mut inputs = Vec::new();
@@ -227,17 +268,31 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         let variable: Vec<usize> = (0..input.dims.len())
             .filter(|&i| input.dims[i] == -1)
             .collect();
-        if variable.len() != 1 || output.dims[variable[0]] != -1 {
-            return Err(invalid(format!(
-                "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
-                t.name, input.dims
-            )));
-        }
+        let sequence_axis = match past_kind {
+            Some(PastKind::Static) => {
+                if output.dims != input.dims {
+                    return Err(invalid(format!(
+                        "static state input {} {:?} and output {present} {:?} differ in size",
+                        t.name, input.dims, output.dims
+                    )));
+                }
+                None
+            }
+            _ => {
+                if variable.len() != 1 || output.dims[variable[0]] != -1 {
+                    return Err(invalid(format!(
+                        "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
+                        t.name, input.dims
+                    )));
+                }
+                Some(variable[0] + 1)
+            }
+        };
         state_outputs.push(present.clone());
         states.push(ImplicitState {
             input,
             output_name: present,
-            sequence_axis: variable[0] + 1,
+            sequence_axis,
         });
     }
     if inputs.is_empty() {

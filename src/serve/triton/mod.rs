@@ -7,16 +7,23 @@
 //! "onnxruntime_onnx"`). A stateless model gets `dynamic_batching`; a with-past model
 //! (inputs `past_*` each answered by an output `present_*`) gets `sequence_batching`
 //! with one implicit `state` per pair, so that Triton keeps the state between the
-//! requests of a sequence and a client sends only the new token.
+//! requests of a sequence and a client sends only the new tokens.
 //!
-//! Two limits of Triton r24.10 shape the with-past form (evidence in docs/serving.md,
+//! A static-state model (docs/static-state.md: `past_*` [batch, n, width], a `position`
+//! input `[batch]`) is served as it is: each state starts as n zero rows, every sequence's
+//! state has the same size, so the `oldest` strategy batches requests of different
+//! sequences at different positions (`max_batch_size` 8 by default, the dynamic batcher's
+//! queue delay); the client sends each request's `position` (the tokens its sequence has
+//! sent before), as `dims: [ 1 ]` reshaped to the model's per-sequence scalar.
+//!
+//! Two limits of Triton r24.10 shape the growing form (evidence in docs/serving.md,
 //! "With-past models"): the first state of a sequence always has size 1 in each variable
 //! dimension, whatever `initial_state` says (a zero-length initial state fails with "not
 //! enough space: expected 16, got 0"), and a batch of sequences whose states differ in
 //! length is concatenated wrongly by the ONNX Runtime backend. So the repository holds
-//! the model behind a small adapter ([`adapt_with_past`]): Triton's state carries one
-//! leading zero slot that the adapter slices off before the model and puts back in
-//! front of its `present_*` output; and `max_batch_size` is 1 with the `oldest`
+//! a growing-state model behind a small adapter ([`adapt_with_past`]): Triton's state
+//! carries one leading zero slot that the adapter slices off before the model and puts
+//! back in front of its `present_*` output; and `max_batch_size` is 1 with the `oldest`
 //! strategy, so that sequences interleave request by request without being batched.
 //!
 //! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`state`] holds
@@ -42,7 +49,8 @@ pub use state::{adapt_with_past, ADAPTER_METADATA_KEY};
 
 /// Default `max_batch_size` of a generated configuration for a stateless model.
 pub const DEFAULT_MAX_BATCH_SIZE: u32 = 8;
-/// The only `max_batch_size` a with-past model can be served with (see the module doc).
+/// The only `max_batch_size` a growing-state with-past model can be served with (see the
+/// module doc); static-state models default to [`DEFAULT_MAX_BATCH_SIZE`].
 pub const WITH_PAST_MAX_BATCH_SIZE: u32 = 1;
 /// Default `max_queue_delay_microseconds` of the dynamic batcher.
 pub const DEFAULT_MAX_QUEUE_DELAY_US: u64 = 100;
@@ -74,7 +82,7 @@ pub struct TritonOptions {
     pub version: u64,
     /// `max_batch_size`; 0 turns batching off and keeps the batch dimension in `dims`.
     /// `None`: [`DEFAULT_MAX_BATCH_SIZE`], or [`WITH_PAST_MAX_BATCH_SIZE`] for a
-    /// with-past model.
+    /// growing-state with-past model.
     pub max_batch_size: Option<u32>,
     /// `instance_group.kind`.
     pub kind: InstanceKind,

@@ -22,6 +22,9 @@ fn quoted(s: &str) -> String {
 }
 
 fn dims_text(dims: &[i64]) -> String {
+    if dims.is_empty() {
+        return "[ ]".into();
+    }
     let list: Vec<String> = dims.iter().map(i64::to_string).collect();
     format!("[ {} ]", list.join(", "))
 }
@@ -33,6 +36,9 @@ fn tensor_list(out: &mut String, field: &str, tensors: &[TritonTensor]) {
         let _ = writeln!(out, "    name: {}", quoted(&t.name));
         let _ = writeln!(out, "    data_type: {}", t.data_type);
         let _ = writeln!(out, "    dims: {}", dims_text(&t.dims));
+        if let Some(shape) = &t.reshape {
+            let _ = writeln!(out, "    reshape: {{ shape: {} }}", dims_text(shape));
+        }
         let comma = if i + 1 < tensors.len() { "," } else { "" };
         let _ = writeln!(out, "  }}{comma}");
     }
@@ -72,11 +78,20 @@ impl TritonConfig {
                 out,
                 "    max_candidate_sequences: {MAX_CANDIDATE_SEQUENCES}"
             );
-            let _ = writeln!(out, "    max_queue_delay_microseconds: 0");
+            // Growing states run one request at a time (max_batch_size 1); static ones
+            // wait as long as the dynamic batcher would, to batch sequences together.
+            let static_state = self.states.iter().all(|s| s.sequence_axis.is_none());
+            let delay = if static_state {
+                o.max_queue_delay_us
+            } else {
+                0
+            };
+            let _ = writeln!(out, "    max_queue_delay_microseconds: {delay}");
             let _ = writeln!(out, "  }}");
             let _ = writeln!(out, "  state [");
             for (i, s) in self.states.iter().enumerate() {
-                // The one zero slot the adapter slices off (see adapt_with_past).
+                // The one zero slot the adapter slices off (see adapt_with_past), or the
+                // whole fixed-size state.
                 let initial: Vec<i64> = s
                     .input
                     .dims
@@ -89,7 +104,12 @@ impl TritonConfig {
                 let _ = writeln!(out, "      data_type: {}", s.input.data_type);
                 let _ = writeln!(out, "      dims: {}", dims_text(&s.input.dims));
                 let _ = writeln!(out, "      initial_state: {{");
-                let _ = writeln!(out, "        name: \"slot\"");
+                let initial_name = if s.sequence_axis.is_none() {
+                    "zeros"
+                } else {
+                    "slot"
+                };
+                let _ = writeln!(out, "        name: \"{initial_name}\"");
                 let _ = writeln!(out, "        data_type: {}", s.input.data_type);
                 let _ = writeln!(out, "        dims: {}", dims_text(&initial));
                 let _ = writeln!(out, "        zero_data: true");
@@ -136,7 +156,8 @@ impl TritonConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::triton::testing::token_model;
+    use crate::onnx::dtype::DataType;
+    use crate::serve::triton::testing::{model, tensor, token_model};
     use crate::serve::triton::{plan, TritonOptions};
 
     #[test]
@@ -201,6 +222,48 @@ instance_group [
             .unwrap_err()
             .to_string()
             .contains("--triton-kind gpu"));
+    }
+
+    #[test]
+    fn static_state_models_batch_sequences_and_take_their_position_per_request() {
+        let m = model(
+            &[
+                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
+                tensor("position", DataType::Int64, &["batch"]),
+                tensor("past_sgu.0", DataType::Float, &["batch", "32", "16"]),
+            ],
+            &[
+                tensor("logits", DataType::Float, &["batch", "sequence", "50"]),
+                tensor("present_sgu.0", DataType::Float, &["batch", "32", "16"]),
+            ],
+        );
+        let config = plan(&m, &TritonOptions::new("lm")).unwrap();
+        assert_eq!(
+            config.max_batch_size,
+            crate::serve::triton::DEFAULT_MAX_BATCH_SIZE
+        );
+        assert_eq!(config.states[0].sequence_axis, None);
+        assert_eq!(config.states[0].input.dims, vec![32, 16]);
+        assert_eq!(config.inputs[1].dims, vec![1]);
+        assert_eq!(config.inputs[1].reshape, Some(vec![]));
+        let text = config.to_pbtxt();
+        assert!(
+            text.contains("dims: [ 1 ]\n    reshape: { shape: [ ] }"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "name: \"zeros\"\n        data_type: TYPE_FP32\n        dims: [ 32, 16 ]"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("max_queue_delay_microseconds: 100"), "{text}");
+        let mut options = TritonOptions::new("lm");
+        options.max_batch_size = Some(16);
+        assert_eq!(plan(&m, &options).unwrap().max_batch_size, 16);
+        options.max_batch_size = Some(0);
+        let e = plan(&m, &options).unwrap_err().to_string();
+        assert!(e.contains("needs max_batch_size >= 1"), "{e}");
     }
 
     #[test]

@@ -122,8 +122,10 @@ pub fn write_repository(
         _ => PathBuf::from("."),
     };
     let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
-    let reencode = renamed || !config.states.is_empty();
-    if !config.states.is_empty() {
+    // Growing states go behind the adapter; static ones are served as they are.
+    let growing = config.states.iter().any(|s| s.sequence_axis.is_some());
+    let reencode = renamed || growing;
+    if growing {
         if metadata_value(&model, ADAPTER_METADATA_KEY).is_some() {
             return Err(invalid(format!(
                 "{} already carries the Triton state adapter; give the original with-past model",

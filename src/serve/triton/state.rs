@@ -39,9 +39,13 @@ pub fn adapt_with_past(model: &mut onnx::ModelProto, states: &[ImplicitState]) -
     let mut back = Vec::new();
     let mut constants = BTreeMap::new();
     for s in states {
+        // Fixed-size (static) states need no slot: their initial state is the whole state.
+        let Some(sequence_axis) = s.sequence_axis else {
+            continue;
+        };
         let past = s.input.name.as_str();
         let present = s.output_name.as_str();
-        let axis = i64::try_from(s.sequence_axis).unwrap_or(i64::MAX);
+        let axis = i64::try_from(sequence_axis).unwrap_or(i64::MAX);
         let inner_past = fresh(format!("{past}/triton_without_slot"))?;
         let slot = fresh(format!("{past}/triton_slot"))?;
         let inner_present = fresh(format!("{present}/triton_without_slot"))?;
@@ -82,8 +86,8 @@ pub fn adapt_with_past(model: &mut onnx::ModelProto, states: &[ImplicitState]) -
             axis,
             present,
         ));
-        edit.set_input_dim(past, s.sequence_axis, "triton_state_sequence");
-        edit.set_output_dim(present, s.sequence_axis, "triton_state_total_sequence");
+        edit.set_input_dim(past, sequence_axis, "triton_state_sequence");
+        edit.set_output_dim(present, sequence_axis, "triton_state_total_sequence");
     }
     for (name, value) in constants {
         fresh(name.clone())?;

@@ -2,7 +2,8 @@
 //! input h, `attn(h) = softmax(q·kᵀ/√a [+ causal mask]) · v · W_o + b_o`, added to the
 //! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`); causal models
 //! add [`MASK_VALUE`] above the diagonal before the softmax. In a with-past graph k and v
-//! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows. A
+//! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows (in a
+//! static-state graph, the whole state with the new rows written, masked by position). A
 //! block with a window (g-mlp-gpt's `LocalAttention`) attends within its window and, as
 //! upstream does, uses its keys as values (see [`super::local`]).
 
@@ -65,6 +66,14 @@ impl Emitter {
                 None => keys.clone(),
             };
             (keys, values)
+        } else if self.mode == SequenceMode::Static {
+            // All n rows of each sequence's keys and values; the mask hides those after it.
+            let keys = self.update_static_state(i, "key", &parts[1])?;
+            let values = match parts.get(2) {
+                Some(v) => self.update_static_state(i, "value", v)?,
+                None => keys.clone(),
+            };
+            (keys, values)
         } else {
             let keys = parts[1].clone();
             (keys.clone(), parts.get(2).cloned().unwrap_or(keys))
@@ -109,10 +118,10 @@ impl Emitter {
         if let Some(mask) = &local_mask {
             scores = self.g.add("local_mask", &scores, mask)?;
         } else if self.cfg.causal {
-            let mask = if self.mode == SequenceMode::Fixed {
-                self.causal_mask()?
-            } else {
-                self.mask_rows()?
+            let mask = match self.mode {
+                SequenceMode::Fixed => self.causal_mask()?,
+                SequenceMode::Static => self.static_mask()?,
+                SequenceMode::Variable | SequenceMode::WithPast => self.mask_rows()?,
             };
             scores = self.g.add("causal_mask", &scores, &mask)?;
         }

@@ -3,7 +3,8 @@
 //! along the tokens by `amounts[k]` positions with zero fill, and any remaining channels
 //! stay (see `GmlpConfig::shift_amounts`). A variable-length graph pads in front and keeps
 //! the first T rows; a with-past graph keeps the block's last s normalized inputs as the
-//! window state `past_shift.{i}`.
+//! window state `past_shift.{i}`; a static-state graph keeps all n of them (see
+//! [`super::super::static_state`]).
 
 use std::cmp::Ordering;
 
@@ -19,7 +20,42 @@ impl Emitter {
             SequenceMode::Fixed => self.shift_tokens_fixed(h),
             SequenceMode::Variable => self.shift_tokens_variable(h),
             SequenceMode::WithPast => self.shift_tokens_with_past(h, i),
+            SequenceMode::Static => self.shift_tokens_static(h, i),
         }
+    }
+
+    /// With static state (causal shifts a ≥ 0): `past_shift.{i}` [batch, n, d] holds the
+    /// block's normalized input of every position; the new rows are written into it, and
+    /// chunk k of new row P_b + t reads the state's row P_b + t − a (zero before 0).
+    fn shift_tokens_static(&mut self, h: &Value, i: usize) -> Result<Value> {
+        let all = self.update_static_state(i, "shift", h)?;
+        let amounts = self.cfg.shift_amounts();
+        let d = self.cfg.d_model;
+        let chunk = d / amounts.len();
+        let mut parts = Vec::with_capacity(amounts.len() + 1);
+        for (k, &a) in amounts.iter().enumerate() {
+            let source = match usize::try_from(a) {
+                Ok(0) => h.clone(),
+                Ok(a) => self.static_rows_back(&format!("shift_{k}_source"), &all, a)?,
+                Err(_) => {
+                    return Err(Error::Internal(
+                        "a token shift with state must be causal".into(),
+                    ))
+                }
+            };
+            parts.push(self.g.slice(
+                &format!("shift_{k}"),
+                &source,
+                2,
+                k * chunk,
+                (k + 1) * chunk,
+            )?);
+        }
+        if chunk * amounts.len() < d {
+            parts.push(self.g.slice("rest", h, 2, chunk * amounts.len(), d)?);
+        }
+        let refs: Vec<&Value> = parts.iter().collect();
+        self.g.concat("concat", &refs, -1)
     }
 
     /// Splits `h` into the shift's channel chunks (`Split` on the last axis; a remainder

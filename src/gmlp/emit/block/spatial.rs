@@ -5,6 +5,7 @@
 //! `W[i, j] = w[j − i + n − 1]` (paper §4). Causal models have W[i, j] = 0 for j > i in
 //! the stored values. A variable-length or with-past graph reads rows P..P+T−1 and columns
 //! 0..P+T−1 of W (see [`super::super::sequence`]); its state is u = LN(z2), `past_sgu.{i}`.
+//! A static-state graph reads each sequence's rows P_b..P_b+T−1 and all n columns.
 
 use super::super::context::Emitter;
 use crate::error::Result;
@@ -98,8 +99,12 @@ impl Emitter {
         if !mixing.is_global() {
             return self.spatial_projection_local(z2, p, i, mixing);
         }
-        if self.mode != SequenceMode::Fixed {
-            return self.spatial_projection_rows(z2, p, i);
+        match self.mode {
+            SequenceMode::Fixed => {}
+            SequenceMode::Static => return self.spatial_projection_static(z2, p, i),
+            SequenceMode::Variable | SequenceMode::WithPast => {
+                return self.spatial_projection_rows(z2, p, i)
+            }
         }
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
@@ -156,6 +161,54 @@ impl Emitter {
         };
         let (total, seq) = (u.shape[1].clone(), z2.shape[1].clone());
         self.mix_per_head(&u, mix, b.as_ref(), (-1, total), (-1, seq))
+    }
+
+    /// W[P_b + t, :] · u + b[P_b + t] for the new rows of a static-state graph (see
+    /// [`super::super::static_state`]), u = the block's whole `sgu` state [batch, n, e]
+    /// with the new rows written first: each sequence's rows of W (a `Gather` of W, or of
+    /// the Toeplitz vector at `s − (P_b + t) + n − 1`) are zero past the diagonal, so the
+    /// rows after P_b + t never count. int8 models keep this W in f32 (a step reads one
+    /// row of it).
+    fn spatial_projection_static(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+        let name = format!("{p}.sgu.spatial.weight");
+        let n = self.cfg.seq_len();
+        let heads = self.cfg.heads > 1;
+        let row_axis = usize::from(heads);
+        let rows = self.static_rows()?.rows.clone();
+        let w = match self.cfg.spatial {
+            SpatialForm::ToeplitzGather => {
+                let vector = self.toeplitz_vector(&name)?;
+                let index = self.static_toeplitz_index()?;
+                let axis = vector.shape.len() - 1;
+                self.g
+                    .gather("spatial_weight_gather", &vector, &index, axis)?
+            }
+            SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
+                let full = self.spatial_weight(&name)?;
+                self.g
+                    .gather("spatial_weight_rows", &full, &rows, row_axis)?
+            }
+        };
+        // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
+        let heads_second = |s: &mut Self, local: &str, v: Value| {
+            if heads {
+                s.g.transpose(local, &v, &[1, 0, 2, 3])
+            } else {
+                Ok(v)
+            }
+        };
+        let w = heads_second(self, "spatial_weight_heads", w)?;
+        let b = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
+            Some(b) => {
+                let picked = self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
+                Some(heads_second(self, "spatial_bias_heads", picked)?)
+            }
+            None => None,
+        };
+        let u = self.update_static_state(i, "sgu", z2)?;
+        let seq = z2.shape[1].clone();
+        let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
+        self.mix_per_head(&u, mix, b.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))
     }
 
     /// The spatial projection of a block with a window or an axial fold (see

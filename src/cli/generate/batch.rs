@@ -1,0 +1,229 @@
+//! `generate --prompts-file`: several prompts decoded together as one batch. The prompts
+//! go in as one run (padded to the longest; see `Decoder::feed_prompts`), then every step
+//! feeds each sequence its own next token at its own position. A static-state model
+//! (docs/static-state.md) takes prompts of different lengths; any other model needs them
+//! of one length. Each sequence samples with its own sampler seeded with `--seed`, so it
+//! gets the tokens it would get decoded alone.
+
+use std::path::Path;
+use std::time::Instant;
+
+use ndarray::Array2;
+use serde::Serialize;
+
+use gmlp_onnx::gmlp::sampling::Sampler;
+use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
+use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::Error;
+
+use super::{parse_ids, show_tokens, GenerateArgs};
+use crate::cli::Disagreement;
+
+/// Most prompts one file may hold (the state of every sequence is allocated at once).
+pub const MAX_PROMPTS: usize = 64;
+/// Largest prompts file read, in bytes.
+pub const MAX_PROMPTS_FILE_BYTES: u64 = 16 << 20;
+
+/// What one runtime generated for a batch of prompts.
+#[derive(Serialize)]
+struct BatchGeneration {
+    runtime: String,
+    mode: &'static str,
+    state_in_place: bool,
+    batch: usize,
+    prompt_tokens: Vec<usize>,
+    tokens: Vec<Vec<i64>>,
+    prefill_ms: f64,
+    steps: usize,
+    steps_ms: f64,
+    step_median_ms: Option<f64>,
+    /// New tokens of all sequences per second of steps.
+    step_tokens_per_s: Option<f64>,
+}
+
+/// The prompts of `file`: one per non-blank line, comma-separated token ids within the
+/// vocabulary; at most [`MAX_PROMPTS`], each of at most `n` tokens.
+fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i64>>> {
+    let what = format!("--prompts-file {}", file.display());
+    let size = std::fs::metadata(file)
+        .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?
+        .len();
+    if size > MAX_PROMPTS_FILE_BYTES {
+        anyhow::bail!(Error::InvalidArgument(format!(
+            "{what}: {size} bytes is more than the {MAX_PROMPTS_FILE_BYTES} a prompts file may have"
+        )));
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?;
+    let mut prompts = Vec::new();
+    for (k, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if prompts.len() == MAX_PROMPTS {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "{what}: more than {MAX_PROMPTS} prompts (decode them in several runs)"
+            )));
+        }
+        let line_what = format!("{what} line {}", k + 1);
+        let ids = parse_ids(line, &line_what)?;
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "{line_what}: token id {bad} is outside the vocabulary 0..{vocab}"
+            )));
+        }
+        if ids.len() > n {
+            anyhow::bail!(Error::InvalidArgument(format!(
+                "{line_what}: {} tokens, more than the model's {n} positions",
+                ids.len()
+            )));
+        }
+        prompts.push(ids);
+    }
+    if prompts.is_empty() {
+        anyhow::bail!(Error::InvalidArgument(format!("{what}: no prompt")));
+    }
+    Ok(prompts)
+}
+
+fn generate_batch_on(
+    kind: RuntimeKind,
+    a: &GenerateArgs,
+    prompts: &[Vec<i64>],
+    new_tokens: usize,
+) -> anyhow::Result<BatchGeneration> {
+    let options = RuntimeOptions {
+        ort_library: a.ort_lib.clone(),
+        threads: a.threads,
+        ..Default::default()
+    };
+    let batch = prompts.len();
+    let mut decoder = Decoder::open(kind, &a.model, &options, batch)?;
+    decoder.set_in_place(!a.copy_state);
+    let mut samplers = (0..batch)
+        .map(|_| Sampler::new(a.temperature, a.top_k, a.seed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    let mut logits = decoder.feed_prompts(prompts)?;
+    let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut tokens = vec![Vec::with_capacity(new_tokens); batch];
+    let mut step_ms = Vec::new();
+    for k in 0..new_tokens {
+        let next: Vec<i64> = logits
+            .outer_iter()
+            .zip(&mut samplers)
+            .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
+            .collect();
+        for (seq, &t) in tokens.iter_mut().zip(&next) {
+            seq.push(t);
+        }
+        if k + 1 == new_tokens {
+            break;
+        }
+        let step = Instant::now();
+        let ids = Array2::from_shape_vec((batch, 1), next)?;
+        logits = decoder
+            .feed(ids.view())?
+            .index_axis_move(ndarray::Axis(1), 0);
+        step_ms.push(step.elapsed().as_secs_f64() * 1e3);
+    }
+    let steps_ms: f64 = step_ms.iter().sum();
+    let mut sorted = step_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(BatchGeneration {
+        runtime: kind.name().to_string(),
+        mode: decoder.model().info.mode.as_str(),
+        state_in_place: decoder.in_place(),
+        batch,
+        prompt_tokens: prompts.iter().map(Vec::len).collect(),
+        tokens,
+        prefill_ms,
+        steps: step_ms.len(),
+        steps_ms,
+        step_median_ms: sorted.get(sorted.len() / 2).copied(),
+        step_tokens_per_s: (!step_ms.is_empty())
+            .then(|| (batch * step_ms.len()) as f64 / (steps_ms / 1e3)),
+    })
+}
+
+/// Runs `generate --prompts-file`.
+pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Result<()> {
+    let n = model.info.max_sequence;
+    let prompts = read_prompts(file, model.vocab_size, n)?;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let room = n - longest;
+    let new_tokens = match a.max_new_tokens {
+        Some(k) if k > room => anyhow::bail!(Error::InvalidArgument(format!(
+            "--max-new-tokens {k} would generate past the model's {n} positions (the longest prompt, {longest} tokens, leaves room for {room})"
+        ))),
+        Some(k) => k,
+        None => room,
+    };
+    let kinds = match &a.compare {
+        Some(list) => RuntimeKind::parse_list(list)?,
+        None => RuntimeKind::parse_list(&a.runtime)?,
+    };
+    if a.compare.is_none() && kinds.len() != 1 {
+        anyhow::bail!(Error::InvalidArgument(
+            "--runtime takes one runtime; use --compare to run several".into()
+        ));
+    }
+    Sampler::new(a.temperature, a.top_k, a.seed)?;
+    let mut results = Vec::new();
+    for kind in kinds {
+        results.push(generate_batch_on(kind, a, &prompts, new_tokens)?);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for g in &results {
+            println!(
+                "{} ({} model, {} sequences{}):",
+                g.runtime,
+                g.mode,
+                g.batch,
+                if g.state_in_place {
+                    ", state written in place"
+                } else {
+                    ""
+                }
+            );
+            for (b, seq) in g.tokens.iter().enumerate() {
+                println!("[{b}] {}", show_tokens(seq, model.vocab_size));
+            }
+            println!(
+                "prefill: {} prompts ({} tokens) in {:.1} ms",
+                g.batch,
+                g.prompt_tokens.iter().sum::<usize>(),
+                g.prefill_ms
+            );
+            match (g.step_median_ms, g.step_tokens_per_s) {
+                (Some(median), Some(rate)) => println!(
+                    "steps:   {} steps of {} tokens in {:.1} ms ({rate:.1} tokens/s in total, median step {median:.2} ms)",
+                    g.steps, g.batch, g.steps_ms
+                ),
+                _ => println!("steps:   none"),
+            }
+        }
+    }
+    if let Some(first) = results.first() {
+        if let Some(other) = results.iter().find(|g| g.tokens != first.tokens) {
+            eprintln!(
+                "gmlp-onnx: {} and {} generated different tokens",
+                first.runtime, other.runtime
+            );
+            return Err(Disagreement.into());
+        }
+        if results.len() > 1 && !a.json {
+            println!(
+                "same tokens in {}",
+                results
+                    .iter()
+                    .map(|g| g.runtime.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Ok(())
+}

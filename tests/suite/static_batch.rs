@@ -1,0 +1,446 @@
+//! Batches of sequences with static state (docs/static-state.md): prompts of different
+//! lengths decoded together equal each sequence decoded alone (logits, greedy tokens, the
+//! f64 reference), in tract and ONNX Runtime; a growing-state model refuses them; the
+//! command line (`build --with-past`, `validate`, `generate --prompts-file`) and its
+//! refusals of bad input (one line, exit 2).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::common::decoding::*;
+use crate::common::*;
+use gmlp_onnx::gmlp::reference::forward_tokens;
+use gmlp_onnx::gmlp::targets::BuildTarget;
+use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
+use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
+use gmlp_onnx::runtime::RuntimeKind;
+use gmlp_onnx::tensor::{NamedTensor, TensorValue};
+use ndarray::{s, Array1, Array2, ArrayD, IxDyn};
+
+/// Decoding against the whole run and the f64 reference (f32 rounding).
+const RTOL: f64 = 1e-5;
+
+/// Prompts of different lengths decoded together (one state batch, each sequence at its
+/// own position) give each sequence the logits and greedy tokens it gets alone.
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn batched_sequences_at_different_positions_equal_each_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, cfg) in causal_configs() {
+        let source: Arc<dyn WeightSource> = Arc::new(spread(11));
+        let path = write_for(
+            &cfg,
+            source.clone(),
+            SequenceMode::Static,
+            &BuildTarget::at_opset(17),
+            dir.path(),
+            "b.onnx",
+        );
+        let prompts: Vec<Vec<i64>> = [3usize, 7, 1, 5]
+            .iter()
+            .enumerate()
+            .map(|(b, &len)| {
+                (0..len)
+                    .map(|t| ((b * 13 + t * 7 + 1) % 50) as i64)
+                    .collect()
+            })
+            .collect();
+        let steps = 4;
+        for kind in CPU_RUNTIMES {
+            let mut together = Decoder::open(kind, &path, &options(), prompts.len()).unwrap();
+            let (tokens, logits) = greedy(&mut together, &prompts, steps);
+            assert_eq!(
+                together.positions(),
+                &[3 + steps - 1, 7 + steps - 1, steps, 5 + steps - 1][..]
+            );
+            for (b, prompt) in prompts.iter().enumerate() {
+                let mut alone = Decoder::open(kind, &path, &options(), 1).unwrap();
+                let (own_tokens, own_logits) =
+                    greedy(&mut alone, std::slice::from_ref(prompt), steps);
+                assert_eq!(
+                    own_tokens[0],
+                    tokens[b],
+                    "{name} {} sequence {b}",
+                    kind.name()
+                );
+                for (k, (a, o)) in logits.iter().zip(&own_logits).enumerate() {
+                    let a = a.row(b).to_owned().into_dyn();
+                    let o = o.row(0).to_owned().into_dyn();
+                    let d = rel_diff(&a, &o);
+                    assert!(
+                        d <= RTOL,
+                        "{name} {} sequence {b} step {k}: {d:e}",
+                        kind.name()
+                    );
+                }
+                // And the f64 reference on the sequence's own tokens.
+                let mut seq = prompt.clone();
+                seq.extend(&own_tokens[0][..steps - 1]);
+                let ids = Array2::from_shape_vec((1, seq.len()), seq.clone()).unwrap();
+                let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+                let last = reference
+                    .slice(s![0, seq.len() - 1, ..])
+                    .to_owned()
+                    .into_dyn();
+                let got = logits[steps - 1].row(b).to_owned().into_dyn();
+                let d = rel_diff(&got, &last);
+                assert!(
+                    d <= RTOL,
+                    "{name} {} sequence {b} vs reference: {d:e}",
+                    kind.name()
+                );
+            }
+        }
+    }
+}
+
+/// A growing-state model has one position for the whole batch: prompts of different
+/// lengths are refused with a one-line message, prompts of one length decode.
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn growing_state_refuses_prompts_of_different_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cfg) = causal_configs().swap_remove(1);
+    let path = write_for(
+        &cfg,
+        Arc::new(spread(3)),
+        SequenceMode::WithPast,
+        &BuildTarget::at_opset(17),
+        dir.path(),
+        "g.onnx",
+    );
+    let mut decoder = Decoder::open(RuntimeKind::OrtCpu, &path, &options(), 2).unwrap();
+    let err = decoder
+        .feed_prompts(&[vec![1, 2, 3], vec![4]])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("prompts of different lengths (1 and 3 tokens) need a static-state model"),
+        "{err}"
+    );
+    assert!(!err.contains('\n'));
+    let logits = decoder
+        .feed_prompts(&[vec![1, 2, 3], vec![4, 5, 6]])
+        .unwrap();
+    assert_eq!(logits.dim(), (2, 50));
+    assert_eq!(decoder.positions(), &[3, 3][..]);
+    assert!(!DecodingModel::read(&path).unwrap().in_place);
+}
+
+/// The command line: a plain `--with-past` is the static form (inspect says so, validate
+/// decodes it with the state written in place in ONNX Runtime, tract agreeing), and
+/// `generate --prompts-file` decodes prompts of different lengths together with the
+/// tokens each gets alone, in both runtimes.
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn cli_builds_validates_and_generates_a_batch_with_static_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("static.onnx");
+    let report = dir.path().join("report.json");
+    let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&checkpoint),
+        "--causal",
+        "--with-past",
+        "static",
+        "-q",
+        "-o",
+        path_str(&model),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["inspect", path_str(&model)]);
+    let text = output_text(&o);
+    // n = 32, e = 48, a = 16: 2 blocks · 32 rows · (48 + 2·16) · 4 bytes.
+    assert!(
+        text.contains("sequence    static, up to 32 positions")
+            && text.contains("past_sgu.0 [batch, 32, 48], past_key.0 [batch, 32, 16]")
+            && text.contains("20480 bytes per sequence for all 2 blocks")
+            && text.contains("input       position int64 [batch]"),
+        "{text}"
+    );
+    let o = gmlp(&[
+        "validate",
+        path_str(&model),
+        "--decode-steps",
+        "5",
+        "--report",
+        path_str(&report),
+    ]);
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("ort-cpu stepwise vs whole sequence"),
+        "{text}"
+    );
+    assert!(text.contains("state written in place"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["decoding"]["pass"], true);
+    let inputs = json["inputs"].as_array().unwrap();
+    assert!(inputs.iter().any(|i| i["name"] == "position"), "{json}");
+    // Three prompts of different lengths, together and alone.
+    let prompts = [
+        "80,101,114,109,105,115",
+        "84,104,101",
+        "73,110,32,110,111,32,101,118,101,110,116",
+    ];
+    let file = dir.path().join("prompts.txt");
+    std::fs::write(
+        &file,
+        format!("{}\n\n{}\n{}\n", prompts[0], prompts[1], prompts[2]),
+    )
+    .unwrap();
+    let o = gmlp(&[
+        "generate",
+        path_str(&model),
+        "--prompts-file",
+        path_str(&file),
+        "--max-new-tokens",
+        "9",
+        "--compare",
+        "tract,ort-cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let runs = json.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["batch"], 3);
+    assert_eq!(runs[0]["prompt_tokens"], serde_json::json!([6, 3, 11]));
+    assert_eq!(runs[1]["state_in_place"], true);
+    assert_eq!(runs[0]["steps"], 8);
+    assert!(runs[0]["step_tokens_per_s"].as_f64().unwrap() > 0.0);
+    for (b, prompt) in prompts.iter().enumerate() {
+        let o = gmlp(&[
+            "generate",
+            path_str(&model),
+            "--prompt-ids",
+            prompt,
+            "--max-new-tokens",
+            "9",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let alone: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for run in runs {
+            assert_eq!(
+                run["tokens"][b], alone[0]["tokens"],
+                "sequence {b} in {}",
+                run["runtime"]
+            );
+        }
+    }
+}
+
+/// Bad input to the batch path: one line, exit 2.
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = d.join("s.onnx");
+    let growing = d.join("g.onnx");
+    for (path, form) in [(&model, "static"), (&growing, "growing")] {
+        let o = gmlp(&[
+            "build",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "1",
+            "--d-model",
+            "16",
+            "--d-ffn",
+            "32",
+            "--attn-dim",
+            "4",
+            "--seq-len",
+            "8",
+            "--vocab-size",
+            "20",
+            "--causal",
+            "--with-past",
+            form,
+            "-q",
+            "-o",
+            path_str(path),
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+    }
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let many = write("many.txt", &"1\n".repeat(65));
+    let cases: Vec<(PathBuf, &Path, Vec<&str>, &str)> = vec![
+        (
+            write("word.txt", "1,x\n"),
+            &model,
+            vec![],
+            "line 1: 'x' is not a token id",
+        ),
+        (
+            write("vocab.txt", "1\n2,20\n"),
+            &model,
+            vec![],
+            "line 2: token id 20 is outside the vocabulary 0..20",
+        ),
+        (write("empty.txt", "\n \n"), &model, vec![], "no prompt"),
+        (
+            write("long.txt", "1,2,3,4,5,6,7,8,9\n"),
+            &model,
+            vec![],
+            "line 1: 9 tokens, more than the model's 8 positions",
+        ),
+        (many, &model, vec![], "more than 64 prompts"),
+        (
+            write("room.txt", "1,2,3\n1,2,3,4,5\n"),
+            &model,
+            vec!["--max-new-tokens", "4"],
+            "the longest prompt, 5 tokens, leaves room for 3",
+        ),
+        (
+            write("mixed.txt", "1,2,3\n4\n"),
+            &growing,
+            vec![],
+            "prompts of different lengths (1 and 3 tokens) need a static-state model",
+        ),
+        (d.join("missing.txt"), &model, vec![], "missing.txt"),
+    ];
+    for (file, m, extra, needle) in cases {
+        let mut args = vec!["generate", path_str(m), "--prompts-file", path_str(&file)];
+        args.extend(extra);
+        let o = gmlp(&args);
+        let text = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{needle}: {text}");
+        assert!(text.contains(needle), "{needle}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+    }
+    // Prompts of one length decode in a growing model too.
+    let same = write("same.txt", "1,2,3\n4,5,6\n");
+    let o = gmlp(&[
+        "generate",
+        path_str(&growing),
+        "--prompts-file",
+        path_str(&same),
+        "--max-new-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    // --with-past static refuses local mixing; a plain --with-past builds it growing.
+    let window = fixture("gpt_window").join("model.safetensors");
+    let out = d.join("w.onnx");
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&window),
+        "--seq-len",
+        "32",
+        "--with-past",
+        "static",
+        "-q",
+        "-o",
+        path_str(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
+    assert!(output_text(&o).contains("--with-past static does not support local token mixing"));
+    assert!(!out.exists());
+    let o = gmlp(&[
+        "build",
+        "--weights",
+        path_str(&window),
+        "--seq-len",
+        "32",
+        "--with-past",
+        "-q",
+        "-o",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["inspect", path_str(&out)]);
+    assert!(
+        output_text(&o).contains("sequence    with-past, up to 32"),
+        "{}",
+        output_text(&o)
+    );
+}
+
+/// Inputs given to `validate` for a static file: a position that leaves 0..n and a state of
+/// the wrong size are refused before any run, in one line, exit 2.
+#[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
+fn validate_refuses_bad_positions_and_state_sizes_in_given_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cfg) = causal_configs().swap_remove(1);
+    let path = write_for(
+        &cfg,
+        Arc::new(spread(3)),
+        SequenceMode::Static,
+        &BuildTarget::at_opset(17),
+        dir.path(),
+        "v.onnx",
+    );
+    let info = DecodingModel::read(&path).unwrap().info;
+    let inputs = |positions: Vec<i64>, rows: usize| {
+        let mut all = vec![
+            NamedTensor {
+                name: "input_ids".into(),
+                value: TensorValue::I64(Array2::<i64>::ones((2, 3)).into_dyn()),
+            },
+            NamedTensor {
+                name: "position".into(),
+                value: TensorValue::I64(Array1::from(positions).into_dyn()),
+            },
+        ];
+        all.extend(info.state.iter().map(|s| NamedTensor {
+            name: s.past.clone(),
+            value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, rows, s.width]))),
+        }));
+        all
+    };
+    for (name, positions, rows, needle) in [
+        (
+            "late.npz",
+            vec![0, 10],
+            12,
+            "position[1] = 10 with 3 tokens leaves the model's 12 positions",
+        ),
+        ("negative.npz", vec![-1, 0], 12, "position[0] = -1"),
+        (
+            "rows.npz",
+            vec![0, 0],
+            11,
+            "input past_sgu.0: the model declares shape [batch, 12, 16]",
+        ),
+    ] {
+        let file = dir.path().join(name);
+        gmlp_onnx::npz::save_npz(&file, &inputs(positions, rows)).unwrap();
+        let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
+        let text = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {text}");
+        assert!(text.contains(needle), "{name}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+    }
+    // In range, the same inputs validate in both runtimes.
+    let file = dir.path().join("good.npz");
+    gmlp_onnx::npz::save_npz(&file, &inputs(vec![0, 9], 12)).unwrap();
+    let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
+    assert!(o.status.success(), "{}", output_text(&o));
+}
