@@ -8,12 +8,12 @@ pub mod compare;
 pub mod decoding;
 pub mod histograms;
 pub mod inputs;
+mod phases;
 pub mod placement;
 pub mod report;
 pub mod tolerance;
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 pub use compare::{compare, compare_all, OutputDiff, PairReport, Tolerance};
 pub use inputs::{
@@ -26,15 +26,17 @@ pub use report::{
 };
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 
-use crate::error::{Error, Result};
-use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
+use crate::error::Result;
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
-use crate::runtime::{self, RuntimeKind, RuntimeOptions};
+use crate::runtime::{RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
-use compare::pair;
-use decoding::{check_decoding, DecodingPlan};
+use decoding::check_decoding;
+use phases::{
+    check_options, compare_results, load_runtimes, model_inputs, read_expected, run_one,
+    sequence_dims,
+};
 
 /// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
 pub const MAX_BENCH_RUNS: usize = 10_000;
@@ -95,15 +97,6 @@ impl ValidateOptions {
     }
 }
 
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
 /// Runs `model` on every requested runtime with the same inputs, compares every pair of
 /// runtimes, and compares each runtime with the expected outputs when given.
 pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationReport> {
@@ -111,21 +104,16 @@ pub fn validate(path: &Path, options: &ValidateOptions) -> Result<ValidationRepo
 }
 
 /// [`validate`], telling `progress` what it is doing (`loading tract`, `running ort-cpu`,
-/// `benchmarking tract 3/20`, ...) for a progress display.
+/// `benchmarking tract 3/20`, ...) for a progress display. The phases, in order: check the
+/// options, read the model, size its symbolic dimensions, make or read the inputs (and the
+/// expected outputs), load every runtime, run each (and benchmark it), the stepwise
+/// decoding check of a with-past model, then compare every pair.
 pub fn validate_with_progress(
     path: &Path,
     options: &ValidateOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<ValidationReport> {
-    if options.batch == 0 {
-        return Err(Error::InvalidArgument("--batch must be at least 1".into()));
-    }
-    if options.bench > MAX_BENCH_RUNS {
-        return Err(Error::InvalidArgument(format!(
-            "--bench {} is more than {MAX_BENCH_RUNS} runs",
-            options.bench
-        )));
-    }
+    check_options(options)?;
     let model = read_model(path)?;
     check_external_data(&model, path)?;
     let resolved = options.tolerance.check()?.resolve(
@@ -133,154 +121,22 @@ pub fn validate_with_progress(
         options.runtime.cuda_tf32,
     );
     let tolerance = resolved.tolerance;
-    // Variable-length and with-past models: the whole sequence (n tokens, empty past)
-    // unless --dim says otherwise; with-past models also get the decoding check.
     let decoding = DecodingModel::of(&model);
-    let mut dims = options.dims.clone();
-    let mut plan = None;
-    if let Some(d) = &decoding {
-        for (symbol, size) in [(SEQUENCE, d.info.max_sequence), (PAST_SEQUENCE, 0)] {
-            if !dims.iter().any(|(k, _)| k == symbol) {
-                dims.push((symbol.to_string(), size));
-            }
-        }
-        // A window state (token shift, local window, fold) holds min(past_sequence, K) rows.
-        let past = dims
-            .iter()
-            .find(|(k, _)| k == PAST_SEQUENCE)
-            .map(|(_, v)| *v);
-        if let Some(past) = past {
-            for state in &d.info.state {
-                let (Some(window), symbol) = (state.window, state.past_rows_symbol()) else {
-                    continue;
-                };
-                if !dims.iter().any(|(k, _)| *k == symbol) {
-                    dims.push((symbol, past.min(window)));
-                }
-            }
-        }
-        if d.info.mode.has_state() {
-            plan = Some(DecodingPlan::new(
-                d.info.max_sequence,
-                options.decode_prefill,
-                options.decode_steps,
-                options.decode_chunk,
-            )?);
-        }
-    }
-    if plan.is_none()
-        && (options.decode_prefill.is_some()
-            || options.decode_steps.is_some()
-            || options.decode_chunk.is_some())
-    {
-        return Err(Error::InvalidArgument(format!(
-            "--decode-prefill/--decode-steps/--decode-chunk apply to models built with --with-past, and {} is not one",
-            path.display()
-        )));
-    }
-    let inputs = match &options.inputs {
-        Some(file) => {
-            let what = file.display().to_string();
-            let given = check_inputs(&model, npz::read_npz(file)?, &what)?;
-            if let Some(d) = decoding
-                .as_ref()
-                .filter(|d| d.info.mode == SequenceMode::Static)
-            {
-                check_static_positions(&given, &d.info)
-                    .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
-            }
-            given
-        }
-        None => {
-            let mut generated = make_inputs(&model, options.batch, &dims, options.seed)?;
-            if let Some(d) = decoding
-                .as_ref()
-                .filter(|d| d.info.mode == SequenceMode::Static)
-            {
-                start_static_state(&mut generated, &d.info);
-            }
-            generated
-        }
-    };
+    let (dims, plan) = sequence_dims(path, decoding.as_ref(), options)?;
+    let inputs = model_inputs(&model, decoding.as_ref(), &dims, options)?;
     let output_names: Vec<String> = declared_outputs(&model)
         .into_iter()
         .map(|o| o.name)
         .collect();
     drop(model);
-    let expected = match &options.expected {
-        Some(file) => {
-            let what = file.display().to_string();
-            let arrays = npz::read_npz(file)?;
-            if let Some(extra) = arrays.iter().find(|t| !output_names.contains(&t.name)) {
-                return Err(Error::BadTensor(format!(
-                    "{what}: array '{}' is not an output of the model (outputs: {})",
-                    extra.name,
-                    output_names.join(", ")
-                )));
-            }
-            Some(arrays)
-        }
-        None => None,
-    };
-    // Load every runtime before running any, so an unavailable one fails fast.
-    let profile_dir = std::env::temp_dir();
-    let loaded = options
-        .runtimes
-        .iter()
-        .map(|&kind| {
-            progress(&format!("loading {}", kind.name()));
-            let mut rt_options = options.runtime.clone();
-            if kind != RuntimeKind::Tract {
-                rt_options.ort_profile_prefix = Some(profile_dir.join(format!(
-                    "gmlp-onnx-profile-{}-{}",
-                    std::process::id(),
-                    kind.name()
-                )));
-            }
-            let start = Instant::now();
-            runtime::open(kind, path, &rt_options)
-                .map(|rt| (kind, rt, start.elapsed().as_secs_f64() * 1e3))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let expected = read_expected(options, &output_names)?;
+    let loaded = load_runtimes(path, options, progress)?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
     let mut opened = Vec::new();
     for (kind, mut rt, load_ms) in loaded {
-        progress(&format!("running {}", kind.name()));
-        let start = Instant::now();
-        let outputs = rt.run(&inputs)?;
-        let first_run_ms = start.elapsed().as_secs_f64() * 1e3;
-        let providers = rt.placement()?;
-        check_placement(kind, providers.as_ref())?;
-        let bench = if options.bench > 0 {
-            let mut times = Vec::with_capacity(options.bench);
-            for k in 0..options.bench {
-                progress(&format!(
-                    "benchmarking {} {}/{}",
-                    kind.name(),
-                    k + 1,
-                    options.bench
-                ));
-                let start = Instant::now();
-                rt.run(&inputs)?;
-                times.push(start.elapsed().as_secs_f64() * 1e3);
-            }
-            times.sort_by(f64::total_cmp);
-            Some(BenchReport {
-                runs: times.len(),
-                median_ms: median(&times),
-                min_ms: times[0],
-            })
-        } else {
-            None
-        };
-        runtimes.push(RuntimeReport {
-            name: rt.name().to_string(),
-            load_ms,
-            first_run_ms,
-            providers,
-            bench,
-        });
+        let (report, outputs) = run_one(kind, rt.as_mut(), load_ms, &inputs, options, progress)?;
+        runtimes.push(report);
         results.push((rt.name().to_string(), outputs));
         opened.push(rt);
     }
@@ -299,41 +155,7 @@ pub fn validate_with_progress(
     if let (Some(file), Some((_, outputs))) = (&options.save_outputs, results.first()) {
         npz::save_npz(file, outputs)?;
     }
-    let mut pairs = Vec::new();
-    let mut error_histograms = Vec::new();
-    for i in 0..results.len() {
-        for j in i + 1..results.len() {
-            let (reference, other) = (&results[i], &results[j]);
-            let outputs = compare_all(&reference.1, &other.1, tolerance)?;
-            pairs.push(pair(&reference.0, &other.0, outputs));
-            if options.histograms {
-                error_histograms.extend(histograms::error_histograms(
-                    &reference.0,
-                    &other.0,
-                    &reference.1,
-                    &other.1,
-                    tolerance,
-                )?);
-            }
-        }
-    }
-    if let Some(expected) = &expected {
-        let what = options
-            .expected
-            .as_deref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        for (name, outputs) in &results {
-            let diffs = compare_all(expected, outputs, tolerance)
-                .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
-            pairs.push(pair(EXPECTED, name, diffs));
-            if options.histograms {
-                error_histograms.extend(histograms::error_histograms(
-                    EXPECTED, name, expected, outputs, tolerance,
-                )?);
-            }
-        }
-    }
+    let (pairs, histograms) = compare_results(&results, expected.as_deref(), options, tolerance)?;
     let pass = pairs.iter().all(|p| p.pass) && decoding.as_ref().is_none_or(|d| d.pass);
     Ok(ValidationReport {
         schema: REPORT_SCHEMA,
@@ -358,6 +180,6 @@ pub fn validate_with_progress(
         precision: resolved.precision,
         decoding,
         pass,
-        histograms: error_histograms,
+        histograms,
     })
 }
