@@ -18,7 +18,9 @@ pub use pictures::inspect_and_plot;
 
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateTensor};
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, TARGET_KEY};
+use crate::gmlp::metadata::{
+    parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, QUANTIZATION_KEY, TARGET_KEY,
+};
 use crate::gmlp::weights::param_specs;
 use crate::onnx::dtype::{self, type_name};
 use crate::onnx::graph::Dim;
@@ -110,6 +112,8 @@ pub struct ModelSummary {
     /// Variable-length and with-past models: the sequence mode, n, the state tensors and
     /// the state bytes per token per block (metadata `gmlp_onnx.decoding`).
     pub decoding: Option<DecodingInfo>,
+    /// How the weights are quantized (`--dtype int4`; metadata `gmlp_onnx.quantization`).
+    pub quantization: Option<serde_json::Value>,
     /// All metadata properties.
     pub metadata: BTreeMap<String, String>,
     /// External data files referenced by initializers (empty when all data is inline).
@@ -263,6 +267,8 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
         nodes,
         flops_per_example: metadata_value(model, FLOPS_KEY).and_then(|v| v.trim().parse().ok()),
         config: metadata_value(model, CONFIG_KEY).and_then(|v| serde_json::from_str(v).ok()),
+        quantization: metadata_value(model, QUANTIZATION_KEY)
+            .and_then(|v| serde_json::from_str(v).ok()),
         target: metadata_value(model, TARGET_KEY).map(str::to_string),
         decoding: metadata_value(model, DECODING_KEY).and_then(DecodingInfo::parse),
         metadata: model
@@ -402,9 +408,14 @@ impl ModelSummary {
                 }
             }
         }
+        if let Some(q) = &self.quantization {
+            s += &quantization_line(q);
+        }
         for (key, value) in &self.metadata {
-            // The configuration is the line above, parsed.
-            if key != CONFIG_KEY || self.config.is_none() {
+            // The configuration and the quantization are the lines above, parsed.
+            let parsed = (key == CONFIG_KEY && self.config.is_some())
+                || (key == QUANTIZATION_KEY && self.quantization.is_some());
+            if !parsed {
                 s += &format!("metadata    {key} = {}\n", value.replace('\n', " "));
             }
         }
@@ -446,6 +457,38 @@ fn static_state_lines(d: &DecodingInfo) -> String {
         first.join(", "),
         per_sequence
     )
+}
+
+/// The `quantized` line: each group of quantized parameters with its bits, operator and
+/// block, from the metadata `gmlp_onnx.quantization`.
+fn quantization_line(q: &serde_json::Value) -> String {
+    let groups: Vec<String> = ["projections", "head"]
+        .into_iter()
+        .filter_map(|group| {
+            let g = q.get(group)?;
+            let params: Vec<&str> = g
+                .get("parameters")?
+                .as_array()?
+                .iter()
+                .filter_map(|p| p.as_str())
+                .collect();
+            let block = g
+                .get("block_size")
+                .and_then(|b| b.as_u64())
+                .map_or(String::new(), |b| format!(", blocks of {b} along K"));
+            let level = g
+                .get("accuracy_level")
+                .and_then(|l| l.as_i64())
+                .map_or(String::new(), |l| format!(", accuracy_level {l}"));
+            Some(format!(
+                "{group} {}-bit ({}{block}{level}): {}",
+                g.get("bits")?.as_u64()?,
+                g.get("op")?.as_str()?,
+                params.join(", ")
+            ))
+        })
+        .collect();
+    format!("quantized   {}\n", groups.join("; "))
 }
 
 /// The `state` line(s) of the report: one line for models whose blocks all carry the same

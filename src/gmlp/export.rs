@@ -8,11 +8,13 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
+use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
 use crate::gmlp::emit::{build_graph_in, HEAD_SCOPE};
 use crate::gmlp::metadata::{
-    config_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY, STORED_PARAMS_KEY, TARGET_KEY,
-    VERSION_KEY, WEIGHTS_KEY,
+    config_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY, QUANTIZATION_KEY,
+    STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,
 };
+use crate::gmlp::quantize::quantization_json;
 use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::weights::WeightSource;
 use crate::onnx::graph::Graph;
@@ -158,6 +160,9 @@ pub fn export_for(
     metadata.push((TARGET_KEY.to_string(), target.target.name().to_string()));
     if let Some(info) = DecodingInfo::of(cfg, mode) {
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));
+    }
+    if let Some(q) = quantization_json(cfg, &graph, NBITS_ACCURACY_LEVEL)? {
+        metadata.push((QUANTIZATION_KEY.to_string(), q));
     }
     let kind = if cfg.attn_dim.is_some() {
         "aMLP"

@@ -26,6 +26,11 @@ pub const TARGET_KEY: &str = "gmlp_onnx.target";
 /// and widths and the state bytes per token per block; absent for fixed-length models.
 pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
 
+/// How a weight-quantized model's weights are stored (`--dtype int4`): per group of
+/// parameters the operator, bits, block size and scale rule, and what stays float; see
+/// [`crate::gmlp::quantize::quantization_json`].
+pub const QUANTIZATION_KEY: &str = "gmlp_onnx.quantization";
+
 /// The configuration as the JSON stored under [`CONFIG_KEY`].
 pub fn config_json(config: &GmlpConfig) -> Result<String> {
     serde_json::to_string(config).map_err(|e| Error::InvalidConfig(format!("config to JSON: {e}")))

@@ -22,7 +22,7 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, SpatialForm};
+use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
 use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::versions::ir_version_for;
@@ -201,6 +201,21 @@ impl BuildTarget {
         if spatial == SpatialForm::ToeplitzGather && !t.allows_gather() {
             return Err(Error::InvalidArgument(format!(
                 "--target {} stores Toeplitz W expanded (its consumers cannot import a Gather feeding a MatMul); drop --spatial toeplitz-gather or use another target",
+                t.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses `--dtype int4` for every profile but `ort`: its projections are ONNX
+    /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; tract and
+    /// OpenVINO read it too), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and onnx2torch
+    /// do not have.
+    pub fn check_dtype(&self, dtype: Precision) -> Result<()> {
+        let t = self.target;
+        if dtype == Precision::Int4 && t != Target::Ort {
+            return Err(Error::InvalidArgument(format!(
+                "--dtype int4 uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, tract, OpenVINO), which --target {} consumers cannot read; use --target ort",
                 t.name()
             )));
         }

@@ -10,9 +10,10 @@
 //!   `Gather` reads). Stored, but not a second parameter.
 //! - **quantization scales**: per-channel scales and zero points of integer weights.
 //!
-//! Integer weights are recognized by name, in the two forms that occur: ours
-//! (`P.int8` with `P.scale`, see [`crate::gmlp::emit`]'s linear layers) and ONNX Runtime's
-//! `quantize_dynamic` (`P_quantized` with `P_scale` and `P_zero_point`). The parameter a
+//! Integer weights are recognized by name, in the forms that occur: ours (`P.int8` with
+//! `P.scale`, and `P.int4`, two 4-bit codes per byte, with its block scales `P.scale`; see
+//! [`crate::gmlp::emit`]'s linear layers) and ONNX Runtime's `quantize_dynamic`
+//! (`P_quantized` with `P_scale` and `P_zero_point`). The parameter a
 //! weight stands for is its name less those suffixes and less the `.transposed` and
 //! `.cols{a}_{b}` (column slice) suffixes of our files. When the file records its
 //! configuration, the parameter's logical size comes from it (an int8 Toeplitz spatial
@@ -56,7 +57,8 @@ pub struct ParameterCounts {
     pub parameters: u64,
     /// Bytes of the initializers that hold parameters (float and integer weights, as stored).
     pub parameter_bytes: u64,
-    /// Elements of integer weights (the parameters stored quantized, as stored).
+    /// Values of integer weights (the parameters stored quantized, as stored; a packed
+    /// 4-bit byte counts as its two codes).
     pub quantized_values: u64,
     /// Elements of integer copies of parameters that are also stored as float (tied heads).
     pub quantized_copy_values: u64,
@@ -98,7 +100,7 @@ pub fn roles(stored: &[Stored]) -> Vec<Role> {
     let mut scales: BTreeSet<String> = BTreeSet::new();
     let mut weights: BTreeSet<&str> = BTreeSet::new();
     for s in stored.iter().filter(|s| s.is_int8) {
-        if let Some(p) = strip(s.name, ".int8") {
+        if let Some(p) = strip(s.name, ".int8").or_else(|| strip(s.name, ".int4")) {
             if names.contains(format!("{p}.scale").as_str()) {
                 weights.insert(s.name);
                 scales.insert(format!("{p}.scale"));
@@ -130,6 +132,7 @@ pub fn roles(stored: &[Stored]) -> Vec<Role> {
 /// The parameter a quantized weight stands for.
 fn quantized_parameter(name: &str) -> &str {
     let p = strip(name, ".int8")
+        .or_else(|| strip(name, ".int4"))
         .or_else(|| strip(name, "_quantized"))
         .unwrap_or(name);
     parameter_of(p)
@@ -158,14 +161,20 @@ pub fn count(stored: &[Stored], logical_size: impl Fn(&str) -> Option<u64>) -> P
             }
             Role::QuantizedWeight => {
                 let p = quantized_parameter(s.name);
+                // Values as codes: a packed `.int4` byte holds two.
+                let codes = if s.name.ends_with(".int4") {
+                    s.elements.saturating_mul(2)
+                } else {
+                    s.elements
+                };
                 if float_params.contains(p) {
-                    c.quantized_copy_values = c.quantized_copy_values.saturating_add(s.elements);
+                    c.quantized_copy_values = c.quantized_copy_values.saturating_add(codes);
                     copies.insert(p);
                 } else {
-                    c.quantized_values = c.quantized_values.saturating_add(s.elements);
+                    c.quantized_values = c.quantized_values.saturating_add(codes);
                     c.parameter_bytes = c.parameter_bytes.saturating_add(s.bytes);
                     let e = quantized.entry(p).or_insert(0);
-                    *e = e.saturating_add(s.elements);
+                    *e = e.saturating_add(codes);
                 }
             }
             Role::QuantizationScale => {
@@ -272,6 +281,30 @@ mod tests {
         assert_eq!(q.parameter_bytes, 4 * (40 + 6) + 12 + 12 + 16);
         // Without a configuration the expanded spatial matrix counts as stored.
         assert_eq!(count(&int8_file, |_| None).parameters, 77 - 7 + 16);
+    }
+
+    #[test]
+    fn an_int4_file_counts_codes_and_the_parameters_of_its_f32_file() {
+        // The [4, 6] weight's halves as MatMulNBits blocks: N = 3 columns, one block of 32
+        // (K = 4 padded), 16 bytes per block; the head an int8 copy of the embedding.
+        let int4_file = [
+            f32("embed.weight", 40),
+            f32("w.cols0_3.scale", 3),
+            i8("w.cols0_3.int4", 48),
+            f32("w.cols3_6.scale", 3),
+            i8("w.cols3_6.int4", 48),
+            f32("b", 6),
+            f32("spatial.weight", 7),
+            f32("embed.weight.transposed.scale", 10),
+            i8("embed.weight.transposed.int8", 40),
+        ];
+        let logical = |p: &str| (p == "w").then_some(24);
+        let q = count(&int4_file, logical);
+        assert_eq!(q.parameters, 77);
+        assert_eq!(q.quantized_values, 2 * (48 + 48));
+        assert_eq!(q.quantized_copies_of, vec!["embed.weight".to_string()]);
+        assert_eq!(q.quantization_scale_values, 3 + 3 + 10);
+        assert_eq!(q.parameter_bytes, 4 * (40 + 6 + 7) + 48 + 48);
     }
 
     #[test]

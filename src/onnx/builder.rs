@@ -125,8 +125,9 @@ impl GraphBuilder {
         self.weight_as(name, dims, ElemType::F32, data)
     }
 
-    /// Adds an initializer stored as `elem` (F32, F16, or I8 for quantized weights; values
-    /// are given as f32, integers in [−127, 127] for I8).
+    /// Adds an initializer stored as `elem` (F32, F16, I8 for quantized weights or U8 for
+    /// packed ones; values are given as f32, integers in [−127, 127] for I8 and in [0, 255]
+    /// for U8).
     pub fn weight_as(
         &mut self,
         name: &str,
@@ -134,9 +135,9 @@ impl GraphBuilder {
         elem: ElemType,
         data: TensorData,
     ) -> Result<Value> {
-        if !elem.is_float() && elem != ElemType::I8 {
+        if !elem.is_float() && !matches!(elem, ElemType::I8 | ElemType::U8) {
             return Err(Error::Internal(format!(
-                "{name}: weights are f32, f16 or i8"
+                "{name}: weights are f32, f16, i8 or u8"
             )));
         }
         if let TensorData::F32(v) = &data {

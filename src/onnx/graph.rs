@@ -53,7 +53,8 @@ pub enum ElemType {
     I64,
     /// i8 (`TensorProto.INT8` = 3): quantized weights (values given as f32 integers).
     I8,
-    /// u8 (`TensorProto.UINT8` = 2): dynamically quantized activations.
+    /// u8 (`TensorProto.UINT8` = 2): dynamically quantized activations, and packed
+    /// block-quantized weights (values given as f32 integers in [0, 255]).
     U8,
     /// i32 (`TensorProto.INT32` = 6): integer MatMul accumulators.
     I32,
@@ -125,14 +126,15 @@ impl fmt::Debug for TensorData {
 }
 
 /// A named parameter tensor stored in the model file as an initializer (values produced
-/// as f32, stored as `elem`: F32, F16, or I8 for quantized weights whose f32 values are
-/// integers in [−127, 127]). Constants that are not parameters (index tables, shapes,
+/// as f32, stored as `elem`: F32, F16, I8 for quantized weights whose f32 values are
+/// integers in [−127, 127], or U8 for packed block-quantized weights whose f32 values are
+/// integers in [0, 255]). Constants that are not parameters (index tables, shapes,
 /// scalars, masks) are `Constant` nodes.
 #[derive(Clone, Debug)]
 pub struct Initializer {
     /// Name (also the value name nodes refer to).
     pub name: String,
-    /// Stored element type (F32, F16 or I8).
+    /// Stored element type (F32, F16, I8 or U8).
     pub elem: ElemType,
     /// Dimensions.
     pub dims: Vec<usize>,
@@ -186,12 +188,26 @@ pub enum ConstData {
     I64(Vec<i64>),
 }
 
+/// Operators outside the default `ai.onnx` domain that the builder emits, with their
+/// domain and its opset version: ONNX Runtime's contrib operators
+/// (docs/ContribOperators.md in the onnxruntime repository).
+pub const CONTRIB_OPS: &[(&str, &str, i64)] = &[("MatMulNBits", "com.microsoft", 1)];
+
+/// The domain and its opset version of `op_type` when it is one of [`CONTRIB_OPS`];
+/// `None` for the default domain.
+pub fn contrib_domain(op_type: &str) -> Option<(&'static str, i64)> {
+    CONTRIB_OPS
+        .iter()
+        .find(|(op, _, _)| *op == op_type)
+        .map(|(_, domain, version)| (*domain, *version))
+}
+
 /// One operator application.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     /// Unique node name, by place: `blocks.3/sgu/spatial_matmul`.
     pub name: String,
-    /// ONNX operator type (default domain).
+    /// ONNX operator type (default domain, or one of [`CONTRIB_OPS`]).
     pub op_type: String,
     /// Input value names.
     pub inputs: Vec<String>,
@@ -238,6 +254,18 @@ impl Graph {
             .filter(|n| keep(&n.name))
             .map(|n| n.flops)
             .sum()
+    }
+
+    /// The domains other than the default one that the nodes use, with their opset
+    /// versions, in first-use order (see [`CONTRIB_OPS`]).
+    pub fn extra_domains(&self) -> Vec<(&'static str, i64)> {
+        let mut out: Vec<(&'static str, i64)> = Vec::new();
+        for d in self.nodes.iter().filter_map(|n| contrib_domain(&n.op_type)) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
     }
 
     /// Total bytes of initializer data.

@@ -1,10 +1,11 @@
 //! Operator helpers for dynamically quantized integer MatMuls (`--dtype int8`), in the form
 //! ONNX Runtime's `quantize_dynamic` emits and its `DynamicQuantizeMatMulFusion` /
 //! `MatMulIntegerToFloatFusion` rewrite into one integer kernel; tract runs the same nodes.
+//! Also ONNX Runtime's block-quantized `MatMulNBits` (weight-only, see [`crate::onnx::nbits`]).
 
 use crate::error::{Error, Result};
 use crate::onnx::builder::GraphBuilder;
-use crate::onnx::graph::{ElemType, Value};
+use crate::onnx::graph::{Attr, Dim, ElemType, Value};
 use crate::onnx::shape::{broadcast, fmt_shape, shape_error};
 
 /// First opset with every operator of the dynamic int8 form (`DynamicQuantizeLinear` is
@@ -85,6 +86,104 @@ impl GraphBuilder {
             vec![],
             (ElemType::I32, shape),
             flops,
+        ))
+    }
+}
+
+/// Attributes of a `com.microsoft.MatMulNBits` node (see [`crate::onnx::nbits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NBits {
+    /// Input features K.
+    pub k: usize,
+    /// Output features N.
+    pub n: usize,
+    /// Bits per code.
+    pub bits: usize,
+    /// Values per block along K.
+    pub block_size: usize,
+    /// `accuracy_level`: 0 (unset) computes with A as given; 4 lets ONNX Runtime's CPU
+    /// kernel quantize A to int8 per block of K inside the node.
+    pub accuracy_level: i64,
+}
+
+impl GraphBuilder {
+    /// `Y = A · dequant(B)` for f32 `a` `[…, K]`, a packed u8 weight `b`
+    /// `[N, ⌈K / block⌉, block · bits / 8]` and f32 `scales` `[N, ⌈K / block⌉]`, no zero points
+    /// (the default 2^(bits−1)), no bias; records 2·M·K·N FLOPs like
+    /// [`GraphBuilder::matmul`].
+    ///
+    /// [MatMulNBits](https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md#com.microsoft.MatMulNBits):
+    /// ONNX Runtime contrib operator, domain `com.microsoft` version 1 (its only version;
+    /// in ONNX Runtime since 1.17); works with any `ai.onnx` opset.
+    pub fn matmul_nbits(
+        &mut self,
+        local: &str,
+        a: &Value,
+        b: &Value,
+        scales: &Value,
+        attrs: NBits,
+    ) -> Result<Value> {
+        let NBits {
+            k,
+            n,
+            bits,
+            block_size,
+            accuracy_level,
+        } = attrs;
+        let kb = k.div_ceil(block_size.max(1));
+        let fixed = |v: &Value| -> Vec<usize> {
+            v.shape
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(x) => *x,
+                    Dim::Symbol(_) => 0,
+                })
+                .collect()
+        };
+        let ar = a.shape.len();
+        let ok = a.elem == ElemType::F32
+            && ar >= 2
+            && a.shape[ar - 1] == Dim::Fixed(k)
+            && b.elem == ElemType::U8
+            && fixed(b) == [n, kb, block_size * bits / 8]
+            && scales.elem == ElemType::F32
+            && fixed(scales) == [n, kb];
+        if !ok {
+            return Err(shape_error(
+                "MatMulNBits",
+                format!(
+                    "{:?}{} x {:?}{} scales {} for K={k} N={n} bits={bits} block_size={block_size}",
+                    a.elem,
+                    fmt_shape(&a.shape),
+                    b.elem,
+                    fmt_shape(&b.shape),
+                    fmt_shape(&scales.shape)
+                ),
+            ));
+        }
+        let batch: u64 = a.shape[..ar - 1]
+            .iter()
+            .map(|d| d.size_or_one() as u64)
+            .product();
+        let mut shape = a.shape.clone();
+        shape[ar - 1] = Dim::Fixed(n);
+        let int = |x: usize| Attr::Int(x as i64);
+        let mut attributes = vec![
+            ("K".to_string(), int(k)),
+            ("N".to_string(), int(n)),
+            ("bits".to_string(), int(bits)),
+            ("block_size".to_string(), int(block_size)),
+        ];
+        if accuracy_level != 0 {
+            attributes.push(("accuracy_level".to_string(), Attr::Int(accuracy_level)));
+        }
+        Ok(self.single(
+            local,
+            "MatMulNBits",
+            &[a, b, scales],
+            attributes,
+            (ElemType::F32, shape),
+            2 * batch * (k * n) as u64,
         ))
     }
 }

@@ -15,7 +15,7 @@ use prost::Message;
 use crate::error::{Error, Result};
 use crate::fs::{write_atomically, PendingFile};
 use crate::onnx::graph::{
-    Attr, ConstData, Dim, ElemType, Graph, Initializer, Node, TensorData, Value,
+    contrib_domain, Attr, ConstData, Dim, ElemType, Graph, Initializer, Node, TensorData, Value,
 };
 use crate::onnx::proto as onnx;
 
@@ -120,11 +120,13 @@ fn attribute(name: &str, attr: &Attr) -> onnx::AttributeProto {
     a
 }
 
-/// A node as a `NodeProto` with its `domain` field unset (the default domain, which the
-/// writer also spells out as `""`; the model editor (`edit.rs`) leaves it unset).
+/// A node as a `NodeProto`: its `domain` field unset for the default domain (which the
+/// writer also spells out as `""`; the model editor (`edit.rs`) leaves it unset), set for a
+/// contrib operator.
 pub(crate) fn node_proto(n: &Node) -> onnx::NodeProto {
     onnx::NodeProto {
         name: Some(n.name.clone()),
+        domain: contrib_domain(&n.op_type).map(|(d, _)| d.to_string()),
         op_type: Some(n.op_type.clone()),
         input: n.inputs.clone(),
         output: n.outputs.clone(),
@@ -196,10 +198,18 @@ impl Layout {
     fn new(graph: &Graph, info: &ModelInfo, data: &DataLayout) -> Layout {
         let model = onnx::ModelProto {
             ir_version: Some(ir_version_for(graph.opset)),
-            opset_import: vec![onnx::OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(graph.opset),
-            }],
+            opset_import: std::iter::once((String::new(), graph.opset))
+                .chain(
+                    graph
+                        .extra_domains()
+                        .into_iter()
+                        .map(|(d, v)| (d.to_string(), v)),
+                )
+                .map(|(domain, version)| onnx::OperatorSetIdProto {
+                    domain: Some(domain),
+                    version: Some(version),
+                })
+                .collect(),
             producer_name: Some(info.producer_name.clone()),
             producer_version: Some(info.producer_version.clone()),
             doc_string: (!info.doc_string.is_empty()).then(|| info.doc_string.clone()),
@@ -218,9 +228,12 @@ impl Layout {
             node: graph
                 .nodes
                 .iter()
-                .map(|n| onnx::NodeProto {
-                    domain: Some(String::new()),
-                    ..node_proto(n)
+                .map(|n| {
+                    let node = node_proto(n);
+                    onnx::NodeProto {
+                        domain: Some(node.domain.clone().unwrap_or_default()),
+                        ..node
+                    }
                 })
                 .collect(),
             input: graph.inputs.iter().map(value_info).collect(),
@@ -302,9 +315,10 @@ fn tensor_values(init: &Initializer) -> Result<std::borrow::Cow<'_, [f32]>> {
     Ok(values)
 }
 
-/// Writes values little-endian as `elem` (f32, f16 rounded to nearest, or i8 for quantized
-/// weights, whose values are already integers in [−127, 127]) without a
-/// second full-size copy: f32 on a little-endian machine goes out as it is in memory.
+/// Writes values little-endian as `elem` (f32, f16 rounded to nearest, i8 for quantized
+/// weights, whose values are already integers in [−127, 127], or u8 for packed weights,
+/// integers in [0, 255]) without a second full-size copy: f32 on a little-endian machine
+/// goes out as it is in memory.
 fn write_floats(
     w: &mut (impl Write + ?Sized),
     values: &[f32],
@@ -332,6 +346,12 @@ fn write_floats(
                 for (dst, x) in buf.iter_mut().zip(chunk) {
                     // `as` saturates; the producer already rounded and clamped.
                     *dst = (*x as i8) as u8;
+                }
+                chunk.len()
+            }
+            ElemType::U8 => {
+                for (dst, x) in buf.iter_mut().zip(chunk) {
+                    *dst = *x as u8;
                 }
                 chunk.len()
             }

@@ -58,6 +58,9 @@ pub enum DtypeArg {
     /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
     /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
     Int8,
+    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), vocabulary
+    /// head as int8; activations, embedding, spatial MatMul, norms and logits in f32.
+    Int4,
 }
 
 /// The state form of `--with-past` (docs/static-state.md).

@@ -341,8 +341,10 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::F32 => Precision::F32,
         DtypeArg::F16 => Precision::F16,
         DtypeArg::Int8 => Precision::Int8,
+        DtypeArg::Int4 => Precision::Int4,
     };
     target.check(cfg.spatial)?;
+    target.check_dtype(cfg.dtype)?;
     let mode = match a.with_past {
         Some(Some(PastArg::Static)) => SequenceMode::Static,
         Some(Some(PastArg::Growing)) => SequenceMode::WithPast,

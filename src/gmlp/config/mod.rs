@@ -92,14 +92,30 @@ pub enum Precision {
     /// quantized integer MatMuls (`DynamicQuantizeLinear → MatMulInteger → scale`);
     /// everything else in f32 (see [`crate::gmlp::quantize`]).
     Int8,
+    /// Weight-only int4: the channel and attention projections stored in blocks of 32
+    /// along K with one f16-exact scale per block and run as ONNX Runtime's
+    /// `com.microsoft.MatMulNBits` (activations f32); the vocabulary head as in
+    /// [`Precision::Int8`]; everything else in f32 (see [`crate::onnx::nbits`] and
+    /// docs/quantization.md).
+    Int4,
 }
 
 impl Precision {
     /// The element type of activations and of the weights that are not quantized.
     pub fn elem(self) -> ElemType {
         match self {
-            Precision::F32 | Precision::Int8 => ElemType::F32,
+            Precision::F32 | Precision::Int8 | Precision::Int4 => ElemType::F32,
             Precision::F16 => ElemType::F16,
+        }
+    }
+
+    /// The name used by `--dtype` and in the configuration JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Int8 => "int8",
+            Precision::Int4 => "int4",
         }
     }
 }

@@ -148,12 +148,25 @@ impl Emitter {
         elem: ElemType,
         post: impl Fn(Vec<f32>) -> Vec<f32> + Send + Sync + 'static,
     ) -> Result<Value> {
+        self.derived_param_try(init_name, param, dims, elem, move |v| Ok(post(v)))
+    }
+
+    /// [`Self::derived_param`] with a `post` that may refuse the values (a weight that
+    /// cannot be quantized).
+    pub(crate) fn derived_param_try(
+        &mut self,
+        init_name: &str,
+        param: &str,
+        dims: &[usize],
+        elem: ElemType,
+        post: impl Fn(Vec<f32>) -> Result<Vec<f32>> + Send + Sync + 'static,
+    ) -> Result<Value> {
         let spec = self.spec(param)?;
         let source = self.source.clone();
         let produce = move || {
             let v = source.values(&spec)?;
             check_values(&spec, &v)?;
-            Ok(post(v))
+            post(v)
         };
         self.g.weight_as(
             init_name,

@@ -5,9 +5,10 @@
 //! the [`HEAD_SCOPE`] scope, which the paper's FLOP counts leave out.
 
 use super::context::Emitter;
+use super::linear::WeightForm;
 use super::HEAD_SCOPE;
 use crate::error::{Error, Result};
-use crate::gmlp::config::{Precision, Task};
+use crate::gmlp::config::Task;
 use crate::onnx::graph::Value;
 
 impl Emitter {
@@ -33,29 +34,38 @@ impl Emitter {
         self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
             (Task::Tokens { .. }, Some(table)) if tied => {
                 // Output projection tied to the embedding: logits = h · Eᵀ + bias.
-                let logits = if s.cfg.dtype == Precision::Int8 {
-                    s.tied_head_int8("vocab_projection", h, "embed.weight")?
-                } else {
+                // int8 and int4 models: an int8 copy of the table for the head.
+                let logits = if s.head_form() == WeightForm::Float {
                     let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
                     s.g.matmul("vocab_projection", h, &table_t)?
+                } else {
+                    s.tied_head_int8("vocab_projection", h, "embed.weight")?
                 };
                 let bias = s.param("head.bias")?;
                 s.g.add("vocab_bias", &logits, &bias)
             }
             (Task::Tokens { .. }, _) => {
-                s.linear("vocab_projection", h, "head.weight", Some("head.bias"))
+                let form = s.head_form();
+                s.dense(
+                    "vocab_projection",
+                    h,
+                    "head.weight",
+                    Some("head.bias"),
+                    None,
+                    form,
+                )
             }
             (Task::Backbone { .. }, _) => Err(Error::Internal("a backbone has no head".into())),
             (Task::Vision { .. }, _) => {
                 let pooled = s.g.mean("token_mean", h, &[1], false)?;
-                // The small classifier stays f32 in int8 models too.
+                // The small classifier stays f32 in quantized models too.
                 s.dense(
                     "classifier",
                     &pooled,
                     "head.weight",
                     Some("head.bias"),
                     None,
-                    false,
+                    WeightForm::Float,
                 )
             }
         })

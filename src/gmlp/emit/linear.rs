@@ -2,19 +2,62 @@
 //! optionally on a range of W's output columns (proj_in's two halves are two MatMuls on
 //! column slices of U instead of one MatMul and a `Split`), in f32/f16 or, for
 //! `--dtype int8`, as a dynamically quantized integer MatMul with int8 weights quantized
-//! at build time (symmetric per output channel, [`crate::gmlp::quantize`]).
+//! at build time (symmetric per output channel, [`crate::gmlp::quantize`]), or, for
+//! `--dtype int4`, as ONNX Runtime's `MatMulNBits` on weights quantized in blocks along
+//! the input features ([`crate::onnx::nbits`]).
 
 use super::context::Emitter;
 use crate::error::{Error, Result};
 use crate::gmlp::config::Precision;
 use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, transpose};
 use crate::onnx::graph::{ElemType, Value};
-use crate::onnx::quant_ops::MIN_INT8_OPSET;
+use crate::onnx::nbits::{self, BLOCK_SIZE};
+use crate::onnx::quant_ops::{NBits, MIN_INT8_OPSET};
 
 /// Output columns `[start, end)` of a weight (and its bias).
 pub(crate) type Columns = Option<(usize, usize)>;
 
+/// `accuracy_level` of the MatMulNBits nodes: ONNX Runtime's CPU kernel may quantize the
+/// activations to int8 per block of 32 inside the node (measured in BENCHMARKS.md,
+/// "Weight-only int4"); the file's activations and outputs stay f32.
+pub const NBITS_ACCURACY_LEVEL: i64 = 4;
+
+/// How a dense layer's weight is stored and multiplied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightForm {
+    /// In the model's storage type (f32 or f16), a plain `MatMul`.
+    Float,
+    /// int8 per output channel, activations quantized on the fly
+    /// (`DynamicQuantizeLinear`, `MatMulInteger`).
+    DynamicInt8,
+    /// Blocks of [`BLOCK_SIZE`] along K with `bits`-bit codes, `MatMulNBits`.
+    Block {
+        /// Bits per code.
+        bits: usize,
+    },
+}
+
 impl Emitter {
+    /// The form of the channel and attention projections (proj_in, proj_out, q, k, v,
+    /// attention out, a reversible block's feed-forward).
+    pub(crate) fn projection_form(&self) -> WeightForm {
+        match self.cfg.dtype {
+            Precision::F32 | Precision::F16 => WeightForm::Float,
+            Precision::Int8 => WeightForm::DynamicInt8,
+            Precision::Int4 => WeightForm::Block { bits: 4 },
+        }
+    }
+
+    /// The form of a token model's vocabulary projection: int8 (dynamic) in int8 and int4
+    /// models (4 bits there cost the trained fixtures about twice the logits error of the
+    /// projections together; docs/quantization.md).
+    pub(crate) fn head_form(&self) -> WeightForm {
+        match self.cfg.dtype {
+            Precision::F32 | Precision::F16 => WeightForm::Float,
+            Precision::Int8 | Precision::Int4 => WeightForm::DynamicInt8,
+        }
+    }
+
     /// Refuses int8 emission at an opset without the integer operators.
     pub(crate) fn require_int8_opset(&self) -> Result<()> {
         if self.g.opset() < MIN_INT8_OPSET {
@@ -26,7 +69,7 @@ impl Emitter {
         Ok(())
     }
 
-    /// `x · W + b` for the parameters `weight` and `bias`, int8 when the model is.
+    /// `x · W + b` for the parameters `weight` and `bias`, in the projections' form.
     pub(crate) fn linear(
         &mut self,
         local: &str,
@@ -34,13 +77,15 @@ impl Emitter {
         weight: &str,
         bias: Option<&str>,
     ) -> Result<Value> {
-        let quantize = self.cfg.dtype == Precision::Int8;
-        self.dense(local, x, weight, bias, None, quantize)
+        let form = self.projection_form();
+        self.dense(local, x, weight, bias, None, form)
     }
 
     /// `x · W[:, cols] (+ b[cols])`. Without `cols` (the whole W) and in f32/f16 the
     /// parameters keep their own names; a slice is stored as `NAME.cols{start}_{end}`, int8
-    /// weights as `NAME[.cols…].int8` with their per-column scales in `NAME[.cols…].scale`.
+    /// weights as `NAME[.cols…].int8` with their per-column scales in `NAME[.cols…].scale`,
+    /// block-quantized ones as `NAME[.cols…].int4` (packed) with their block scales in
+    /// `NAME[.cols…].scale`.
     pub(crate) fn dense(
         &mut self,
         local: &str,
@@ -48,7 +93,7 @@ impl Emitter {
         weight: &str,
         bias: Option<&str>,
         cols: Columns,
-        quantize: bool,
+        form: WeightForm,
     ) -> Result<Value> {
         let shape = self.spec(weight)?.shape;
         let [rows, total] = shape[..] else {
@@ -67,37 +112,43 @@ impl Emitter {
                 column_range(&v, total, start, end)
             }
         };
-        let y = if quantize {
-            self.require_int8_opset()?;
-            let scales = self.derived_param(
-                &format!("{weight}{suffix}.scale"),
-                weight,
-                &[width],
-                ElemType::F32,
-                move |v| column_scales(&slice(v), width),
-            )?;
-            let q = self.derived_param(
-                &format!("{weight}{suffix}.int8"),
-                weight,
-                &[rows, width],
-                ElemType::I8,
-                move |v| {
-                    let w = slice(v);
-                    let s = column_scales(&w, width);
-                    quantize_columns(w, &s)
-                },
-            )?;
-            self.int8_matmul(local, x, &q, &scales)?
-        } else {
-            let elem = self.cfg.dtype.elem();
-            let w = self.derived_param(
-                &format!("{weight}{suffix}"),
-                weight,
-                &[rows, width],
-                elem,
-                slice,
-            )?;
-            self.g.matmul(local, x, &w)?
+        let y = match form {
+            WeightForm::Block { bits } => {
+                self.block_matmul(local, x, weight, &suffix, (rows, width), bits, slice)?
+            }
+            WeightForm::DynamicInt8 => {
+                self.require_int8_opset()?;
+                let scales = self.derived_param(
+                    &format!("{weight}{suffix}.scale"),
+                    weight,
+                    &[width],
+                    ElemType::F32,
+                    move |v| column_scales(&slice(v), width),
+                )?;
+                let q = self.derived_param(
+                    &format!("{weight}{suffix}.int8"),
+                    weight,
+                    &[rows, width],
+                    ElemType::I8,
+                    move |v| {
+                        let w = slice(v);
+                        let s = column_scales(&w, width);
+                        quantize_columns(w, &s)
+                    },
+                )?;
+                self.int8_matmul(local, x, &q, &scales)?
+            }
+            WeightForm::Float => {
+                let elem = self.cfg.dtype.elem();
+                let w = self.derived_param(
+                    &format!("{weight}{suffix}"),
+                    weight,
+                    &[rows, width],
+                    elem,
+                    slice,
+                )?;
+                self.g.matmul(local, x, &w)?
+            }
         };
         match bias {
             Some(b) => {
@@ -110,6 +161,56 @@ impl Emitter {
             }
             None => Ok(y),
         }
+    }
+
+    /// `x · dequant(Q)` for the `[rows, width]` weight that `slice` cuts from the parameter
+    /// `weight`, quantized in blocks of [`BLOCK_SIZE`] along its rows with `bits`-bit codes:
+    /// the packed codes `NAME{suffix}.int4` (`.int8` for 8 bits) and the scales
+    /// `NAME{suffix}.scale`, one `MatMulNBits` node.
+    #[allow(clippy::too_many_arguments)]
+    fn block_matmul(
+        &mut self,
+        local: &str,
+        x: &Value,
+        weight: &str,
+        suffix: &str,
+        (rows, width): (usize, usize),
+        bits: usize,
+        slice: impl Fn(Vec<f32>) -> Vec<f32> + Clone + Send + Sync + 'static,
+    ) -> Result<Value> {
+        let attrs = NBits {
+            k: rows,
+            n: width,
+            bits,
+            block_size: BLOCK_SIZE,
+            accuracy_level: NBITS_ACCURACY_LEVEL,
+        };
+        let kb = rows.div_ceil(BLOCK_SIZE);
+        let (cut, name) = (slice.clone(), weight.to_string());
+        let scales = self.derived_param_try(
+            &format!("{weight}{suffix}.scale"),
+            weight,
+            &[width, kb],
+            ElemType::F32,
+            move |v| {
+                let q = nbits::quantize(&cut(v), rows, width, bits, BLOCK_SIZE)
+                    .map_err(|e| in_param(&name, e))?;
+                Ok(q.scales)
+            },
+        )?;
+        let name = weight.to_string();
+        let q = self.derived_param_try(
+            &format!("{weight}{suffix}.int{bits}"),
+            weight,
+            &[width, kb, BLOCK_SIZE * bits / 8],
+            ElemType::U8,
+            move |v| {
+                let q = nbits::quantize(&slice(v), rows, width, bits, BLOCK_SIZE)
+                    .map_err(|e| in_param(&name, e))?;
+                Ok(q.packed().into_iter().map(f32::from).collect())
+            },
+        )?;
+        self.g.matmul_nbits(local, x, &q, &scales, attrs)
     }
 
     /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the
@@ -176,5 +277,13 @@ impl Emitter {
             .g
             .cast(&format!("{local}_to_f32"), &acc, ElemType::F32)?;
         self.g.mul(&format!("{local}_rescale"), &acc, &scale)
+    }
+}
+
+/// `e` with the parameter's name in front.
+fn in_param(name: &str, e: Error) -> Error {
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
+        other => other,
     }
 }

@@ -4,7 +4,8 @@
 //! context.rs    the emitter: graph builder, parameters by name, shared constants
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
 //! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
-//! linear.rs     x·W + b in f32/f16 or as a dynamically quantized int8 MatMul
+//! linear.rs     x·W + b in f32/f16, as a dynamically quantized int8 MatMul, or as a
+//!               block-quantized MatMulNBits (int4)
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
 //! block/        one block: norm, token shift, channel projections, tiny attention,
 //!               spatial projection, gate (see block/mod.rs)
@@ -39,6 +40,7 @@ use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
 use context::Emitter;
+pub use linear::NBITS_ACCURACY_LEVEL;
 
 /// Name of the token-model input.
 pub const INPUT_IDS: &str = "input_ids";

@@ -10,7 +10,6 @@
 use super::super::context::Emitter;
 use super::super::MASK_VALUE;
 use crate::error::Result;
-use crate::gmlp::config::Precision;
 use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::graph::{Dim, ElemType, Value};
 
@@ -36,7 +35,7 @@ impl Emitter {
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`.
     pub(crate) fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
         // q, k, v from column slices of Wqkv (three MatMuls, no Split).
-        let quantize = self.cfg.dtype == Precision::Int8;
+        let form = self.projection_form();
         let mixing = self.cfg.block.mixing(i);
         let bias = self
             .cfg
@@ -52,7 +51,7 @@ impl Emitter {
         for (k, part) in ["q", "k", "v"].into_iter().enumerate().take(used) {
             let weight = format!("{p}.attn.qkv.weight");
             let cols = Some((k * a, (k + 1) * a));
-            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, quantize)?);
+            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, form)?);
         }
         let elem = parts[0].elem;
         let scale = self

@@ -7,7 +7,7 @@
 
 use super::super::context::Emitter;
 use crate::error::Result;
-use crate::gmlp::config::{GeluForm, Precision};
+use crate::gmlp::config::GeluForm;
 use crate::onnx::graph::Value;
 
 impl Emitter {
@@ -27,14 +27,14 @@ impl Emitter {
         k: usize,
         cols: (usize, usize),
     ) -> Result<Value> {
-        let quantize = self.cfg.dtype == Precision::Int8;
+        let form = self.projection_form();
         let z = self.dense(
             &format!("proj_in_z{k}"),
             h,
             &format!("{p}.proj_in.weight"),
             Some(&format!("{p}.proj_in.bias")),
             Some(cols),
-            quantize,
+            form,
         )?;
         self.channel_gelu(&format!("gelu_z{k}"), &z)
     }
@@ -51,20 +51,20 @@ impl Emitter {
     /// `(a ⊙ GELU(b))·W2 + b2` with `[a, b] = x·W1 + b1`, the two halves as two MatMuls on
     /// column slices of W1, in the `ff` scope.
     pub(crate) fn feed_forward(&mut self, p: &str, x: &Value, inner: usize) -> Result<Value> {
-        let quantize = self.cfg.dtype == Precision::Int8;
+        let form = self.projection_form();
         self.scoped("ff", |s| {
             let (w1, b1) = (
                 format!("{p}.ff.proj_in.weight"),
                 format!("{p}.ff.proj_in.bias"),
             );
-            let a = s.dense("proj_in_a", x, &w1, Some(&b1), Some((0, inner)), quantize)?;
+            let a = s.dense("proj_in_a", x, &w1, Some(&b1), Some((0, inner)), form)?;
             let b = s.dense(
                 "proj_in_b",
                 x,
                 &w1,
                 Some(&b1),
                 Some((inner, 2 * inner)),
-                quantize,
+                form,
             )?;
             let b = s.g.gelu("gelu", &b)?;
             let product = s.g.mul("geglu", &a, &b)?;
