@@ -11,10 +11,9 @@ use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
 use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
 use crate::gmlp::emit::{build_graph_in, HEAD_SCOPE};
 use crate::gmlp::metadata::{
-    config_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY, QUANTIZATION_KEY,
-    STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,
+    config_json, quantization_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY,
+    QUANTIZATION_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,
 };
-use crate::gmlp::quantize::quantization_json;
 use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::weights::WeightSource;
 use crate::onnx::graph::Graph;

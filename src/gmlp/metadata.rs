@@ -2,8 +2,12 @@
 //! file in its `__metadata__`): the keys, and the configuration as JSON. Plain strings here;
 //! the ONNX writer and reader carry them.
 
+use serde_json::json;
+
 use crate::error::{Error, Result};
-use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::config::{GmlpConfig, Precision};
+use crate::onnx::graph::Graph;
+use crate::onnx::nbits::BLOCK_SIZE;
 
 /// The full [`GmlpConfig`] as JSON (ONNX metadata and native safetensors metadata).
 pub const CONFIG_KEY: &str = "gmlp_onnx.config";
@@ -28,7 +32,7 @@ pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
 
 /// How a weight-quantized model's weights are stored (`--dtype int4`): per group of
 /// parameters the operator, bits, block size and scale rule, and what stays float; see
-/// [`crate::gmlp::quantize::quantization_json`].
+/// [`quantization_json`].
 pub const QUANTIZATION_KEY: &str = "gmlp_onnx.quantization";
 
 /// The configuration as the JSON stored under [`CONFIG_KEY`].
@@ -39,4 +43,98 @@ pub fn config_json(config: &GmlpConfig) -> Result<String> {
 /// The configuration stored under [`CONFIG_KEY`], if `json` is one.
 pub fn parse_config(json: &str) -> Option<GmlpConfig> {
     serde_json::from_str(json).ok()
+}
+
+/// The parameters whose quantized forms `graph` stores under names ending in `suffix`
+/// (`.int4`, `.int8`), less the `.cols{a}_{b}` / `.transposed` suffixes, with the block
+/// index written `*` (`blocks.*.proj_in.weight`), each once, in file order.
+pub fn quantized_parameters(graph: &Graph, suffix: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for init in &graph.initializers {
+        let Some(base) = init.name.strip_suffix(suffix) else {
+            continue;
+        };
+        let base = base.strip_suffix(".transposed").unwrap_or(base);
+        let base = match base.rsplit_once(".cols") {
+            Some((b, range)) if range.split('_').all(|p| p.parse::<usize>().is_ok()) => b,
+            _ => base,
+        };
+        let name = match base.split_once('.') {
+            Some(("blocks", rest)) => match rest.split_once('.') {
+                Some((i, tail)) if i.parse::<usize>().is_ok() => format!("blocks.*.{tail}"),
+                _ => base.to_string(),
+            },
+            _ => base.to_string(),
+        };
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// What a weight-quantized model records about its weights (metadata
+/// `gmlp_onnx.quantization`): for `--dtype int4`, the block-quantized projections
+/// (operator, bits, block, scale rule, `accuracy_level`, parameters), the int8 head and what
+/// stays float. `None` for other precisions (int8 files carry their form in the config).
+pub fn quantization_json(
+    cfg: &GmlpConfig,
+    graph: &Graph,
+    accuracy_level: i64,
+) -> Result<Option<String>> {
+    if cfg.dtype != Precision::Int4 {
+        return Ok(None);
+    }
+    let value = json!({
+        "dtype": "int4",
+        "projections": {
+            "op": "com.microsoft.MatMulNBits",
+            "bits": 4,
+            "block_size": BLOCK_SIZE,
+            "block_axis": "K (input features)",
+            "scales": "f32 [N, K/32], m/-8 for the block's largest-magnitude value m, rounded to f16",
+            "zero_points": "none (the default 8: symmetric)",
+            "accuracy_level": accuracy_level,
+            "parameters": quantized_parameters(graph, ".int4"),
+        },
+        "head": {
+            "op": "DynamicQuantizeLinear + MatMulInteger",
+            "bits": 8,
+            "scales": "f32 per output channel, max|w|/127",
+            "parameters": quantized_parameters(graph, ".int8"),
+        },
+        "float": "embedding gather, spatial projection, norms, biases, attention scores and softmax, activations, logits",
+    });
+    serde_json::to_string(&value)
+        .map(Some)
+        .map_err(|e| Error::Internal(format!("quantization metadata: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantized_parameter_names_collapse_slices_and_block_indices() {
+        use crate::onnx::builder::GraphBuilder;
+        use crate::onnx::graph::{ElemType, TensorData};
+        let mut g = GraphBuilder::new(17).unwrap();
+        for name in [
+            "blocks.0.proj_in.weight.cols0_8.int4",
+            "blocks.0.proj_in.weight.cols8_16.int4",
+            "blocks.1.proj_in.weight.cols0_8.int4",
+            "blocks.1.attn.out.weight.int4",
+            "embed.weight.transposed.int8",
+            "blocks.1.attn.out.weight.scale",
+        ] {
+            g.weight_as(name, &[1], ElemType::U8, TensorData::F32(vec![0.0]))
+                .unwrap();
+        }
+        let graph = g.finish("g", vec![]);
+        assert_eq!(
+            quantized_parameters(&graph, ".int4"),
+            vec!["blocks.*.proj_in.weight", "blocks.*.attn.out.weight"]
+        );
+        assert_eq!(quantized_parameters(&graph, ".int8"), vec!["embed.weight"]);
+    }
 }

@@ -1,6 +1,5 @@
-//! Build-time int8 weight quantization for `--dtype int8`: symmetric, per output channel;
-//! and the metadata that describes a weight-quantized (`--dtype int4`) model's weights
-//! (their block quantization is [`crate::onnx::nbits`]).
+//! Build-time int8 weight quantization for `--dtype int8`: symmetric, per output channel.
+//! (`--dtype int4`'s block quantization is [`crate::onnx::nbits`].)
 //!
 //! A MatMul weight `W` is stored `[in, out]`; each output column `c` gets one scale
 //! `s[c] = max_r |W[r, c]| / 127` and the stored values are `q = round(W / s)` clamped to
@@ -12,13 +11,6 @@
 //! At run time the graph quantizes each activation tensor on the fly
 //! (`DynamicQuantizeLinear`: u8, per tensor, asymmetric), multiplies in integers
 //! (`MatMulInteger`, i32 accumulators) and scales back with `x_scale · s[c]`.
-
-use serde_json::json;
-
-use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, Precision};
-use crate::onnx::graph::Graph;
-use crate::onnx::nbits::BLOCK_SIZE;
 
 /// Largest stored magnitude (the symmetric int8 grid is [−127, 127]).
 pub const QMAX: f32 = 127.0;
@@ -75,71 +67,6 @@ pub fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-/// The parameters whose quantized forms `graph` stores under names ending in `suffix`
-/// (`.int4`, `.int8`), less the `.cols{a}_{b}` / `.transposed` suffixes, with the block
-/// index written `*` (`blocks.*.proj_in.weight`), each once, in file order.
-pub fn quantized_parameters(graph: &Graph, suffix: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for init in &graph.initializers {
-        let Some(base) = init.name.strip_suffix(suffix) else {
-            continue;
-        };
-        let base = base.strip_suffix(".transposed").unwrap_or(base);
-        let base = match base.rsplit_once(".cols") {
-            Some((b, range)) if range.split('_').all(|p| p.parse::<usize>().is_ok()) => b,
-            _ => base,
-        };
-        let name = match base.split_once('.') {
-            Some(("blocks", rest)) => match rest.split_once('.') {
-                Some((i, tail)) if i.parse::<usize>().is_ok() => format!("blocks.*.{tail}"),
-                _ => base.to_string(),
-            },
-            _ => base.to_string(),
-        };
-        if !out.contains(&name) {
-            out.push(name);
-        }
-    }
-    out
-}
-
-/// What a weight-quantized model records about its weights (metadata
-/// `gmlp_onnx.quantization`): for `--dtype int4`, the block-quantized projections
-/// (operator, bits, block, scale rule, `accuracy_level`, parameters), the int8 head and what
-/// stays float. `None` for other precisions (int8 files carry their form in the config).
-pub fn quantization_json(
-    cfg: &GmlpConfig,
-    graph: &Graph,
-    accuracy_level: i64,
-) -> Result<Option<String>> {
-    if cfg.dtype != Precision::Int4 {
-        return Ok(None);
-    }
-    let value = json!({
-        "dtype": "int4",
-        "projections": {
-            "op": "com.microsoft.MatMulNBits",
-            "bits": 4,
-            "block_size": BLOCK_SIZE,
-            "block_axis": "K (input features)",
-            "scales": "f32 [N, K/32], m/-8 for the block's largest-magnitude value m, rounded to f16",
-            "zero_points": "none (the default 8: symmetric)",
-            "accuracy_level": accuracy_level,
-            "parameters": quantized_parameters(graph, ".int4"),
-        },
-        "head": {
-            "op": "DynamicQuantizeLinear + MatMulInteger",
-            "bits": 8,
-            "scales": "f32 per output channel, max|w|/127",
-            "parameters": quantized_parameters(graph, ".int8"),
-        },
-        "float": "embedding gather, spatial projection, norms, biases, attention scores and softmax, activations, logits",
-    });
-    serde_json::to_string(&value)
-        .map(Some)
-        .map_err(|e| Error::Internal(format!("quantization metadata: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,30 +106,6 @@ mod tests {
         let tiny = 1e-30f32;
         let q = quantize_columns(vec![tiny, -tiny], &[scale_for(tiny)]);
         assert!(q.iter().all(|v| v.is_finite()));
-    }
-
-    #[test]
-    fn quantized_parameter_names_collapse_slices_and_block_indices() {
-        use crate::onnx::builder::GraphBuilder;
-        use crate::onnx::graph::{ElemType, TensorData};
-        let mut g = GraphBuilder::new(17).unwrap();
-        for name in [
-            "blocks.0.proj_in.weight.cols0_8.int4",
-            "blocks.0.proj_in.weight.cols8_16.int4",
-            "blocks.1.proj_in.weight.cols0_8.int4",
-            "blocks.1.attn.out.weight.int4",
-            "embed.weight.transposed.int8",
-            "blocks.1.attn.out.weight.scale",
-        ] {
-            g.weight_as(name, &[1], ElemType::U8, TensorData::F32(vec![0.0]))
-                .unwrap();
-        }
-        let graph = g.finish("g", vec![]);
-        assert_eq!(
-            quantized_parameters(&graph, ".int4"),
-            vec!["blocks.*.proj_in.weight", "blocks.*.attn.out.weight"]
-        );
-        assert_eq!(quantized_parameters(&graph, ".int8"), vec!["embed.weight"]);
     }
 
     #[test]

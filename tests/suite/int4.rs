@@ -9,12 +9,10 @@
 //! is printed and held to 6e-2 (4-bit weights on these d = 24 models: the max-norm error
 //! is 1.5–2× the L2 one).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use gmlp_onnx::gmlp::{GmlpConfig, ParamSpec, Precision, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::builder::GraphBuilder;
 use gmlp_onnx::onnx::graph::{Dim, ElemType, TensorData};
@@ -44,12 +42,6 @@ const FIXTURES: [&str; 10] = [
     "gpt_act_tanh",
     "gpt_act_sigmoid",
 ];
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
 
 /// A deterministic spread of values in about [−1, 1].
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -122,6 +114,10 @@ fn input_a(k: usize) -> Vec<NamedTensor> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn matmul_nbits_computes_onnx_runtimes_matmul_of_the_dequantized_weights() {
     let dir = tempfile::tempdir().unwrap();
     // K = 70: two full blocks of 32 and a padded third (tract dequantizes such a weight to
@@ -241,21 +237,11 @@ fn rel_l2(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f64 {
     (num / den).sqrt()
 }
 
-fn argmax_rows(a: &ArrayD<f32>) -> Vec<usize> {
-    let last = *a.shape().last().unwrap();
-    a.as_slice()
-        .unwrap()
-        .chunks(last)
-        .map(|row| {
-            row.iter()
-                .enumerate()
-                .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
-                .0
-        })
-        .collect()
-}
-
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int4_fixtures_keep_their_logits_and_next_token_predictions() {
     let dir = tempfile::tempdir().unwrap();
     let mut worst = (0f64, 0f64, 1f64);
@@ -315,6 +301,10 @@ fn op_count(path: &Path, op: &str) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int4_graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
     let dir = tempfile::tempdir().unwrap();
     let mut untied = tiny_tokens(SpatialForm::Dense, Some(8), true);
@@ -371,6 +361,10 @@ fn int4_graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.onnx");
@@ -447,6 +441,10 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "test-onnxruntime"),
+    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
+)]
 fn int4_with_past_files_decode_like_the_whole_sequence_in_both_runtimes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.onnx");

@@ -18,6 +18,7 @@ mod generation;
 mod hostile;
 mod import;
 mod inspect;
+mod int4;
 mod int8;
 mod layers;
 mod model;
