@@ -30,7 +30,8 @@ pub const TARGET_KEY: &str = "gmlp_onnx.target";
 /// and widths and the state bytes per token per block; absent for fixed-length models.
 pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
 
-/// How a weight-quantized model's weights are stored (`--dtype int4`): per group of
+/// How a weight-quantized model's weights are stored (`--dtype int4`,
+/// `int8-weight-only`): per group of
 /// parameters the operator, bits, block size and scale rule, and what stays float; see
 /// [`quantization_json`].
 pub const QUANTIZATION_KEY: &str = "gmlp_onnx.quantization";
@@ -73,36 +74,63 @@ pub fn quantized_parameters(graph: &Graph, suffix: &str) -> Vec<String> {
     out
 }
 
+/// A group of block-quantized weights as the metadata describes it.
+fn block_group(bits: usize, accuracy_level: i64, parameters: Vec<String>) -> serde_json::Value {
+    json!({
+        "op": "com.microsoft.MatMulNBits",
+        "bits": bits,
+        "block_size": BLOCK_SIZE,
+        "block_axis": "K (input features)",
+        "scales": format!(
+            "f32 [N, K/{BLOCK_SIZE}], m/-{} for the block's largest-magnitude value m, rounded to f16",
+            1 << (bits - 1)
+        ),
+        "zero_points": format!("none (the default {}: symmetric)", 1 << (bits - 1)),
+        "accuracy_level": accuracy_level,
+        "parameters": parameters,
+    })
+}
+
+/// Whether a parameter is a token model's vocabulary projection (tied or its own).
+fn is_head(parameter: &str) -> bool {
+    matches!(parameter, "embed.weight" | "head.weight")
+}
+
 /// What a weight-quantized model records about its weights (metadata
-/// `gmlp_onnx.quantization`): for `--dtype int4`, the block-quantized projections
-/// (operator, bits, block, scale rule, `accuracy_level`, parameters), the int8 head and what
-/// stays float. `None` for other precisions (int8 files carry their form in the config).
+/// `gmlp_onnx.quantization`): for `--dtype int4` and `int8-weight-only`, the block-quantized
+/// projections (operator, bits, block, scale rule, `accuracy_level`, parameters), the head
+/// and what stays float. `None` for other precisions (int8 files carry their form in the
+/// config).
 pub fn quantization_json(
     cfg: &GmlpConfig,
     graph: &Graph,
     accuracy_level: i64,
 ) -> Result<Option<String>> {
-    if cfg.dtype != Precision::Int4 {
-        return Ok(None);
-    }
+    let (projections, head) = match cfg.dtype {
+        Precision::Int4 => (
+            block_group(4, accuracy_level, quantized_parameters(graph, ".int4")),
+            json!({
+                "op": "DynamicQuantizeLinear + MatMulInteger",
+                "bits": 8,
+                "scales": "f32 per output channel, max|w|/127",
+                "parameters": quantized_parameters(graph, ".int8"),
+            }),
+        ),
+        Precision::Int8WeightOnly => {
+            let (head, rest): (Vec<String>, Vec<String>) = quantized_parameters(graph, ".int8")
+                .into_iter()
+                .partition(|p| is_head(p));
+            (
+                block_group(8, accuracy_level, rest),
+                block_group(8, accuracy_level, head),
+            )
+        }
+        Precision::F32 | Precision::F16 | Precision::Int8 => return Ok(None),
+    };
     let value = json!({
-        "dtype": "int4",
-        "projections": {
-            "op": "com.microsoft.MatMulNBits",
-            "bits": 4,
-            "block_size": BLOCK_SIZE,
-            "block_axis": "K (input features)",
-            "scales": "f32 [N, K/32], m/-8 for the block's largest-magnitude value m, rounded to f16",
-            "zero_points": "none (the default 8: symmetric)",
-            "accuracy_level": accuracy_level,
-            "parameters": quantized_parameters(graph, ".int4"),
-        },
-        "head": {
-            "op": "DynamicQuantizeLinear + MatMulInteger",
-            "bits": 8,
-            "scales": "f32 per output channel, max|w|/127",
-            "parameters": quantized_parameters(graph, ".int8"),
-        },
+        "dtype": cfg.dtype.name(),
+        "projections": projections,
+        "head": head,
         "float": "embedding gather, spatial projection, norms, biases, attention scores and softmax, activations, logits",
     });
     serde_json::to_string(&value)

@@ -207,15 +207,18 @@ impl BuildTarget {
         Ok(())
     }
 
-    /// Refuses `--dtype int4` for every profile but `ort`: its projections are ONNX
-    /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; tract and
-    /// OpenVINO read it too), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and onnx2torch
-    /// do not have.
+    /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort`: their
+    /// projections are ONNX
+    /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; OpenVINO
+    /// reads it too, tract its 4-bit form), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and
+    /// onnx2torch do not have.
     pub fn check_dtype(&self, dtype: Precision) -> Result<()> {
         let t = self.target;
-        if dtype == Precision::Int4 && t != Target::Ort {
+        let block = matches!(dtype, Precision::Int4 | Precision::Int8WeightOnly);
+        if block && t != Target::Ort {
             return Err(Error::InvalidArgument(format!(
-                "--dtype int4 uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, tract, OpenVINO), which --target {} consumers cannot read; use --target ort",
+                "--dtype {} uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, OpenVINO), which --target {} consumers cannot read; use --target ort",
+                dtype.name(),
                 t.name()
             )));
         }

@@ -73,6 +73,10 @@ pub struct RuntimeOptions {
     /// Enable ONNX Runtime profiling with this file prefix, so that [`Runtime::placement`]
     /// can report where each node ran.
     pub ort_profile_prefix: Option<std::path::PathBuf>,
+    /// tract: run `MatMulNBits` nodes it cannot read (8-bit codes) as `MatMul`s on the
+    /// weights dequantized from the file ([`crate::onnx::dequantize`]), saying so in
+    /// [`Runtime::note`]; off: such a file fails to load.
+    pub tract_dequantize_nbits: bool,
 }
 
 /// Number of graph nodes that ran on each execution provider, by provider name.
@@ -89,6 +93,11 @@ pub trait Runtime {
     /// Later runs are not profiled.
     fn placement(&mut self) -> Result<Option<Placement>> {
         Ok(None)
+    }
+    /// What the runtime did differently from running the file as it is (e.g. tract's
+    /// dequantized 8-bit `MatMulNBits`), for reports; `None` when nothing.
+    fn note(&self) -> Option<String> {
+        None
     }
     /// One run of a model with state: `inputs` plus the values held in `state`, matched
     /// by name. Each output named as the `present` of a pair in `carry` (present, past)
@@ -242,7 +251,10 @@ pub fn missing_output(name: &str) -> Error {
 /// Loads `model` in the runtime `kind`.
 pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
     match kind {
-        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load(model)?)),
+        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_with(
+            model,
+            options.tract_dequantize_nbits,
+        )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
             model,
             kind == RuntimeKind::OrtCuda,

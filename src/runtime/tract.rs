@@ -14,6 +14,19 @@ pub struct TractRuntime {
     plan: Arc<TypedRunnableModel>,
     input_names: Vec<String>,
     output_names: Vec<String>,
+    /// Nodes run as MatMul on dequantized weights, if any.
+    dequantized: usize,
+}
+
+/// MatMulNBits code widths tract 0.23 reads itself (`tract-onnx`'s `mat_mul_nbits`).
+const TRACT_NBITS: [i64; 2] = [2, 4];
+
+/// Whether `model` has `MatMulNBits` nodes with codes tract does not read (see
+/// [`TractRuntime::load_with`]).
+pub fn needs_dequantizing(model: &crate::onnx::proto::ModelProto) -> bool {
+    crate::onnx::dequantize::nbits_widths(model)
+        .iter()
+        .any(|b| !TRACT_NBITS.contains(b))
 }
 
 fn failed(e: impl std::fmt::Display) -> Error {
@@ -26,11 +39,21 @@ fn failed(e: impl std::fmt::Display) -> Error {
 impl TractRuntime {
     /// Loads and optimizes `path` (external data files are resolved beside it).
     pub fn load(path: &Path) -> Result<Self> {
-        contain_panic("tract", || Self::load_unguarded(path))
+        Self::load_with(path, false)
     }
 
-    fn load_unguarded(path: &Path) -> Result<Self> {
-        let model = tract_onnx::onnx().model_for_path(path).map_err(failed)?;
+    /// [`Self::load`]; with `dequantize_nbits`, the `MatMulNBits` nodes tract cannot read
+    /// (8-bit codes) become `MatMul`s on weights dequantized from the file's blocks.
+    pub fn load_with(path: &Path, dequantize_nbits: bool) -> Result<Self> {
+        contain_panic("tract", || Self::load_unguarded(path, dequantize_nbits))
+    }
+
+    fn load_unguarded(path: &Path, dequantize_nbits: bool) -> Result<Self> {
+        let (model, dequantized) = if dequantize_nbits {
+            Self::parse_dequantized(path)?
+        } else {
+            (tract_onnx::onnx().model_for_path(path).map_err(failed)?, 0)
+        };
         let input_names = model
             .input_outlets()
             .map_err(failed)?
@@ -57,7 +80,32 @@ impl TractRuntime {
             plan,
             input_names,
             output_names,
+            dequantized,
         })
+    }
+
+    /// The model at `path` with its unreadable MatMulNBits nodes dequantized, parsed by
+    /// tract (external data still resolved beside `path`), and how many were rewritten.
+    fn parse_dequantized(path: &Path) -> Result<(InferenceModel, usize)> {
+        let mut proto = crate::onnx::reader::read_model(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let n = crate::onnx::dequantize::dequantize_matmul_nbits(&mut proto, dir, |bits| {
+            TRACT_NBITS.contains(&bits)
+        })?;
+        let bytes = prost::Message::encode_to_vec(&proto);
+        drop(proto);
+        let onnx = tract_onnx::onnx();
+        let pb = onnx
+            .proto_model_for_read(&mut bytes.as_slice())
+            .map_err(failed)?;
+        let parsed = onnx.parse(&pb, dir.to_str()).map_err(failed)?;
+        if !parsed.unresolved_inputs.is_empty() {
+            return Err(failed(format!(
+                "could not resolve inputs {:?}",
+                parsed.unresolved_inputs
+            )));
+        }
+        Ok((parsed.model, n))
     }
 }
 
@@ -68,6 +116,15 @@ impl Runtime for TractRuntime {
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
         contain_panic("tract", || self.run_unguarded(inputs))
+    }
+
+    fn note(&self) -> Option<String> {
+        (self.dequantized > 0).then(|| {
+            format!(
+                "{} MatMulNBits nodes with codes tract does not read (it reads 2 and 4 bits) ran as MatMul on weights gmlp-onnx dequantized from the file's blocks",
+                self.dequantized
+            )
+        })
     }
 }
 

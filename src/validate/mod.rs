@@ -116,6 +116,9 @@ pub fn validate_with_progress(
     check_options(options)?;
     let model = read_model(path)?;
     check_external_data(&model, path)?;
+    // tract reads 4-bit MatMulNBits, not 8-bit: those nodes run in tract on the file's
+    // weights dequantized by us, and the report says so.
+    let tract_dequantize = crate::runtime::tract::needs_dequantizing(&model);
     let resolved = options.tolerance.check()?.resolve(
         stored_config(&model).map(|c| c.dtype),
         options.runtime.cuda_tf32,
@@ -130,7 +133,7 @@ pub fn validate_with_progress(
         .collect();
     drop(model);
     let expected = read_expected(options, &output_names)?;
-    let loaded = load_runtimes(path, options, progress)?;
+    let loaded = load_runtimes(path, options, tract_dequantize, progress)?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
     let mut opened = Vec::new();

@@ -157,10 +157,12 @@ pub(super) fn read_expected(
 
 /// Every runtime loaded (with its load time in ms) before any runs, so that an
 /// unavailable one fails fast; ONNX Runtime profiles into the temporary folder, for the
-/// placement check.
+/// placement check; with `tract_dequantize`, tract runs the MatMulNBits nodes it cannot
+/// read on dequantized weights (and says so in its report's note).
 pub(super) fn load_runtimes(
     path: &Path,
     options: &ValidateOptions,
+    tract_dequantize: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Loaded>> {
     let profile_dir = std::env::temp_dir();
@@ -170,6 +172,7 @@ pub(super) fn load_runtimes(
         .map(|&kind| {
             progress(&format!("loading {}", kind.name()));
             let mut rt_options = options.runtime.clone();
+            rt_options.tract_dequantize_nbits |= tract_dequantize;
             if kind != RuntimeKind::Tract {
                 rt_options.ort_profile_prefix = Some(profile_dir.join(format!(
                     "gmlp-onnx-profile-{}-{}",
@@ -224,6 +227,7 @@ pub(super) fn run_one(
     };
     let report = RuntimeReport {
         name: rt.name().to_string(),
+        note: rt.note(),
         load_ms,
         first_run_ms,
         providers,

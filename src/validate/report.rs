@@ -43,6 +43,10 @@ pub struct BenchReport {
 pub struct RuntimeReport {
     /// Runtime name (`tract`, `ort-cpu`, `ort-cuda`).
     pub name: String,
+    /// What the runtime ran differently from the file as it is (tract: 8-bit MatMulNBits
+    /// nodes as MatMul on the file's weights dequantized by gmlp-onnx); absent when nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Wall time of loading and preparing the model (tract: parse and optimize; ONNX
     /// Runtime: session creation with its graph optimizations) in milliseconds.
     pub load_ms: f64,
@@ -104,6 +108,9 @@ impl ValidationReport {
                 "ran    {:<9} load {:>9.1} ms, first run {:>9.1} ms (includes warm-up)\n",
                 r.name, r.load_ms, r.first_run_ms
             );
+            if let Some(note) = &r.note {
+                s += &format!("note   {:<9} {note}\n", r.name);
+            }
             if let Some(p) = &r.providers {
                 let list: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 s += &format!(
@@ -124,7 +131,7 @@ impl ValidationReport {
             self.tolerance.atol,
             self.tolerance.rtol,
             match self.precision {
-                Some(p) => format!(" (model precision {})", format!("{p:?}").to_lowercase()),
+                Some(p) => format!(" (model precision {})", p.name()),
                 None => String::new(),
             }
         );

@@ -20,7 +20,8 @@ pub const TF32_RTOL: f64 = 1e-2;
 ///   7e-5 to 4.1e-3 relative on 2- and 4-block models, f16 vs the f32 model up to 1.0e-3.
 /// - int8 and int4: rtol 0.1, atol 1e-3 ([`Tolerance::INT8`], which says why: both
 ///   quantize the vocabulary head's input on the fly, and ONNX Runtime's int4 kernel
-///   quantizes each projection's input per block of 32, which tract does not).
+///   quantizes each projection's input per block of 32, which tract does not); the same
+///   for weight-only int8.
 pub fn default_tolerance(precision: Option<Precision>) -> Tolerance {
     match precision.unwrap_or_default() {
         Precision::F32 => Tolerance {
@@ -31,7 +32,7 @@ pub fn default_tolerance(precision: Option<Precision>) -> Tolerance {
             rtol: 1e-2,
             atol: 1e-4,
         },
-        Precision::Int8 | Precision::Int4 => Tolerance::INT8,
+        Precision::Int8 | Precision::Int4 | Precision::Int8WeightOnly => Tolerance::INT8,
     }
 }
 

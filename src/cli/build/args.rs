@@ -61,6 +61,9 @@ pub enum DtypeArg {
     /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), vocabulary
     /// head as int8; activations, embedding, spatial MatMul, norms and logits in f32.
     Int4,
+    /// Weight-only int8 projections and vocabulary head (blocks of 32, MatMulNBits with 8
+    /// bits); activations, embedding, spatial MatMul, norms and logits in f32.
+    Int8WeightOnly,
 }
 
 /// The state form of `--with-past` (docs/static-state.md).

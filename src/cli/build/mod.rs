@@ -342,6 +342,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         DtypeArg::F16 => Precision::F16,
         DtypeArg::Int8 => Precision::Int8,
         DtypeArg::Int4 => Precision::Int4,
+        DtypeArg::Int8WeightOnly => Precision::Int8WeightOnly,
     };
     target.check(cfg.spatial)?;
     target.check_dtype(cfg.dtype)?;

@@ -98,13 +98,20 @@ pub enum Precision {
     /// [`Precision::Int8`]; everything else in f32 (see [`crate::onnx::nbits`] and
     /// docs/quantization.md).
     Int4,
+    /// Weight-only int8: the projections and the vocabulary head stored in blocks of 32
+    /// along K, 8-bit codes, one f16-exact scale per block, run as `MatMulNBits` (bits 8);
+    /// activations and everything else in f32 (docs/quantization.md).
+    #[serde(rename = "int8-weight-only")]
+    Int8WeightOnly,
 }
 
 impl Precision {
     /// The element type of activations and of the weights that are not quantized.
     pub fn elem(self) -> ElemType {
         match self {
-            Precision::F32 | Precision::Int8 | Precision::Int4 => ElemType::F32,
+            Precision::F32 | Precision::Int8 | Precision::Int4 | Precision::Int8WeightOnly => {
+                ElemType::F32
+            }
             Precision::F16 => ElemType::F16,
         }
     }
@@ -116,6 +123,7 @@ impl Precision {
             Precision::F16 => "f16",
             Precision::Int8 => "int8",
             Precision::Int4 => "int4",
+            Precision::Int8WeightOnly => "int8-weight-only",
         }
     }
 }

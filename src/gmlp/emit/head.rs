@@ -34,12 +34,18 @@ impl Emitter {
         self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
             (Task::Tokens { .. }, Some(table)) if tied => {
                 // Output projection tied to the embedding: logits = h · Eᵀ + bias.
-                // int8 and int4 models: an int8 copy of the table for the head.
-                let logits = if s.head_form() == WeightForm::Float {
-                    let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
-                    s.g.matmul("vocab_projection", h, &table_t)?
-                } else {
-                    s.tied_head_int8("vocab_projection", h, "embed.weight")?
+                // Quantized models: an int8 copy of the table for the head.
+                let logits = match s.head_form() {
+                    WeightForm::Float => {
+                        let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
+                        s.g.matmul("vocab_projection", h, &table_t)?
+                    }
+                    WeightForm::DynamicInt8 => {
+                        s.tied_head_int8("vocab_projection", h, "embed.weight")?
+                    }
+                    WeightForm::Block { bits } => {
+                        s.tied_head_block("vocab_projection", h, "embed.weight", bits)?
+                    }
                 };
                 let bias = s.param("head.bias")?;
                 s.g.add("vocab_bias", &logits, &bias)

@@ -45,16 +45,18 @@ impl Emitter {
             Precision::F32 | Precision::F16 => WeightForm::Float,
             Precision::Int8 => WeightForm::DynamicInt8,
             Precision::Int4 => WeightForm::Block { bits: 4 },
+            Precision::Int8WeightOnly => WeightForm::Block { bits: 8 },
         }
     }
 
     /// The form of a token model's vocabulary projection: int8 (dynamic) in int8 and int4
     /// models (4 bits there cost the trained fixtures about twice the logits error of the
-    /// projections together; docs/quantization.md).
+    /// projections together; docs/quantization.md), 8-bit blocks in weight-only int8 ones.
     pub(crate) fn head_form(&self) -> WeightForm {
         match self.cfg.dtype {
             Precision::F32 | Precision::F16 => WeightForm::Float,
             Precision::Int8 | Precision::Int4 => WeightForm::DynamicInt8,
+            Precision::Int8WeightOnly => WeightForm::Block { bits: 8 },
         }
     }
 
@@ -211,6 +213,24 @@ impl Emitter {
             },
         )?;
         self.g.matmul_nbits(local, x, &q, &scales, attrs)
+    }
+
+    /// The tied vocabulary projection `h · Eᵀ` in 8-bit blocks: the embedding transposed to
+    /// `[d, vocab]` and quantized along d, stored as `embed.weight.transposed.int8` with its
+    /// block scales, beside the exact f32 table that the input `Gather` keeps using.
+    pub(crate) fn tied_head_block(
+        &mut self,
+        local: &str,
+        h: &Value,
+        table: &str,
+        bits: usize,
+    ) -> Result<Value> {
+        let shape = self.spec(table)?.shape;
+        let [vocab, d] = shape[..] else {
+            return Err(Error::Internal(format!("{table}: the embedding is 2-D")));
+        };
+        let t = move |v: Vec<f32>| transpose(&v, vocab, d);
+        self.block_matmul(local, h, table, ".transposed", (d, vocab), bits, t)
     }
 
     /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the

@@ -1,0 +1,253 @@
+//! Rewrites `com.microsoft.MatMulNBits` nodes of a decoded model as plain `MatMul`s on f32
+//! weights dequantized from the node's packed blocks ([`crate::onnx::nbits`]), for a
+//! runtime that cannot read the node as it is (tract 0.23 reads 2- and 4-bit codes, not
+//! 8-bit ones). The weight values are the file's own: its bytes and scales, unpacked here.
+//! Only the form this tool writes is accepted (constant `B` and `scales` initializers, no
+//! zero points, no `g_idx`); an optional bias becomes an `Add`.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::onnx::nbits::dequantize_packed;
+use crate::onnx::proto as onnx;
+use crate::onnx::reader::external_reference;
+
+/// The op type and domain rewritten.
+const OP: (&str, &str) = ("MatMulNBits", "com.microsoft");
+
+fn bad(reason: String) -> Error {
+    Error::BadTensor(format!("dequantizing MatMulNBits: {reason}"))
+}
+
+fn attr_int(node: &onnx::NodeProto, name: &str) -> Option<i64> {
+    node.attribute
+        .iter()
+        .find(|a| a.name() == name)
+        .map(|a| a.i())
+}
+
+/// The bytes of initializer `t`: its `raw_data`, or its range of an external data file in
+/// `dir` (the model's folder).
+fn tensor_bytes(t: &onnx::TensorProto, dir: &Path) -> Result<Vec<u8>> {
+    if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+        return Ok(t.raw_data().to_vec());
+    }
+    use std::io::{Read, Seek, SeekFrom};
+    let r = external_reference(t).map_err(bad)?;
+    let path = dir.join(&r.location);
+    let mut f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    f.seek(SeekFrom::Start(r.offset))
+        .map_err(|e| Error::io(&path, e))?;
+    let mut bytes = Vec::new();
+    match r.length {
+        Some(n) => {
+            bytes.resize(n as usize, 0);
+            f.read_exact(&mut bytes).map_err(|e| Error::io(&path, e))?;
+        }
+        None => {
+            f.read_to_end(&mut bytes).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    Ok(bytes)
+}
+
+/// The code widths (`bits`) of the model's MatMulNBits nodes, each once.
+pub fn nbits_widths(model: &onnx::ModelProto) -> Vec<i64> {
+    let mut out = Vec::new();
+    for node in model.graph.iter().flat_map(|g| &g.node) {
+        if (node.op_type(), node.domain()) == OP {
+            let bits = attr_int(node, "bits").unwrap_or(4);
+            if !out.contains(&bits) {
+                out.push(bits);
+            }
+        }
+    }
+    out
+}
+
+/// Replaces every MatMulNBits node whose `bits` `keep` refuses by `MatMul(A, W)` with
+/// `W = dequant(B)` as a new f32 `[K, N]` initializer named `{B}.dequantized` (and `Add`
+/// of the bias, if any); drops the packed initializers nothing reads any more. `dir`
+/// resolves external data. Returns how many nodes were rewritten; on error the model is
+/// left half edited (callers drop it).
+pub fn dequantize_matmul_nbits(
+    model: &mut onnx::ModelProto,
+    dir: &Path,
+    keep: impl Fn(i64) -> bool,
+) -> Result<usize> {
+    let Some(graph) = model.graph.as_mut() else {
+        return Ok(0);
+    };
+    let mut rewritten = 0;
+    let mut replaced: Vec<String> = Vec::new();
+    let mut nodes = Vec::with_capacity(graph.node.len());
+    for node in std::mem::take(&mut graph.node) {
+        let bits = attr_int(&node, "bits").unwrap_or(4);
+        if (node.op_type(), node.domain()) != OP || keep(bits) {
+            nodes.push(node);
+            continue;
+        }
+        let name = node.name().to_string();
+        let input = |k: usize| node.input.get(k).filter(|s| !s.is_empty());
+        if input(3).is_some() || input(4).is_some() {
+            return Err(bad(format!(
+                "{name}: zero points and g_idx are not supported"
+            )));
+        }
+        let (Some(a), Some(b), Some(s)) = (input(0), input(1), input(2)) else {
+            return Err(bad(format!("{name}: needs inputs A, B and scales")));
+        };
+        let dims = |key: &str| {
+            attr_int(&node, key)
+                .filter(|&v| v > 0)
+                .map(|v| v as usize)
+                .ok_or_else(|| bad(format!("{name}: no positive {key} attribute")))
+        };
+        let (k, n, block) = (dims("K")?, dims("N")?, dims("block_size")?);
+        let find = |value: &str| {
+            graph
+                .initializer
+                .iter()
+                .find(|t| t.name() == value)
+                .ok_or_else(|| bad(format!("{name}: {value} is not a constant initializer")))
+        };
+        let packed = tensor_bytes(find(b)?, dir)?;
+        let scales_t = find(s)?;
+        if scales_t.data_type() != onnx::tensor_proto::DataType::Float as i32 {
+            return Err(bad(format!("{name}: scales {s} are not float32")));
+        }
+        let scales: Vec<f32> = tensor_bytes(scales_t, dir)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let w = dequantize_packed(&packed, &scales, k, n, bits as usize, block)?;
+        replaced.extend([b.clone(), s.clone()]);
+        let w_name = format!("{b}.dequantized");
+        graph.initializer.push(onnx::TensorProto {
+            name: Some(w_name.clone()),
+            dims: vec![k as i64, n as i64],
+            data_type: Some(onnx::tensor_proto::DataType::Float as i32),
+            raw_data: Some(w.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            ..Default::default()
+        });
+        let output = node.output.first().cloned().unwrap_or_default();
+        let bias = input(5).cloned();
+        let product = match bias {
+            Some(_) => format!("{output}_before_bias"),
+            None => output.clone(),
+        };
+        nodes.push(onnx::NodeProto {
+            name: Some(name.clone()),
+            op_type: Some("MatMul".into()),
+            domain: Some(String::new()),
+            input: vec![a.clone(), w_name],
+            output: vec![product.clone()],
+            ..Default::default()
+        });
+        if let Some(bias) = bias {
+            nodes.push(onnx::NodeProto {
+                name: Some(format!("{name}_bias")),
+                op_type: Some("Add".into()),
+                domain: Some(String::new()),
+                input: vec![product, bias],
+                output: vec![output],
+                ..Default::default()
+            });
+        }
+        rewritten += 1;
+    }
+    graph.node = nodes;
+    // The packed weights and scales of the rewritten nodes, where nothing else reads them.
+    let read: std::collections::HashSet<String> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().cloned())
+        .chain(graph.output.iter().map(|o| o.name().to_string()))
+        .collect();
+    graph
+        .initializer
+        .retain(|t| read.contains(t.name()) || !replaced.iter().any(|r| r == t.name()));
+    Ok(rewritten)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::builder::GraphBuilder;
+    use crate::onnx::graph::{Dim, ElemType, TensorData};
+    use crate::onnx::nbits::quantize;
+    use crate::onnx::quant_ops::NBits;
+    use crate::onnx::writer::{encode_model_to_vec, ModelInfo};
+    use prost::Message;
+
+    /// `a [1, 40] · W [40, 3]` as one MatMulNBits node with `bits`, decoded back.
+    fn model(bits: usize) -> (onnx::ModelProto, Vec<f32>) {
+        let (k, n) = (40, 3);
+        let w: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.37).sin()).collect();
+        let q = quantize(&w, k, n, bits, 32).unwrap();
+        let mut g = GraphBuilder::new(17).unwrap();
+        let a = g
+            .input("a", ElemType::F32, vec![Dim::Fixed(1), Dim::Fixed(k)])
+            .unwrap();
+        let packed = q.packed().into_iter().map(f32::from).collect();
+        let b = g
+            .weight_as("b", &q.packed_dims(), ElemType::U8, TensorData::F32(packed))
+            .unwrap();
+        let s = g
+            .weight("s", &q.scale_dims(), TensorData::F32(q.scales.clone()))
+            .unwrap();
+        let attrs = NBits {
+            k,
+            n,
+            bits,
+            block_size: 32,
+            accuracy_level: 4,
+        };
+        let y = g.matmul_nbits("y", &a, &b, &s, attrs).unwrap();
+        let bytes = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap();
+        (
+            onnx::ModelProto::decode(bytes.as_slice()).unwrap(),
+            q.dequantized(),
+        )
+    }
+
+    #[test]
+    fn eight_bit_nodes_become_matmuls_on_the_dequantized_weights() {
+        let (mut m, w) = model(8);
+        assert_eq!(nbits_widths(&m), vec![8]);
+        // With a bias input (the sixth), the node becomes MatMul then Add.
+        let node = &mut m.graph.as_mut().unwrap().node[0];
+        node.input.extend(["".into(), "".into(), "bias".into()]);
+        let n = dequantize_matmul_nbits(&mut m, Path::new("."), |b| b == 4).unwrap();
+        assert_eq!(n, 1);
+        let g = m.graph.as_ref().unwrap();
+        let ops: Vec<&str> = g.node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, ["MatMul", "Add"]);
+        assert_eq!(g.node[0].input, ["a", "b.dequantized"]);
+        assert_eq!(g.node[1].input, ["y_before_bias", "bias"]);
+        assert_eq!(g.node[1].output, ["y"]);
+        // The packed weight and scales are gone; the f32 weight is the dequantized one.
+        let names: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["b.dequantized"]);
+        let got: Vec<f32> = g.initializer[0]
+            .raw_data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(got, w);
+    }
+
+    #[test]
+    fn kept_widths_stay_and_zero_points_are_refused() {
+        let (mut m, _) = model(4);
+        let before = m.clone();
+        assert_eq!(
+            dequantize_matmul_nbits(&mut m, Path::new("."), |b| b == 4).unwrap(),
+            0
+        );
+        assert_eq!(m, before);
+        m.graph.as_mut().unwrap().node[0].input.push("zp".into());
+        let err = dequantize_matmul_nbits(&mut m, Path::new("."), |_| false).unwrap_err();
+        assert!(err.to_string().contains("zero points"), "{err}");
+    }
+}
