@@ -175,18 +175,26 @@ pub fn dequantize_packed(
     bits: usize,
     block_size: usize,
 ) -> Result<Vec<f32>> {
-    if !matches!(bits, 2 | 4 | 8) || block_size == 0 || !(block_size * bits).is_multiple_of(8) {
+    let blob = block_size.checked_mul(bits).filter(|x| x.is_multiple_of(8));
+    let (true, Some(blob)) = (matches!(bits, 2 | 4 | 8) && block_size > 0, blob) else {
         return Err(Error::BadTensor(format!(
             "MatMulNBits with bits {bits} and block_size {block_size} is not supported here"
         )));
-    }
+    };
+    let blob = blob / 8;
     let kb = k.div_ceil(block_size);
-    let blob = block_size * bits / 8;
-    if packed.len() != n * kb * blob || scales.len() != n * kb {
+    // Checked: the sizes come from a file's attributes (the output is then at most
+    // 32 / bits floats per packed byte, in proportion to the file).
+    let need = n
+        .checked_mul(kb)
+        .and_then(|x| Some((x, x.checked_mul(blob)?)));
+    let ok = need.is_some_and(|(s, p)| packed.len() == p && scales.len() == s && k > 0);
+    if !ok {
+        let (s, p) = need.map_or(("overflow".into(), "overflow".into()), |(s, p)| {
+            (s.to_string(), p.to_string())
+        });
         return Err(Error::BadTensor(format!(
-            "MatMulNBits K={k} N={n} bits={bits} block_size={block_size} needs {} packed bytes and {} scales, got {} and {}",
-            n * kb * blob,
-            n * kb,
+            "MatMulNBits K={k} N={n} bits={bits} block_size={block_size} needs {p} packed bytes and {s} scales, got {} and {}",
             packed.len(),
             scales.len()
         )));
@@ -298,5 +306,8 @@ mod tests {
         assert!(quantize(&[1.0; 5], 3, 2, 4, 32).is_err());
         let err = dequantize_packed(&[0; 3], &[1.0; 2], 3, 2, 4, 16).unwrap_err();
         assert!(err.to_string().contains("needs 16 packed bytes"), "{err}");
+        // Attributes of a hostile file: no overflow, no allocation, one error.
+        let err = dequantize_packed(&[0; 16], &[1.0], usize::MAX, usize::MAX, 4, 32).unwrap_err();
+        assert!(err.to_string().contains("overflow"), "{err}");
     }
 }
