@@ -21,8 +21,15 @@ and times (a) one decoding step of the with-past file after a 448-token past (se
 sessions' runs interleaved (A B C … A B C …). Also prints the weight bytes a step reads and
 the max relative logits error vs f32 of the whole forward.
 
+With `--spatial` it answers instead whether the spatial projection W · LN(z2) should be
+int4 too: on the fixed-length file (n = 512) it times whole forwards of nbits4-acc4 with
+the spatial MatMul in f32 (W gathered from its Toeplitz vector) against the same file with
+it as (uᵀ · Wᵀ)ᵀ, Wᵀ [n, n] quantized per block of 32 along its input (token) axis,
+as MatMulNBits (the constant must be MatMulNBits' second operand). A decoding step reads
+one row of W (n values), which quantization cannot make cheaper.
+
 Usage: python bench/int4_forms.py --exe target/release/gmlp-onnx [--work DIR] [--runs 40]
-       [--forward-runs 5] [--threads 2] [--only f32,nbits4,...]
+       [--forward-runs 5] [--threads 2] [--only f32,nbits4,...] [--spatial]
 Bench helper only (onnx, onnxruntime, numpy: the project's .venv).
 """
 import argparse
@@ -153,6 +160,64 @@ def rewrite(src, dst, form):
     onnx.save(m, dst)
 
 
+def spatial_int4(src, dst):
+    """`src` with each block's spatial MatMul(W, u) as Transpose → MatMulNBits(Wᵀ) → Transpose."""
+    m = onnx.load(src)
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    consts = {n.output[0]: n for n in g.node if n.op_type == "Constant"}
+    gathers = {n.output[0]: n for n in g.node if n.op_type == "Gather"}
+    nodes = []
+    for nd in g.node:
+        if not nd.name.endswith("/sgu/spatial_matmul"):
+            nodes.append(nd)
+            continue
+        gather = gathers[nd.input[0]]
+        vec = numpy_helper.to_array(inits[gather.input[0]])
+        index = numpy_helper.to_array(consts[gather.input[1]].attribute[0].t)
+        w = vec[index]  # [n, n]
+        qb, sc = nbits_inputs(nd.name, np.ascontiguousarray(w.T), 4)  # K = n tokens in
+        n = w.shape[0]
+        p = nd.name
+        nodes += [
+            helper.make_node("Transpose", [nd.input[1]], [p + "_ut"], perm=[0, 2, 1]),
+            helper.make_node("MatMulNBits", [p + "_ut", qb.name, sc.name], [p + "_mt"],
+                             domain="com.microsoft", K=n, N=n, bits=4, block_size=BLOCK,
+                             accuracy_level=4),
+            helper.make_node("Transpose", [p + "_mt"], list(nd.output), perm=[0, 2, 1]),
+        ]
+        g.initializer.extend([qb, sc])
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]
+    onnx.save(m, dst)
+
+
+def spatial_experiment(a, work):
+    base = os.path.join(work, "fixed-f32.onnx")
+    if not os.path.exists(base):
+        subprocess.run([a.exe, "build", *CONFIG, "--fixed-seq", "-q", "-o", base], check=True)
+    q = os.path.join(work, "fixed-nbits4-acc4.onnx")
+    qs = os.path.join(work, "fixed-nbits4-acc4-spatial4.onnx")
+    if not os.path.exists(q):
+        rewrite(base, q, "nbits4-acc4")
+    if not os.path.exists(qs):
+        spatial_int4(q, qs)
+    names = ["spatial f32", "spatial int4 (uᵀ·Wᵀ)ᵀ"]
+    sessions = [session(p, a.threads) for p in (q, qs)]
+    ids = {"input_ids": np.random.default_rng(0).integers(0, 32000, (1, 512), dtype=np.int64)}
+    outs = [s.run(["logits"], ids)[0] for s in sessions]
+    fwd = interleaved(sessions, [ids, ids], a.forward_runs)
+    err = float(np.abs(outs[1] - outs[0]).max() / np.abs(outs[0]).max())
+    print(f"amlp-base `--layers 6 --causal --fixed-seq --opset 21` as nbits4-acc4, ONNX Runtime "
+          f"{ort.__version__} CPU, {a.threads} threads, batch 1, whole forward n = 512, median of "
+          f"{a.forward_runs} interleaved runs.\n")
+    print("| spatial projection | whole forward ms | vs f32 spatial | logits max rel diff |")
+    print("|---|---|---|---|")
+    for k, nm in enumerate(names):
+        print(f"| {nm} | {fwd[k]:.1f} | {fwd[k] / fwd[0]:.2f} | {err if k else 0:.1e} |")
+
+
 def session(path, threads):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -206,10 +271,14 @@ def main():
     ap.add_argument("--forward-runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--past", type=int, default=448)
+    ap.add_argument("--spatial", action="store_true")
     ap.add_argument("--only", default="f32,nbits4,nbits4-acc4,dq4,nbits8,nbits8-acc4,dq8,int8-dynamic")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="gmlp-int4-forms-")
     os.makedirs(work, exist_ok=True)
+    if a.spatial:
+        spatial_experiment(a, work)
+        return
     forms = a.only.split(",")
     files = {}
     for kind, extra in (("past", ["--with-past"]), ("var", [])):

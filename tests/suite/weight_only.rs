@@ -283,7 +283,11 @@ fn quantized_fixtures_keep_their_logits_and_next_token_predictions() {
             }];
             let t = f32_output(&rt.run(&feed).unwrap());
             let between = rel_diff(&t, &out);
-            eprintln!("{name}: {dtype} tract vs ONNX Runtime {between:.2e}");
+            let (t_l2, t_max) = (rel_l2(&t, &reference), rel_diff(&t, &reference));
+            eprintln!(
+                "{name}: {dtype} tract vs f32: L2 {t_l2:.2e}, max-norm {t_max:.2e}; tract vs ONNX Runtime {between:.2e}"
+            );
+            assert!(t_l2 <= max_l2 && t_max <= max_norm, "{name} {dtype} tract");
             assert!(between <= Tolerance::INT8.rtol, "{name}: {between:e}");
         }
         eprintln!(
