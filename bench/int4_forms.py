@@ -28,8 +28,14 @@ it as (uᵀ · Wᵀ)ᵀ, Wᵀ [n, n] quantized per block of 32 along its input (
 as MatMulNBits (the constant must be MatMulNBits' second operand). A decoding step reads
 one row of W (n values), which quantization cannot make cheaper.
 
+With `--static FILE` it times instead one decoding step of a static-state with-past file
+(inputs `position` [batch] and fixed-size `past_*` [1, n, ·], outputs `present_*` bound onto
+the same buffers through I/O binding, so the state is written in place) as built and
+rewritten in the `--only` forms, sessions interleaved, at the past length `--past`.
+
 Usage: python bench/int4_forms.py --exe target/release/gmlp-onnx [--work DIR] [--runs 40]
        [--forward-runs 5] [--threads 2] [--only f32,nbits4,...] [--spatial]
+       [--static FILE --only f32,nbits4-acc4+hdyn8,nbits4-acc4,nbits8-acc4]
 Bench helper only (onnx, onnxruntime, numpy: the project's .venv).
 """
 import argparse
@@ -218,6 +224,53 @@ def spatial_experiment(a, work):
         print(f"| {nm} | {fwd[k]:.1f} | {fwd[k] / fwd[0]:.2f} | {err if k else 0:.1e} |")
 
 
+def static_experiment(a, work):
+    """Steps of a static-state file and its rewrites, state bound in place (module docstring)."""
+    forms = a.only.split(",")
+    sessions = []
+    for form in forms:
+        path = a.static
+        if form != "f32":
+            path = os.path.join(work, f"static-{form}.onnx")
+            if not os.path.exists(path):
+                rewrite(a.static, path, form)
+        s = session(path, a.threads)
+        b = s.io_binding()
+        rng = np.random.default_rng(0)
+        state = {}
+        for i in s.get_inputs():
+            if i.name.startswith("past_"):
+                v = rng.standard_normal((1, *i.shape[1:])).astype(np.float32)
+                state[i.name] = ort.OrtValue.ortvalue_from_numpy(v)
+                b.bind_ortvalue_input(i.name, state[i.name])
+        b.bind_cpu_input("input_ids", np.array([[17]], np.int64))
+        b.bind_cpu_input("position", np.array([a.past], np.int64))
+        for o in s.get_outputs():
+            if o.name.startswith("present_"):
+                b.bind_ortvalue_output(o.name, state["past_" + o.name[len("present_"):]])
+            else:
+                b.bind_output(o.name)
+        for _ in range(3):
+            s.run_with_iobinding(b)
+        sessions.append((form, s, b, weight_bytes_read_by_step(path)))
+    times = {f: [] for f, *_ in sessions}
+    for _ in range(a.runs):
+        for form, s, b, _ in sessions:
+            t0 = time.perf_counter()
+            s.run_with_iobinding(b)
+            times[form].append(1e3 * (time.perf_counter() - t0))
+    print(f"{os.path.basename(a.static)}, ONNX Runtime {ort.__version__} CPU, {a.threads} threads, "
+          f"one step at position {a.past}, state written in place (I/O binding), median of "
+          f"{a.runs} interleaved runs.\n")
+    print("| form | weight MB read per step | step ms (median) | min ms | vs f32 |")
+    print("|---|---|---|---|---|")
+    ref = float(np.median(times[forms[0]]))
+    for form, _, _, mb in sessions:
+        t = times[form]
+        print(f"| {form} | {mb / 1e6:.1f} | {np.median(t):.2f} | {min(t):.2f} | "
+              f"{np.median(t) / ref:.2f} |")
+
+
 def session(path, threads):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -272,12 +325,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--past", type=int, default=448)
     ap.add_argument("--spatial", action="store_true")
+    ap.add_argument("--static", default=None, help="a static-state with-past file")
     ap.add_argument("--only", default="f32,nbits4,nbits4-acc4,dq4,nbits8,nbits8-acc4,dq8,int8-dynamic")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="gmlp-int4-forms-")
     os.makedirs(work, exist_ok=True)
     if a.spatial:
         spatial_experiment(a, work)
+        return
+    if a.static:
+        static_experiment(a, work)
         return
     forms = a.only.split(",")
     files = {}
