@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::onnx::nbits::dequantize_packed;
 use crate::onnx::proto as onnx;
-use crate::onnx::reader::external_reference;
+use crate::onnx::values::tensor_f32;
 
 /// The op type and domain rewritten.
 const OP: (&str, &str) = ("MatMulNBits", "com.microsoft");
@@ -24,31 +24,6 @@ fn attr_int(node: &onnx::NodeProto, name: &str) -> Option<i64> {
         .iter()
         .find(|a| a.name() == name)
         .map(|a| a.i())
-}
-
-/// The bytes of initializer `t`: its `raw_data`, or its range of an external data file in
-/// `dir` (the model's folder).
-fn tensor_bytes(t: &onnx::TensorProto, dir: &Path) -> Result<Vec<u8>> {
-    if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
-        return Ok(t.raw_data().to_vec());
-    }
-    use std::io::{Read, Seek, SeekFrom};
-    let r = external_reference(t).map_err(bad)?;
-    let path = dir.join(&r.location);
-    let mut f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-    f.seek(SeekFrom::Start(r.offset))
-        .map_err(|e| Error::io(&path, e))?;
-    let mut bytes = Vec::new();
-    match r.length {
-        Some(n) => {
-            bytes.resize(n as usize, 0);
-            f.read_exact(&mut bytes).map_err(|e| Error::io(&path, e))?;
-        }
-        None => {
-            f.read_to_end(&mut bytes).map_err(|e| Error::io(&path, e))?;
-        }
-    }
-    Ok(bytes)
 }
 
 /// The code widths (`bits`) of the model's MatMulNBits nodes, each once.
@@ -67,12 +42,13 @@ pub fn nbits_widths(model: &onnx::ModelProto) -> Vec<i64> {
 
 /// Replaces every MatMulNBits node whose `bits` `keep` refuses by `MatMul(A, W)` with
 /// `W = dequant(B)` as a new f32 `[K, N]` initializer named `{B}.dequantized` (and `Add`
-/// of the bias, if any); drops the packed initializers nothing reads any more. `dir`
-/// resolves external data. Returns how many nodes were rewritten; on error the model is
+/// of the bias, if any); drops the packed initializers nothing reads any more.
+/// `model_path` locates external data (its values are read by [`tensor_f32`], sizes
+/// checked). Returns how many nodes were rewritten; on error the model is
 /// left half edited (callers drop it).
 pub fn dequantize_matmul_nbits(
     model: &mut onnx::ModelProto,
-    dir: &Path,
+    model_path: &Path,
     keep: impl Fn(i64) -> bool,
 ) -> Result<usize> {
     let Some(graph) = model.graph.as_mut() else {
@@ -111,15 +87,19 @@ pub fn dequantize_matmul_nbits(
                 .find(|t| t.name() == value)
                 .ok_or_else(|| bad(format!("{name}: {value} is not a constant initializer")))
         };
-        let packed = tensor_bytes(find(b)?, dir)?;
-        let scales_t = find(s)?;
-        if scales_t.data_type() != onnx::tensor_proto::DataType::Float as i32 {
-            return Err(bad(format!("{name}: scales {s} are not float32")));
+        let (b_t, s_t) = (find(b)?, find(s)?);
+        let float = onnx::tensor_proto::DataType::Float as i32;
+        if b_t.data_type() != onnx::tensor_proto::DataType::Uint8 as i32 || s_t.data_type() != float
+        {
+            return Err(bad(format!(
+                "{name}: B is not uint8 or scales are not float32"
+            )));
         }
-        let scales: Vec<f32> = tensor_bytes(scales_t, dir)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        let packed: Vec<u8> = tensor_f32(b_t, model_path)?
+            .into_iter()
+            .map(|v| v as u8)
             .collect();
+        let scales = tensor_f32(s_t, model_path)?;
         let w = dequantize_packed(&packed, &scales, k, n, bits as usize, block)?;
         replaced.extend([b.clone(), s.clone()]);
         let w_name = format!("{b}.dequantized");
@@ -218,7 +198,7 @@ mod tests {
         // With a bias input (the sixth), the node becomes MatMul then Add.
         let node = &mut m.graph.as_mut().unwrap().node[0];
         node.input.extend(["".into(), "".into(), "bias".into()]);
-        let n = dequantize_matmul_nbits(&mut m, Path::new("."), |b| b == 4).unwrap();
+        let n = dequantize_matmul_nbits(&mut m, Path::new("m.onnx"), |b| b == 4).unwrap();
         assert_eq!(n, 1);
         let g = m.graph.as_ref().unwrap();
         let ops: Vec<&str> = g.node.iter().map(|n| n.op_type()).collect();
@@ -242,12 +222,12 @@ mod tests {
         let (mut m, _) = model(4);
         let before = m.clone();
         assert_eq!(
-            dequantize_matmul_nbits(&mut m, Path::new("."), |b| b == 4).unwrap(),
+            dequantize_matmul_nbits(&mut m, Path::new("m.onnx"), |b| b == 4).unwrap(),
             0
         );
         assert_eq!(m, before);
         m.graph.as_mut().unwrap().node[0].input.push("zp".into());
-        let err = dequantize_matmul_nbits(&mut m, Path::new("."), |_| false).unwrap_err();
+        let err = dequantize_matmul_nbits(&mut m, Path::new("m.onnx"), |_| false).unwrap_err();
         assert!(err.to_string().contains("zero points"), "{err}");
     }
 }

@@ -89,7 +89,7 @@ impl TractRuntime {
     fn parse_dequantized(path: &Path) -> Result<(InferenceModel, usize)> {
         let mut proto = crate::onnx::reader::read_model(path)?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let n = crate::onnx::dequantize::dequantize_matmul_nbits(&mut proto, dir, |bits| {
+        let n = crate::onnx::dequantize::dequantize_matmul_nbits(&mut proto, path, |bits| {
             TRACT_NBITS.contains(&bits)
         })?;
         let bytes = prost::Message::encode_to_vec(&proto);
