@@ -11,26 +11,29 @@ by side in one run:
   static f32 op24    `--with-past static --opset 24`: TensorScatter instead of ScatterND
   static f32 batch B `generate --prompts-file` with B prompts of different lengths (448,
                      444, 440, ... tokens) decoded together; tokens/s of all sequences
+  growing / static int4, int8-weight-only, int8   the same with `--dtype` weights
+                     (docs/quantization.md); their tokens are compared with the f32
+                     rows', not required to equal them
 plus one whole-sequence forward at n = 512 (the variable-length file, `validate --bench`)
 to compare a step with, and the machine's read bandwidth (examples/read_bandwidth, same
 thread count) measured before and after the rows.
 
 Each row shows the bytes a step moves, estimated from the file (`inspect --json`): every
-weight once (`parameter_bytes`), plus the state it reads and writes for each sequence at the
-mean position P of the steps:
+initializer once (`initializer_bytes`; in a quantized model, whose head reads a quantized copy
+of the embedding table, less that f32 table, of which a step only gathers one row), plus the
+state it reads and writes for each sequence at the mean position P of the steps:
   static, in place   the spatial projection reads all n rows of u, the attention all n rows
                      of k and v (the token-shift state only the rows it gathers): n rows
   static, copied     + the scatter's copy of every state (read n rows, write n rows)
   growing            Concat reads P rows and writes P + 1, the mixing reads P + 1: 3P rows
 and the roofline = bytes / measured bandwidth; "step / roofline" is how far a step is
 from streaming its bytes at the machine's read bandwidth.
-
-Rows are one function each (`ROWS` below): another row kind (e.g. weight-only int4/int8)
-is one more entry calling `step_row` with its build flags (and `f32=False`: its tokens
-are compared with the f32 rows', not required to equal them).
+Rows are one function each (`ROWS` below). `--forward-dtypes int8,int4,...` also times,
+each round, the whole forward of the variable-length file in those weight types.
 
 Usage: python3 bench/generation.py [--threads 2] [--work DIR] [--prompt 448]
-       [--new-tokens 64] [--exe BIN] [--bandwidth-exe BIN] [--rows a,b,...] > section.md
+       [--new-tokens 64] [--exe BIN] [--bandwidth-exe BIN] [--rows a,b,...]
+       [--forward-dtypes int8,...] > section.md
 Needs `cargo build --release --bins --examples` (or --exe / --bandwidth-exe). The product is
 Rust; this script only drives the CLI (Python stdlib only).
 """
@@ -92,8 +95,9 @@ class Bench:
         out = run([self.bandwidth_exe, str(self.threads or 2), "1024", "10"])
         return json.loads(out)
 
-    def whole_forward_ms(self):
-        path, _ = self.build("variable", [])
+    def whole_forward_ms(self, dtype="f32"):
+        name = "variable" if dtype == "f32" else f"variable-{dtype}"
+        path, _ = self.build(name, ["--dtype", dtype] if dtype != "f32" else [])
         report = os.path.join(self.work, "forward.json")
         run([self.exe, "validate", path, "--runtimes", "ort-cpu", "--batch", "1", "--bench",
              str(self.forward_runs), "--report", report, *self.thread_args()])
@@ -118,6 +122,16 @@ def state_bytes(info, form, position, copied=False):
     return total
 
 
+def weight_bytes(info):
+    """Bytes of the weights a step reads (see the module doc): every initializer, less the
+    f32 embedding table where the head reads a quantized copy (`quantized_copies_of`)."""
+    total = info["initializer_bytes"]
+    if "embed.weight" in info.get("quantized_copies_of", []):
+        cfg = info["config"]
+        total -= cfg["task"]["vocab_size"] * cfg["d_model"] * 4
+    return total
+
+
 def step_row(b, label, model, flags, form, extra=(), copied=False, f32=True):
     """One sequence: the prompt, then single steps, with the file `model` built with
     `flags`; its step time against the whole forward and against the roofline of the
@@ -126,7 +140,7 @@ def step_row(b, label, model, flags, form, extra=(), copied=False, f32=True):
     path, info = b.build(model, flags)
     g = b.generate(path, ["--prompt-ids", ",".join(map(str, b.prompt)), *extra])
     position = len(b.prompt) + (b.new_tokens - 1) / 2
-    weights = info["parameter_bytes"]
+    weights = weight_bytes(info)
     state = state_bytes(info, form, position, copied)
     return {
         "label": label, "batch": 1, "gen": g, "weights": weights, "state": state,
@@ -146,7 +160,7 @@ def batch_row(b, batch):
     position = statistics.mean(len(p) for p in prompts) + (b.new_tokens - 1) / 2
     return {
         "label": f"static f32 batch {batch}", "batch": batch, "gen": g,
-        "weights": info["parameter_bytes"],
+        "weights": weight_bytes(info),
         "state": batch * state_bytes(info, "static", position),
         "step_ms": g["step_median_ms"], "tokens_per_s": g["step_tokens_per_s"],
         "tokens": g["tokens"][0], "in_place": g["state_in_place"], "f32": True,
@@ -163,6 +177,24 @@ ROWS = {
     "static-f32-op24": lambda b: step_row(b, "static f32 opset 24 (TensorScatter)",
                                           "static-f32-op24",
                                           ["--with-past", "static", "--opset", "24"], "static"),
+    "growing-int4": lambda b: step_row(b, "growing int4", "growing-int4",
+                                       ["--with-past", "growing", "--dtype", "int4"],
+                                       "growing", f32=False),
+    "growing-int8-weight-only": lambda b: step_row(
+        b, "growing int8 weight-only", "growing-int8wo",
+        ["--with-past", "growing", "--dtype", "int8-weight-only"], "growing", f32=False),
+    "growing-int8": lambda b: step_row(b, "growing int8 (dynamic)", "growing-int8",
+                                       ["--with-past", "growing", "--dtype", "int8"],
+                                       "growing", f32=False),
+    "static-int4": lambda b: step_row(b, "static int4", "static-int4",
+                                      ["--with-past", "static", "--dtype", "int4"], "static",
+                                      f32=False),
+    "static-int8-weight-only": lambda b: step_row(
+        b, "static int8 weight-only", "static-int8wo",
+        ["--with-past", "static", "--dtype", "int8-weight-only"], "static", f32=False),
+    "static-int8": lambda b: step_row(b, "static int8 (dynamic)", "static-int8",
+                                      ["--with-past", "static", "--dtype", "int8"], "static",
+                                      f32=False),
     "batch-1": lambda b: batch_row(b, 1),
     "batch-4": lambda b: batch_row(b, 4),
     "batch-8": lambda b: batch_row(b, 8),
@@ -186,6 +218,9 @@ def main():
                     help="read_bandwidth example (default: target/release/examples)")
     ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
     ap.add_argument("--rows", default=",".join(ROWS), help="rows to run, in order")
+    ap.add_argument("--forward-dtypes", default="",
+                    help="also time whole forwards of the variable-length file in these "
+                         "--dtype values (e.g. int8,int4), each round")
     a = ap.parse_args()
     b = Bench(a)
     names = [r for r in a.rows.split(",") if r]
@@ -195,12 +230,14 @@ def main():
     # Every round measures the bandwidth, the whole forward and each row once, so that a
     # machine whose speed drifts (shared hosts) hits every row alike; each ratio is taken
     # within its round, then the median over the rounds is reported.
+    forward_dtypes = [d for d in a.forward_dtypes.split(",") if d]
     rounds = []
     for k in range(a.rounds):
         log(f"round {k + 1}/{a.rounds}")
         bw = b.bandwidth()["best_gb_s"] * 1e9
         forward = b.whole_forward_ms()
-        rounds.append({"bandwidth": bw, "forward": forward,
+        others = {dt: b.whole_forward_ms(dt) for dt in forward_dtypes}
+        rounds.append({"bandwidth": bw, "forward": forward, "forwards": others,
                        "rows": [ROWS[name](b) for name in names]})
     # f32 rows generate the same tokens (sequence 0 of a batch: the full prompt; checked).
     first = rounds[0]["rows"]
@@ -249,6 +286,11 @@ def main():
                   for rnd in rounds]
         print(f"\nBatch 8 / batch 1 tokens/s: **{median(ratios):.1f}x** "
               f"({', '.join(f'{x:.1f}' for x in ratios)}).")
+    for dt in forward_dtypes:
+        ms = [rnd["forwards"][dt] for rnd in rounds]
+        ratio = median([rnd["forward"] / rnd["forwards"][dt] for rnd in rounds])
+        print(f"\nWhole forward with `--dtype {dt}`: {median(ms):.1f} ms "
+              f"({', '.join(f'{x:.0f}' for x in ms)}), {ratio:.2f}x the f32 speed.")
     print("\nEvery f32 row generated the same tokens (sequence 0 of a batch: the full prompt; "
           "checked).\n")
 
