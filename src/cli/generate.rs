@@ -12,7 +12,6 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ndarray::Array2;
 use serde::Serialize;
 
-use gmlp_onnx::gmlp::decoding::SequenceMode;
 use gmlp_onnx::gmlp::sampling::Sampler;
 use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
@@ -256,7 +255,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
                     "steps:   {} tokens in {:.1} ms ({rate:.1} tokens/s, median step {median:.2} ms{})",
                     g.steps,
                     g.steps_ms,
-                    if model.info.mode == SequenceMode::WithPast {
+                    if model.info.mode.has_state() {
                         ""
                     } else {
                         "; no state: each step re-runs the whole prefix"
