@@ -201,7 +201,8 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
     Symbolic dimensions: `batch` = 2, `sequence` (causal token models) = n − 3 (a length
     the graph must slice W for), `past_sequence` (with-past models) and
     `past_shift_sequence` (token-shift windows) and `past_window_K` (local windows) = 0
-    (empty state, as for a prompt)."""
+    (empty state, as for a prompt); a static-state file's `position` = 1, 2, ... per
+    sequence, its fixed-size state random."""
     proto = onnx.load(model_path, load_external_data=False)
     meta = {p.key: p.value for p in proto.metadata_props}
     config = json.loads(meta.get("gmlp_onnx.config", "{}"))
@@ -220,7 +221,12 @@ def make_inputs(model_path, out_path, seed=0, batch=2):
                 for d in t.shape.dim]
         if None in dims:
             raise SystemExit(f"matrix.py: input {value.name} of {model_path}: unknown symbol in {t.shape}")
-        if t.elem_type == onnx.TensorProto.INT64:
+        if value.name == "position":
+            # Static-state files (`--with-past static`): each sequence at its own position
+            # (1, 2, ...), with room for the `sequence` new tokens; the state's rows before
+            # it are the random floats below, rows after it are never read.
+            arrays[value.name] = np.arange(1, dims[0] + 1, dtype=np.int64)
+        elif t.elem_type == onnx.TensorProto.INT64:
             arrays[value.name] = rng.integers(0, vocab, size=dims, dtype=np.int64)
         elif t.elem_type == onnx.TensorProto.FLOAT:
             arrays[value.name] = rng.uniform(-1, 1, size=dims).astype(np.float32)
