@@ -156,7 +156,7 @@ mod tests {
     use crate::onnx::builder::GraphBuilder;
     use crate::onnx::graph::{Dim, ElemType, TensorData};
     use crate::onnx::nbits::quantize;
-    use crate::onnx::quant_ops::NBits;
+    use crate::onnx::ops::NBits;
     use crate::onnx::writer::{encode_model_to_vec, ModelInfo};
     use prost::Message;
 

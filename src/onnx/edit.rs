@@ -4,7 +4,7 @@
 //! names), symbolic dimensions of its interface, external data locations and metadata.
 //!
 //! The operator helpers ([`slice_node`], [`concat_node`]) document what they emit like those
-//! of the op files (`ops.rs`), but take value names instead of shaped values: a read graph
+//! of the op files (`ops/`), but take value names instead of shaped values: a read graph
 //! declares shapes only at its interface. Nodes become `NodeProto`s through the writer's
 //! conversion.
 

@@ -36,7 +36,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a library source file belongs to (`src/onnx/ops.rs` → `onnx`).
+/// The top-level module a library source file belongs to (`src/onnx/ops/math.rs` → `onnx`).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;

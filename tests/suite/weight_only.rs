@@ -19,7 +19,7 @@ use gmlp_onnx::gmlp::{GmlpConfig, ParamSpec, Precision, SpatialForm, Task, Weigh
 use gmlp_onnx::onnx::builder::GraphBuilder;
 use gmlp_onnx::onnx::graph::{Dim, ElemType, TensorData};
 use gmlp_onnx::onnx::nbits::{self, dequantize_packed};
-use gmlp_onnx::onnx::quant_ops::NBits;
+use gmlp_onnx::onnx::ops::NBits;
 use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::runtime::tract::TractRuntime;
 use gmlp_onnx::runtime::{Runtime, RuntimeKind, RuntimeOptions};

@@ -12,7 +12,7 @@ use crate::gmlp::config::Precision;
 use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, transpose};
 use crate::onnx::graph::{ElemType, Value};
 use crate::onnx::nbits::{self, BLOCK_SIZE};
-use crate::onnx::quant_ops::{NBits, MIN_INT8_OPSET};
+use crate::onnx::ops::{NBits, MIN_INT8_OPSET};
 
 /// Output columns `[start, end)` of a weight (and its bias).
 pub(crate) type Columns = Option<(usize, usize)>;

@@ -14,7 +14,7 @@ use super::MASK_VALUE;
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{mode_state, SequenceMode, POSITION, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
-use crate::onnx::scatter::TENSOR_SCATTER_OPSET;
+use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 
 impl Emitter {
     /// The `position` input [batch] and the `past_*` inputs [batch, n, width].

@@ -1,7 +1,9 @@
-//! Operator helpers for dynamically quantized integer MatMuls (`--dtype int8`), in the form
-//! ONNX Runtime's `quantize_dynamic` emits and its `DynamicQuantizeMatMulFusion` /
-//! `MatMulIntegerToFloatFusion` rewrite into one integer kernel; tract runs the same nodes.
-//! Also ONNX Runtime's block-quantized `MatMulNBits` (weight-only, see [`crate::onnx::nbits`]).
+//! Quantized operators: the dynamically quantized integer MatMul of `--dtype int8`
+//! (`DynamicQuantizeLinear` + `MatMulInteger`, the form ONNX Runtime's `quantize_dynamic`
+//! emits and its `DynamicQuantizeMatMulFusion` / `MatMulIntegerToFloatFusion` rewrite into
+//! one integer kernel; tract runs the same nodes), and ONNX Runtime's block-quantized
+//! weight-only `com.microsoft.MatMulNBits` (`--dtype int4`, `int8-weight-only`; packing in
+//! `onnx/nbits.rs`).
 
 use crate::error::{Error, Result};
 use crate::onnx::builder::GraphBuilder;
@@ -11,6 +13,22 @@ use crate::onnx::shape::{broadcast, fmt_shape, shape_error};
 /// First opset with every operator of the dynamic int8 form (`DynamicQuantizeLinear` is
 /// new in 11; `MatMulInteger` in 10).
 pub const MIN_INT8_OPSET: i64 = 11;
+
+/// Attributes of a `com.microsoft.MatMulNBits` node (see [`crate::onnx::nbits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NBits {
+    /// Input features K.
+    pub k: usize,
+    /// Output features N.
+    pub n: usize,
+    /// Bits per code.
+    pub bits: usize,
+    /// Values per block along K.
+    pub block_size: usize,
+    /// `accuracy_level`: 0 (unset) computes with A as given; 4 lets ONNX Runtime's CPU
+    /// kernel quantize A to int8 per block of K inside the node.
+    pub accuracy_level: i64,
+}
 
 impl GraphBuilder {
     /// `DynamicQuantizeLinear`: `x` (f32) → (`y` u8, `y_scale` f32 scalar, `y_zero_point` u8
@@ -88,25 +106,7 @@ impl GraphBuilder {
             flops,
         ))
     }
-}
 
-/// Attributes of a `com.microsoft.MatMulNBits` node (see [`crate::onnx::nbits`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NBits {
-    /// Input features K.
-    pub k: usize,
-    /// Output features N.
-    pub n: usize,
-    /// Bits per code.
-    pub bits: usize,
-    /// Values per block along K.
-    pub block_size: usize,
-    /// `accuracy_level`: 0 (unset) computes with A as given; 4 lets ONNX Runtime's CPU
-    /// kernel quantize A to int8 per block of K inside the node.
-    pub accuracy_level: i64,
-}
-
-impl GraphBuilder {
     /// `Y = A · dequant(B)` for f32 `a` `[…, K]`, a packed u8 weight `b`
     /// `[N, ⌈K / block⌉, block · bits / 8]` and f32 `scales` `[N, ⌈K / block⌉]`, no zero points
     /// (the default 2^(bits−1)), no bias; records 2·M·K·N FLOPs like

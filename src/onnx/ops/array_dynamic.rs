@@ -1,9 +1,7 @@
-//! Operator helpers for sizes known only at run time (a sequence length read from an
-//! input's shape): `Shape`, `Range`, `Slice` with computed bounds, and `Concat`
-//! along a symbolic axis. Like [`crate::onnx::ops`], each helper documents the operator's
-//! version history and the form it emits; the caller names the symbolic dimensions of the
-//! results (a derived size gets its own symbol, so `value_info` never claims a size it
-//! cannot know).
+//! Array operators for sizes known only at run time (a sequence length read from an
+//! input's shape): `Shape`, `Range`, `Slice` with computed bounds, and `Pad` / `Concat`
+//! along a symbolic axis. The caller names the symbolic dimensions of the results (a
+//! derived size gets its own symbol, so `value_info` never claims a size it cannot know).
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
