@@ -18,6 +18,10 @@
 //! and bf16 become f32, f64 stays f64, int64 stays int64 and the smaller integer and bool
 //! types become int32 (integer tensors such as `num_batches_tracked` are kept so that
 //! `--allow-unused` can skip them; the import refuses them as weights, by name).
+//!
+//! Longer than ~500 lines: the two container formats (zip and legacy) share the storage
+//! and view checks that make a hostile file fail before any large read; splitting them
+//! would put those checks and their callers in different files.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek};

@@ -13,6 +13,9 @@
 //! through; otherwise the first place holding `onnxruntime/capi/libonnxruntime.so*` wins.
 //! Every place looked at is recorded, so that the error (and `gmlp-onnx doctor`) can say
 //! what was tried and why each place did not serve.
+//!
+//! Longer than ~500 lines: the six places and the record of each look are one ordered
+//! search, and two fifths of the file are its unit tests (each place, each refusal).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

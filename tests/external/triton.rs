@@ -6,6 +6,9 @@
 //!
 //! scripts/test exports GMLP_ONNX_TRITON_* (see scripts/triton_backend.sh); when they are
 //! missing, the test runs that script itself (cached, well under a second once built).
+//!
+//! Longer than ~500 lines: one Triton server setup shared by every serving case (plain,
+//! growing state, static state batched, refusals).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

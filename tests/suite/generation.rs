@@ -3,6 +3,9 @@
 //! steps, a multi-token chunk, feeding present back as past) equal the whole sequence, in
 //! tract and ONNX Runtime, against the independent f64 reference and against PyTorch's
 //! logits for the causal g-mlp-pytorch fixtures.
+//!
+//! Longer than ~500 lines: the causal-model cases (variable length, growing state, CLI
+//! and fixtures) share their builders and decoding helpers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,6 +2,9 @@
 //! scripts/make_fixtures.py with those libraries): every fixture converts with the
 //! checkpoint alone (plus the flags the weights cannot show), runs in tract and ONNX
 //! Runtime, and reproduces the library's own outputs. Plus one test per error case.
+//!
+//! Longer than ~500 lines: one case per trained fixture and per import error, sharing the
+//! fixture loader and comparison helpers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! Whole models on small configs: the independent f64 reference, tract and ONNX Runtime
 //! must agree; spatial forms, causality, aMLP, both heads, batch symbol, determinism,
 //! parameter counts read back from the files.
+//!
+//! Longer than ~500 lines: every spatial form, opset and model kind checked against the
+//! f64 reference with the same few helpers.
 
 use std::sync::Arc;
 

@@ -4,6 +4,9 @@
 //! (read by the `onnx` package), and `validate --plot` (one error histogram per output per
 //! compared pair). Every PNG is decoded whole and its IHDR size checked against what the
 //! command reported.
+//!
+//! Longer than ~500 lines: one module for one feature, its cases sharing the PNG decoder
+//! and the NumPy-computed Toeplitz-ness helpers at the top.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,9 @@
 //! `validate` beyond seeded inputs: `.npz` inputs and expected outputs (written by
 //! NumPy and by the Python ONNX Runtime, independent of this crate), malformed files,
 //! the JSON report, execution-provider placement from ONNX Runtime's profiler, bench.
+//!
+//! Longer than ~500 lines: one module for `validate`, its cases sharing the Python
+//! ONNX Runtime and NumPy helpers.
 
 use crate::common::{
     assert_fails, gmlp, output_text as text, path_str as s, run_python as py,

@@ -1,5 +1,8 @@
 //! The unpickling machine: a stack, a mark stack and a memo, run one opcode at a time
 //! (see [`super::op`]), building plain values into the tables of a [`Pickle`].
+//!
+//! Longer than ~500 lines because it is one dispatch: every opcode the restricted unpickler
+//! accepts is handled in one `match`, so that what it does (and refuses) reads in one place.
 
 use std::collections::HashMap;
 use std::rc::Rc;
