@@ -268,24 +268,29 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             println!("stopped at the model's {n} positions");
         }
     }
-    if let Some(first) = results.first() {
-        if let Some(other) = results.iter().find(|g| g.tokens != first.tokens) {
-            eprintln!(
-                "gmlp-onnx: {} and {} generated different tokens",
-                first.runtime, other.runtime
-            );
-            return Err(Disagreement.into());
-        }
-        if results.len() > 1 && !a.json {
-            println!(
-                "same tokens in {}",
-                results
-                    .iter()
-                    .map(|g| g.runtime.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
+    same_tokens(
+        results.iter().map(|g| (g.runtime.as_str(), &g.tokens)),
+        a.json,
+    )
+}
+
+/// `--compare`: fails (exit 1) when two runtimes generated different tokens, else says
+/// they agree (unless the output is JSON).
+fn same_tokens<'a, T: PartialEq + 'a>(
+    results: impl Iterator<Item = (&'a str, &'a T)> + Clone,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut all = results.clone();
+    let Some((first_runtime, first_tokens)) = all.next() else {
+        return Ok(());
+    };
+    if let Some((other, _)) = all.find(|(_, tokens)| *tokens != first_tokens) {
+        eprintln!("gmlp-onnx: {first_runtime} and {other} generated different tokens");
+        return Err(Disagreement.into());
+    }
+    let runtimes: Vec<&str> = results.map(|(runtime, _)| runtime).collect();
+    if runtimes.len() > 1 && !json {
+        println!("same tokens in {}", runtimes.join(", "));
     }
     Ok(())
 }

@@ -17,7 +17,6 @@ use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
 use super::{parse_ids, show_tokens, GenerateArgs};
-use crate::cli::Disagreement;
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -206,24 +205,8 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
             }
         }
     }
-    if let Some(first) = results.first() {
-        if let Some(other) = results.iter().find(|g| g.tokens != first.tokens) {
-            eprintln!(
-                "gmlp-onnx: {} and {} generated different tokens",
-                first.runtime, other.runtime
-            );
-            return Err(Disagreement.into());
-        }
-        if results.len() > 1 && !a.json {
-            println!(
-                "same tokens in {}",
-                results
-                    .iter()
-                    .map(|g| g.runtime.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-    }
-    Ok(())
+    super::same_tokens(
+        results.iter().map(|g| (g.runtime.as_str(), &g.tokens)),
+        a.json,
+    )
 }
