@@ -10,18 +10,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::common::decoding::*;
 use crate::common::*;
 use gmlp_onnx::checkpoint::{Import, ImportHints};
-use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, WeightSource};
-use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::runtime::decoder::Decoder;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use gmlp_onnx::validate::Tolerance;
-use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis, IxDyn};
-use safetensors::SafeTensors;
+use ndarray::{s, Array2};
 
 /// max|ours − PyTorch| / max|PyTorch| allowed (expect ~1e-6; measured: docs/generation.md).
 const PYTORCH_RTOL: f64 = 1e-4;
@@ -38,87 +36,11 @@ fn write_in(
     write_for(cfg, source, mode, &BuildTarget::at_opset(17), dir, name)
 }
 
-fn write_for(
-    cfg: &GmlpConfig,
-    source: Arc<dyn WeightSource>,
-    mode: SequenceMode,
-    target: &BuildTarget,
-    dir: &Path,
-    name: &str,
-) -> PathBuf {
-    let model = export_for(cfg, source, "test", None, target, mode).expect("export");
-    let path = dir.join(name);
-    write_model(&model.graph, &model.info, &path, |_, _| {}).expect("write");
-    path
-}
-
-fn ids_for(batch: usize, len: usize, vocab: usize, salt: usize) -> Array2<i64> {
-    Array2::from_shape_fn((batch, len), |(b, t)| {
-        ((b * 31 + t * 17 + salt * 7 + t * t) % vocab) as i64
-    })
-}
-
 fn ids_input(ids: &Array2<i64>) -> Vec<NamedTensor> {
     vec![NamedTensor {
         name: "input_ids".into(),
         value: TensorValue::I64(ids.clone().into_dyn()),
     }]
-}
-
-/// Feeds `ids` in `chunks` through a decoder and returns the logits of every position.
-fn decode(decoder: &mut Decoder, ids: &Array2<i64>, chunks: &[usize]) -> Array3<f32> {
-    let mut parts = Vec::new();
-    let mut start = 0;
-    for &len in chunks {
-        let logits = decoder
-            .feed(ids.slice(s![.., start..start + len]))
-            .unwrap_or_else(|e| panic!("{} chunk {start}+{len}: {e}", decoder.runtime_name()));
-        parts.push(logits);
-        start += len;
-    }
-    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-    concatenate(Axis(1), &views).unwrap()
-}
-
-fn rel(a: &Array3<f32>, b: &Array3<f32>) -> f64 {
-    rel_diff(&a.clone().into_dyn(), &b.clone().into_dyn())
-}
-
-/// The small causal models every check runs on: gMLP and aMLP, the three spatial forms,
-/// heads 1 and 2, untied head, token shift 1 and 2 (its window state).
-fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
-    let mut out = Vec::new();
-    for (name, spatial, attn, heads, shift) in [
-        ("gmlp-gather", SpatialForm::ToeplitzGather, None, 1, 0),
-        ("amlp-gather", SpatialForm::ToeplitzGather, Some(8), 1, 0),
-        ("amlp-dense-heads2", SpatialForm::Dense, Some(8), 2, 0),
-        (
-            "gmlp-expand-heads2",
-            SpatialForm::ToeplitzExpand,
-            None,
-            2,
-            0,
-        ),
-        (
-            "amlp-gather-shift2",
-            SpatialForm::ToeplitzGather,
-            Some(8),
-            1,
-            2,
-        ),
-        ("gmlp-dense-heads2-shift1", SpatialForm::Dense, None, 2, 1),
-    ] {
-        let mut cfg = tiny_tokens(spatial, attn, true);
-        cfg.heads = heads;
-        cfg.shift_tokens = shift;
-        if heads > 1 {
-            if let gmlp_onnx::gmlp::Task::Tokens { tied_embedding, .. } = &mut cfg.task {
-                *tied_embedding = false;
-            }
-        }
-        out.push((name, cfg));
-    }
-    out
 }
 
 #[test]
@@ -303,31 +225,6 @@ fn int8_with_past_decoding_tracks_the_reference_in_both_runtimes() {
             "{name} tract vs ONNX Runtime: {d:e}"
         );
     }
-}
-
-fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
-    let bytes = std::fs::read(fixture(name).join("io.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let read = |key: &str| st.tensor(key).unwrap();
-    let ids = read("input_ids");
-    let ids: Vec<i64> = ids
-        .data()
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let logits = read("logits");
-    let shape = logits.shape().to_vec();
-    let values: Vec<f32> = logits
-        .data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let logits = ArrayD::from_shape_vec(IxDyn(&shape), values)
-        .unwrap()
-        .into_dimensionality()
-        .unwrap();
-    let ids = Array2::from_shape_vec((shape[0], shape[1]), ids).unwrap();
-    (ids, logits)
 }
 
 #[test]
