@@ -296,3 +296,14 @@ pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
         "one line expected: {err}"
     );
 }
+
+/// How many nodes of the model at `path` have `op` as their type.
+pub fn op_count(path: &Path, op: &str) -> usize {
+    let m = gmlp_onnx::onnx::reader::read_model(path).unwrap();
+    m.graph
+        .unwrap()
+        .node
+        .iter()
+        .filter(|n| n.op_type() == op)
+        .count()
+}

@@ -171,17 +171,6 @@ fn int8_byte_language_models_keep_their_next_token_predictions() {
     }
 }
 
-/// Counts nodes per op type.
-fn op_count(path: &Path, op: &str) -> usize {
-    let m = read_model(path).unwrap();
-    m.graph
-        .unwrap()
-        .node
-        .iter()
-        .filter(|n| n.op_type() == op)
-        .count()
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "test-onnxruntime"),

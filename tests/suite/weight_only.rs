@@ -300,16 +300,6 @@ fn quantized_fixtures_keep_their_logits_and_next_token_predictions() {
     }
 }
 
-fn op_count(path: &Path, op: &str) -> usize {
-    let m = read_model(path).unwrap();
-    m.graph
-        .unwrap()
-        .node
-        .iter()
-        .filter(|n| n.op_type() == op)
-        .count()
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "test-onnxruntime"),
