@@ -3,6 +3,21 @@
 
 use ndarray::ArrayD;
 
+/// `with_array!(value, a => expr)`: `expr` evaluated with `a` bound to the array inside a
+/// [`TensorValue`] (or a reference to one), whatever its element type, for the code that
+/// treats every element type alike (handing arrays to a runtime, reading shapes).
+macro_rules! with_array {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            $crate::tensor::TensorValue::F32($a) => $body,
+            $crate::tensor::TensorValue::F64($a) => $body,
+            $crate::tensor::TensorValue::I32($a) => $body,
+            $crate::tensor::TensorValue::I64($a) => $body,
+        }
+    };
+}
+pub(crate) use with_array;
+
 /// Tensor contents exchanged with runtimes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TensorValue {
@@ -19,12 +34,7 @@ pub enum TensorValue {
 impl TensorValue {
     /// The shape.
     pub fn shape(&self) -> &[usize] {
-        match self {
-            TensorValue::F32(a) => a.shape(),
-            TensorValue::F64(a) => a.shape(),
-            TensorValue::I32(a) => a.shape(),
-            TensorValue::I64(a) => a.shape(),
-        }
+        with_array!(self, a => a.shape())
     }
     /// The NumPy name of the element type (`float32`, `float64`, `int32`, `int64`).
     pub fn dtype(&self) -> &'static str {

@@ -21,7 +21,7 @@ use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
     missing_output, CarriedState, Placement, Runtime, RuntimeOptions, StateValue,
 };
-use crate::tensor::{NamedTensor, TensorValue};
+use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 mod in_place;
 
@@ -315,20 +315,9 @@ impl Runtime for OrtRuntime {
 
 /// A host array as an input view (no copy).
 fn host_input<'a>(name: &str, value: &'a TensorValue) -> Result<SessionInputValue<'a>> {
-    Ok(match value {
-        TensorValue::F32(a) => TensorRef::from_array_view(a.view())
-            .map_err(|e| failed(name, e))?
-            .into(),
-        TensorValue::F64(a) => TensorRef::from_array_view(a.view())
-            .map_err(|e| failed(name, e))?
-            .into(),
-        TensorValue::I32(a) => TensorRef::from_array_view(a.view())
-            .map_err(|e| failed(name, e))?
-            .into(),
-        TensorValue::I64(a) => TensorRef::from_array_view(a.view())
-            .map_err(|e| failed(name, e))?
-            .into(),
-    })
+    Ok(with_array!(value, a => TensorRef::from_array_view(a.view())
+        .map_err(|e| failed(name, e))?
+        .into()))
 }
 
 /// Copies an output value into a host array of the types compared.

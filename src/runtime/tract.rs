@@ -7,7 +7,7 @@ use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::Runtime;
-use crate::tensor::{NamedTensor, TensorValue};
+use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
 pub struct TractRuntime {
@@ -135,12 +135,7 @@ impl TractRuntime {
             let input = inputs.iter().find(|t| &t.name == name).ok_or_else(|| {
                 Error::BadTensor(format!("no value given for model input {name}"))
             })?;
-            let tensor: Tensor = match &input.value {
-                TensorValue::F32(a) => a.clone().into(),
-                TensorValue::F64(a) => a.clone().into(),
-                TensorValue::I32(a) => a.clone().into(),
-                TensorValue::I64(a) => a.clone().into(),
-            };
+            let tensor: Tensor = with_array!(&input.value, a => a.clone().into());
             values.push(tensor.into_tvalue());
         }
         let outputs = self.plan.run(values).map_err(failed)?;

@@ -10,24 +10,13 @@ use ort::value::{DynValue, Tensor};
 use super::{failed, host_value, native_to_host, OrtRuntime};
 use crate::error::{Error, Result};
 use crate::runtime::{missing_output, CarriedState, StateValue};
-use crate::tensor::{NamedTensor, TensorValue};
+use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A host array as an owned ONNX Runtime tensor (a copy; bound inputs must own their data).
 fn owned_input(name: &str, value: &TensorValue) -> Result<DynValue> {
-    Ok(match value {
-        TensorValue::F32(a) => Tensor::from_array(a.clone())
-            .map_err(|e| failed(name, e))?
-            .into_dyn(),
-        TensorValue::F64(a) => Tensor::from_array(a.clone())
-            .map_err(|e| failed(name, e))?
-            .into_dyn(),
-        TensorValue::I32(a) => Tensor::from_array(a.clone())
-            .map_err(|e| failed(name, e))?
-            .into_dyn(),
-        TensorValue::I64(a) => Tensor::from_array(a.clone())
-            .map_err(|e| failed(name, e))?
-            .into_dyn(),
-    })
+    Ok(with_array!(value, a => Tensor::from_array(a.clone())
+        .map_err(|e| failed(name, e))?
+        .into_dyn()))
 }
 
 /// A float32 state value as a tensor ONNX Runtime's CPU allocator owns (so that it can be
