@@ -311,14 +311,13 @@ fn graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
     if let Task::Tokens { tied_embedding, .. } = &mut untied.task {
         *tied_embedding = false;
     }
-    // Per block: proj_in (both halves, then a Split), q k v (one node, then a Split),
-    // attention out, proj_out; token models' head is dynamic int8 in int4 files and one
-    // more 8-bit MatMulNBits in int8-weight-only ones.
+    // Per block: two proj_in halves, q, k, v, attention out, proj_out; token models' head
+    // is dynamic int8 in int4 files and one more 8-bit MatMulNBits in int8-weight-only ones.
     let cases = [
-        (tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true), 8),
-        (untied, 8),
-        (tiny_tokens(SpatialForm::Dense, None, false), 4),
-        (tiny_vision(SpatialForm::Dense), 4),
+        (tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true), 14),
+        (untied, 14),
+        (tiny_tokens(SpatialForm::Dense, None, false), 6),
+        (tiny_vision(SpatialForm::Dense), 6),
     ];
     let tract = RuntimeOptions {
         tract_dequantize_nbits: true,
@@ -555,7 +554,7 @@ fn int8_weight_only_files_validate_with_tract_on_dequantized_blocks_and_say_so()
     let text = output_text(&o);
     assert!(o.status.success(), "{text}");
     assert!(
-        text.contains("note   tract     9 MatMulNBits nodes with codes tract does not read"),
+        text.contains("note   tract     15 MatMulNBits nodes with codes tract does not read"),
         "{text}"
     );
     let r: serde_json::Value =

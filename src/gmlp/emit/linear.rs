@@ -165,56 +165,6 @@ impl Emitter {
         }
     }
 
-    /// `x · W[:, c₀..c₁] (+ b[c₀..c₁])`, `x · W[:, c₁..c₂] (+ b[c₁..c₂])`, … for consecutive
-    /// column ranges `cols`, named `locals`. In the block forms one `MatMulNBits` (named
-    /// `joint`) multiplies by their union and a `Split` cuts its output: a decoding step
-    /// then runs one larger kernel instead of several small ones (fewer, fuller calls;
-    /// BENCHMARKS.md, "Weight-only int4"). Otherwise one MatMul per range, as [`Self::dense`]
-    /// (ONNX Runtime's MatMul + bias + GELU fusions match each half).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn dense_parts(
-        &mut self,
-        joint: &str,
-        locals: &[&str],
-        x: &Value,
-        weight: &str,
-        bias: Option<&str>,
-        cols: &[(usize, usize)],
-        form: WeightForm,
-    ) -> Result<Vec<Value>> {
-        let consecutive = cols.windows(2).all(|w| w[0].1 == w[1].0);
-        let (WeightForm::Block { .. }, true, [first, .., last]) = (form, consecutive, cols) else {
-            return locals
-                .iter()
-                .zip(cols)
-                .map(|(local, &c)| self.dense(local, x, weight, bias, Some(c), form))
-                .collect();
-        };
-        let total = self.spec(weight)?.shape.get(1).copied();
-        let union = (Some(last.1) != total || first.0 != 0).then_some((first.0, last.1));
-        let joined = self.dense(joint, x, weight, None, union, form)?;
-        let sizes: Vec<usize> = cols.iter().map(|(s, e)| e - s).collect();
-        let parts = self
-            .g
-            .split(&format!("{joint}_split"), &joined, -1, &sizes)?;
-        let Some(b) = bias else {
-            return Ok(parts);
-        };
-        let elem = self.cfg.dtype.elem();
-        let mut out = Vec::with_capacity(parts.len());
-        for ((local, &(start, end)), part) in locals.iter().zip(cols).zip(parts) {
-            let bias = self.derived_param(
-                &format!("{b}.cols{start}_{end}"),
-                b,
-                &[end - start],
-                elem,
-                move |v| v[start..end].to_vec(),
-            )?;
-            out.push(self.g.add(&format!("{local}_bias"), &part, &bias)?);
-        }
-        Ok(out)
-    }
-
     /// `x · dequant(Q)` for the `[rows, width]` weight that `slice` cuts from the parameter
     /// `weight`, quantized in blocks of [`BLOCK_SIZE`] along its rows with `bits`-bit codes:
     /// the packed codes `NAME{suffix}.int4` (`.int8` for 8 bits) and the scales

@@ -1,7 +1,6 @@
 //! aMLP's tiny attention (paper fig. 6): a single head of size a on the block's normalized
 //! input h, `attn(h) = softmax(q·kᵀ/√a [+ causal mask]) · v · W_o + b_o`, added to the
-//! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`; block-quantized
-//! weights: one `MatMulNBits` and a `Split`); causal models
+//! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`); causal models
 //! add [`MASK_VALUE`] above the diagonal before the softmax. In a with-past graph k and v
 //! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows (in a
 //! static-state graph, the whole state with the new rows written, masked by position). A
@@ -35,7 +34,7 @@ impl Emitter {
 
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`.
     pub(crate) fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
-        // q, k, v from column slices of Wqkv.
+        // q, k, v from column slices of Wqkv (three MatMuls, no Split).
         let form = self.projection_form();
         let mixing = self.cfg.block.mixing(i);
         let bias = self
@@ -48,16 +47,12 @@ impl Emitter {
         // builds both from k), so a windowed layer has no v.
         let windowed = mixing.window.is_some();
         let used = if windowed { 2 } else { 3 };
-        let cols: Vec<(usize, usize)> = (0..used).map(|k| (k * a, (k + 1) * a)).collect();
-        let parts = self.dense_parts(
-            "qkv",
-            &["q", "k", "v"][..used],
-            h,
-            &format!("{p}.attn.qkv.weight"),
-            bias.as_deref(),
-            &cols,
-            form,
-        )?;
+        let mut parts = Vec::with_capacity(3);
+        for (k, part) in ["q", "k", "v"].into_iter().enumerate().take(used) {
+            let weight = format!("{p}.attn.qkv.weight");
+            let cols = Some((k * a, (k + 1) * a));
+            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, form)?);
+        }
         let elem = parts[0].elem;
         let scale = self
             .g

@@ -1,13 +1,12 @@
 //! The per-token (channel) projections of a block (paper eq. 1–2, fig. 1):
 //! `z = GELU(h·U + b_U)` split into the halves z1, z2 of e = f/2 channels each, and
 //! `y = g·V + b_V` back to d channels. U's two halves are two MatMuls on column slices of
-//! U (no `Split` of z; block-quantized weights: one `MatMulNBits` and a `Split`), each
-//! bias `Add` directly after its MatMul, and GELU spelled as
+//! U (no `Split` of z), each bias `Add` directly after its MatMul, and GELU spelled as
 //! ONNX Runtime's `GeluFusion` / `BiasGeluFusion` match it (see the graph builder's `gelu`),
 //! or in its tanh form (gmlp-tinygrad). Also the GEGLU feed-forward of a reversible stack.
 
 use super::super::context::Emitter;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gmlp::config::GeluForm;
 use crate::onnx::graph::Value;
 
@@ -15,22 +14,29 @@ impl Emitter {
     /// `GELU(h·U[:, :e] + b_U[:e])` and `GELU(h·U[:, e:] + b_U[e:])` for block prefix `p`.
     pub(crate) fn proj_in(&mut self, p: &str, h: &Value) -> Result<(Value, Value)> {
         let e = self.cfg.gate_dim();
-        let form = self.projection_form();
-        let [z1, z2]: [Value; 2] = self
-            .dense_parts(
-                "proj_in",
-                &["proj_in_z1", "proj_in_z2"],
-                h,
-                &format!("{p}.proj_in.weight"),
-                Some(&format!("{p}.proj_in.bias")),
-                &[(0, e), (e, 2 * e)],
-                form,
-            )?
-            .try_into()
-            .map_err(|_| Error::Internal("proj_in: two halves".into()))?;
-        let z1 = self.channel_gelu("gelu_z1", &z1)?;
-        let z2 = self.channel_gelu("gelu_z2", &z2)?;
+        let z1 = self.proj_in_half(p, h, 1, (0, e))?;
+        let z2 = self.proj_in_half(p, h, 2, (e, 2 * e))?;
         Ok((z1, z2))
+    }
+
+    /// Half `k` (1 or 2) of proj_in: U's output columns `cols`, then GELU.
+    fn proj_in_half(
+        &mut self,
+        p: &str,
+        h: &Value,
+        k: usize,
+        cols: (usize, usize),
+    ) -> Result<Value> {
+        let form = self.projection_form();
+        let z = self.dense(
+            &format!("proj_in_z{k}"),
+            h,
+            &format!("{p}.proj_in.weight"),
+            Some(&format!("{p}.proj_in.bias")),
+            Some(cols),
+            form,
+        )?;
+        self.channel_gelu(&format!("gelu_z{k}"), &z)
     }
 
     /// The channel projection's GELU in the configured form (exact, or tanh).
@@ -51,18 +57,15 @@ impl Emitter {
                 format!("{p}.ff.proj_in.weight"),
                 format!("{p}.ff.proj_in.bias"),
             );
-            let [a, b]: [Value; 2] = s
-                .dense_parts(
-                    "proj_in",
-                    &["proj_in_a", "proj_in_b"],
-                    x,
-                    &w1,
-                    Some(&b1),
-                    &[(0, inner), (inner, 2 * inner)],
-                    form,
-                )?
-                .try_into()
-                .map_err(|_| Error::Internal("feed-forward: two halves".into()))?;
+            let a = s.dense("proj_in_a", x, &w1, Some(&b1), Some((0, inner)), form)?;
+            let b = s.dense(
+                "proj_in_b",
+                x,
+                &w1,
+                Some(&b1),
+                Some((inner, 2 * inner)),
+                form,
+            )?;
             let b = s.g.gelu("gelu", &b)?;
             let product = s.g.mul("geglu", &a, &b)?;
             s.linear(
