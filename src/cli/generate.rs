@@ -90,6 +90,31 @@ struct Generation {
     steps_ms: f64,
     step_median_ms: Option<f64>,
     step_tokens_per_s: Option<f64>,
+    /// What the runtime did differently from running the file as it is (tract's
+    /// dequantized 8-bit `MatMulNBits`), also printed on stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+/// How `generate` opens a runtime: ONNX Runtime with the given library and threads; tract
+/// runs the 8-bit `MatMulNBits` nodes it cannot read (the vocabulary head of int4 files,
+/// every projection of int8-weight-only ones) as `MatMul`s on the file's dequantized
+/// weights, which [`announce_note`] says.
+pub(crate) fn runtime_options(a: &GenerateArgs) -> RuntimeOptions {
+    RuntimeOptions {
+        ort_library: a.ort_lib.clone(),
+        threads: a.threads,
+        tract_dequantize_nbits: true,
+        ..Default::default()
+    }
+}
+
+/// The decoder's runtime note on stderr (one line, also with `--quiet`: it says what ran),
+/// returned for the JSON result.
+pub(crate) fn announce_note(decoder: &Decoder) -> Option<String> {
+    let note = decoder.runtime_note()?;
+    eprintln!("note: {}: {note}", decoder.runtime_name());
+    Some(note)
 }
 
 /// Comma-separated token ids (`what` names their origin in messages).
@@ -135,13 +160,9 @@ fn generate_on(
     prompt: &[i64],
     new_tokens: usize,
 ) -> anyhow::Result<Generation> {
-    let options = RuntimeOptions {
-        ort_library: a.ort_lib.clone(),
-        threads: a.threads,
-        ..Default::default()
-    };
-    let mut decoder = Decoder::open(kind, &a.model, &options, 1)?;
+    let mut decoder = Decoder::open(kind, &a.model, &runtime_options(a), 1)?;
     decoder.set_in_place(!a.copy_state);
+    let note = announce_note(&decoder);
     let mut sampler = Sampler::new(a.temperature, a.top_k, a.seed)?;
     let target = if a.quiet || a.json {
         ProgressDrawTarget::hidden()
@@ -190,6 +211,7 @@ fn generate_on(
         steps_ms,
         step_median_ms: sorted.get(sorted.len() / 2).copied(),
         step_tokens_per_s: (!step_ms.is_empty()).then(|| step_ms.len() as f64 / (steps_ms / 1e3)),
+        note,
     })
 }
 

@@ -6,6 +6,7 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision};
+use crate::gmlp::emit::HEAD_BLOCK_SIZE;
 use crate::onnx::graph::Graph;
 use crate::onnx::nbits::BLOCK_SIZE;
 
@@ -75,14 +76,18 @@ pub fn quantized_parameters(graph: &Graph, suffix: &str) -> Vec<String> {
 }
 
 /// A group of block-quantized weights as the metadata describes it.
-fn block_group(bits: usize, accuracy_level: i64, parameters: Vec<String>) -> serde_json::Value {
+fn block_group(
+    (bits, block_size): (usize, usize),
+    accuracy_level: i64,
+    parameters: Vec<String>,
+) -> serde_json::Value {
     json!({
         "op": "com.microsoft.MatMulNBits",
         "bits": bits,
-        "block_size": BLOCK_SIZE,
+        "block_size": block_size,
         "block_axis": "K (input features)",
         "scales": format!(
-            "f32 [N, K/{BLOCK_SIZE}], m/-{} for the block's largest-magnitude value m, rounded to f16",
+            "f32 [N, K/{block_size}], m/-{} for the block's largest-magnitude value m, rounded to f16",
             1 << (bits - 1)
         ),
         "zero_points": format!("none (the default {}: symmetric)", 1 << (bits - 1)),
@@ -106,27 +111,20 @@ pub fn quantization_json(
     graph: &Graph,
     accuracy_level: i64,
 ) -> Result<Option<String>> {
-    let (projections, head) = match cfg.dtype {
-        Precision::Int4 => (
-            block_group(4, accuracy_level, quantized_parameters(graph, ".int4")),
-            json!({
-                "op": "DynamicQuantizeLinear + MatMulInteger",
-                "bits": 8,
-                "scales": "f32 per output channel, max|w|/127",
-                "parameters": quantized_parameters(graph, ".int8"),
-            }),
-        ),
-        Precision::Int8WeightOnly => {
-            let (head, rest): (Vec<String>, Vec<String>) = quantized_parameters(graph, ".int8")
-                .into_iter()
-                .partition(|p| is_head(p));
-            (
-                block_group(8, accuracy_level, rest),
-                block_group(8, accuracy_level, head),
-            )
-        }
+    let bits = match cfg.dtype {
+        Precision::Int4 => 4,
+        Precision::Int8WeightOnly => 8,
         Precision::F32 | Precision::F16 | Precision::Int8 => return Ok(None),
     };
+    let (head, rest): (Vec<String>, Vec<String>) = quantized_parameters(graph, ".int8")
+        .into_iter()
+        .partition(|p| is_head(p));
+    let projected = match bits {
+        4 => quantized_parameters(graph, ".int4"),
+        _ => rest,
+    };
+    let projections = block_group((bits, BLOCK_SIZE), accuracy_level, projected);
+    let head = block_group((8, HEAD_BLOCK_SIZE), accuracy_level, head);
     let value = json!({
         "dtype": cfg.dtype.name(),
         "projections": projections,

@@ -175,6 +175,12 @@ impl Decoder {
         self.runtime.name()
     }
 
+    /// What the runtime does differently from running the file as it is
+    /// ([`Runtime::note`]).
+    pub fn runtime_note(&self) -> Option<String> {
+        self.runtime.note()
+    }
+
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
     /// for models without state.
     pub fn state(&self) -> Result<Vec<NamedTensor>> {

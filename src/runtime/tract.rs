@@ -120,9 +120,10 @@ impl Runtime for TractRuntime {
 
     fn note(&self) -> Option<String> {
         (self.dequantized > 0).then(|| {
+            let n = self.dequantized;
+            let nodes = if n == 1 { "node" } else { "nodes" };
             format!(
-                "{} MatMulNBits nodes with codes tract does not read (it reads 2 and 4 bits) ran as MatMul on weights gmlp-onnx dequantized from the file's blocks",
-                self.dequantized
+                "{n} MatMulNBits {nodes} with codes tract does not read (it reads 2 and 4 bits) ran as MatMul on weights gmlp-onnx dequantized from the file's blocks"
             )
         })
     }

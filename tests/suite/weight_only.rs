@@ -311,8 +311,8 @@ fn graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
     if let Task::Tokens { tied_embedding, .. } = &mut untied.task {
         *tied_embedding = false;
     }
-    // Per block: two proj_in halves, q, k, v, attention out, proj_out; token models' head
-    // is dynamic int8 in int4 files and one more 8-bit MatMulNBits in int8-weight-only ones.
+    // Per block: two proj_in halves, q, k, v, attention out, proj_out; a token model's head
+    // is one more MatMulNBits (8-bit blocks of 128) in both weight-only types.
     let cases = [
         (tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true), 14),
         (untied, 14),
@@ -326,8 +326,8 @@ fn graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
     let mut checked = Vec::new();
     for (k, (cfg, blocks)) in cases.into_iter().enumerate() {
         let heads = usize::from(matches!(cfg.task, Task::Tokens { .. }));
-        for (dtype, nbits_nodes, integer_heads) in [
-            (Precision::Int4, blocks, heads),
+        for (dtype, nbits_nodes, integer_nodes) in [
+            (Precision::Int4, blocks + heads, 0),
             (Precision::Int8WeightOnly, blocks + heads, 0),
         ] {
             for opset in [13, 17, 21] {
@@ -338,7 +338,7 @@ fn graphs_have_one_matmul_nbits_per_projection_at_any_opset() {
                 let name = format!("q{k}_{}_{opset}.onnx", dtype.name());
                 let path = write_config(&q, 3, opset, dir.path(), &name);
                 assert_eq!(op_count(&path, "MatMulNBits"), nbits_nodes, "{name}");
-                assert_eq!(op_count(&path, "MatMulInteger"), integer_heads, "{name}");
+                assert_eq!(op_count(&path, "MatMulInteger"), integer_nodes, "{name}");
                 let model = read_model(&path).unwrap();
                 assert!(model
                     .opset_import
@@ -416,6 +416,9 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
         ])
     );
     assert_eq!(q["head"]["parameters"], serde_json::json!(["embed.weight"]));
+    assert_eq!(q["head"]["op"], "com.microsoft.MatMulNBits");
+    assert_eq!(q["head"]["bits"], 8);
+    assert_eq!(q["head"]["block_size"], 128);
     // The parameter count is the f32 model's.
     let f32_path = dir.path().join("f.onnx");
     let o = gmlp(&[
@@ -511,6 +514,7 @@ fn int4_with_past_files_decode_like_the_whole_sequence_in_both_runtimes() {
     let (a, b) = (tokens("tract"), tokens("ort-cpu"));
     eprintln!("greedy tokens: tract {a}, ort-cpu {b}");
     assert_eq!(a.as_array().unwrap().len(), 8);
+    assert_eq!(b.as_array().unwrap().len(), 8);
 }
 
 #[test]
@@ -566,7 +570,8 @@ fn int8_weight_only_files_validate_with_tract_on_dequantized_blocks_and_say_so()
         .contains("dequantized from the file's blocks"));
     assert!(r["runtimes"][1].get("note").is_none());
     assert_eq!(r["decoding"]["pass"], true);
-    // generate does not substitute anything: tract refuses the file in one line.
+    // generate runs tract the same way and says so: one note line on stderr (also with
+    // --quiet) and a `note` in the JSON result.
     let o = gmlp(&[
         "generate",
         path_str(&path),
@@ -576,10 +581,25 @@ fn int8_weight_only_files_validate_with_tract_on_dequantized_blocks_and_say_so()
         "1,2",
         "--max-new-tokens",
         "2",
+        "--json",
+        "-q",
     ]);
-    assert!(!o.status.success());
+    assert!(o.status.success(), "{}", output_text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("note: tract: 15 MatMulNBits nodes with codes tract does not read"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v[0]["note"].as_str().unwrap().contains("dequantized"));
+    // The library refuses such a file in tract unless asked to dequantize: nothing is
+    // substituted silently.
+    let refused = gmlp_onnx::runtime::open(RuntimeKind::Tract, &path, &RuntimeOptions::default());
+    let err = refused
+        .err()
+        .expect("tract refuses 8-bit MatMulNBits")
+        .to_string();
     assert!(
         err.contains("MatMulNBits") && err.contains("(got 8)"),
         "{err}"

@@ -13,10 +13,10 @@ use serde::Serialize;
 
 use gmlp_onnx::gmlp::sampling::Sampler;
 use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
-use super::{parse_ids, show_tokens, GenerateArgs};
+use super::{announce_note, parse_ids, runtime_options, show_tokens, GenerateArgs};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -38,6 +38,9 @@ struct BatchGeneration {
     step_median_ms: Option<f64>,
     /// New tokens of all sequences per second of steps.
     step_tokens_per_s: Option<f64>,
+    /// As in a single generation's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 /// The prompts of `file`: one per non-blank line, comma-separated token ids within the
@@ -91,14 +94,10 @@ fn generate_batch_on(
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<BatchGeneration> {
-    let options = RuntimeOptions {
-        ort_library: a.ort_lib.clone(),
-        threads: a.threads,
-        ..Default::default()
-    };
     let batch = prompts.len();
-    let mut decoder = Decoder::open(kind, &a.model, &options, batch)?;
+    let mut decoder = Decoder::open(kind, &a.model, &runtime_options(a), batch)?;
     decoder.set_in_place(!a.copy_state);
+    let note = announce_note(&decoder);
     let mut samplers = (0..batch)
         .map(|_| Sampler::new(a.temperature, a.top_k, a.seed))
         .collect::<Result<Vec<_>, _>>()?;
@@ -142,6 +141,7 @@ fn generate_batch_on(
         step_median_ms: sorted.get(sorted.len() / 2).copied(),
         step_tokens_per_s: (!step_ms.is_empty())
             .then(|| (batch * step_ms.len()) as f64 / (steps_ms / 1e3)),
+        note,
     })
 }
 

@@ -34,7 +34,7 @@ impl Emitter {
         self.scoped(HEAD_SCOPE, |s| match (&s.cfg.task, embedding) {
             (Task::Tokens { .. }, Some(table)) if tied => {
                 // Output projection tied to the embedding: logits = h · Eᵀ + bias.
-                // Quantized models: an int8 copy of the table for the head.
+                // Quantized models: a quantized copy of the table for the head.
                 let logits = match s.head_form() {
                     WeightForm::Float => {
                         let table_t = s.g.transpose("embed_transpose", &table, &[1, 0])?;
@@ -43,9 +43,12 @@ impl Emitter {
                     WeightForm::DynamicInt8 => {
                         s.tied_head_int8("vocab_projection", h, "embed.weight")?
                     }
-                    WeightForm::Block { bits } => {
-                        s.tied_head_block("vocab_projection", h, "embed.weight", bits)?
-                    }
+                    WeightForm::Block { bits, block_size } => s.tied_head_block(
+                        "vocab_projection",
+                        h,
+                        "embed.weight",
+                        (bits, block_size),
+                    )?,
                 };
                 let bias = s.param("head.bias")?;
                 s.g.add("vocab_bias", &logits, &bias)

@@ -3,8 +3,8 @@
 //! column slices of U instead of one MatMul and a `Split`), in f32/f16 or, for
 //! `--dtype int8`, as a dynamically quantized integer MatMul with int8 weights quantized
 //! at build time (symmetric per output channel, [`crate::gmlp::quantize`]), or, for
-//! `--dtype int4`, as ONNX Runtime's `MatMulNBits` on weights quantized in blocks along
-//! the input features ([`crate::onnx::nbits`]).
+//! `--dtype int4` and `int8-weight-only`, as ONNX Runtime's `MatMulNBits` on weights
+//! quantized in blocks along the input features ([`crate::onnx::nbits`]).
 
 use super::context::Emitter;
 use crate::error::{Error, Result};
@@ -13,6 +13,14 @@ use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, trans
 use crate::onnx::graph::{ElemType, Value};
 use crate::onnx::nbits::{self, BLOCK_SIZE};
 use crate::onnx::ops::{NBits, MIN_INT8_OPSET};
+
+/// Inputs per block of a token model's 8-bit vocabulary head (`--dtype int4` and
+/// `int8-weight-only`): 128, four times the projections' [`BLOCK_SIZE`]. Measured on
+/// amlp-base's 32000 × 512 head (BENCHMARKS.md, "The vocabulary head in 8-bit blocks of
+/// 128"): a static int4 step 0.91× the time with the dynamic int8 head, where blocks of 32
+/// gave 1.01× (their f32 scales are a quarter of the codes' bytes); the logits error stays
+/// below the dynamic int8 head's.
+pub const HEAD_BLOCK_SIZE: usize = 128;
 
 /// Output columns `[start, end)` of a weight (and its bias).
 pub(crate) type Columns = Option<(usize, usize)>;
@@ -30,10 +38,12 @@ pub(crate) enum WeightForm {
     /// int8 per output channel, activations quantized on the fly
     /// (`DynamicQuantizeLinear`, `MatMulInteger`).
     DynamicInt8,
-    /// Blocks of [`BLOCK_SIZE`] along K with `bits`-bit codes, `MatMulNBits`.
+    /// Blocks of `block_size` inputs along K with `bits`-bit codes, `MatMulNBits`.
     Block {
         /// Bits per code.
         bits: usize,
+        /// Inputs per block ([`BLOCK_SIZE`] for projections, [`HEAD_BLOCK_SIZE`] for heads).
+        block_size: usize,
     },
 }
 
@@ -44,19 +54,29 @@ impl Emitter {
         match self.cfg.dtype {
             Precision::F32 | Precision::F16 => WeightForm::Float,
             Precision::Int8 => WeightForm::DynamicInt8,
-            Precision::Int4 => WeightForm::Block { bits: 4 },
-            Precision::Int8WeightOnly => WeightForm::Block { bits: 8 },
+            Precision::Int4 => WeightForm::Block {
+                bits: 4,
+                block_size: BLOCK_SIZE,
+            },
+            Precision::Int8WeightOnly => WeightForm::Block {
+                bits: 8,
+                block_size: BLOCK_SIZE,
+            },
         }
     }
 
-    /// The form of a token model's vocabulary projection: int8 (dynamic) in int8 and int4
-    /// models (4 bits there cost the trained fixtures about twice the logits error of the
-    /// projections together; docs/quantization.md), 8-bit blocks in weight-only int8 ones.
+    /// The form of a token model's vocabulary projection: int8 (dynamic) in int8 models,
+    /// 8-bit blocks of [`HEAD_BLOCK_SIZE`] in the weight-only ones, int4 included (4 bits
+    /// there cost the trained fixtures about twice the logits error of the projections
+    /// together; docs/quantization.md).
     pub(crate) fn head_form(&self) -> WeightForm {
         match self.cfg.dtype {
             Precision::F32 | Precision::F16 => WeightForm::Float,
-            Precision::Int8 | Precision::Int4 => WeightForm::DynamicInt8,
-            Precision::Int8WeightOnly => WeightForm::Block { bits: 8 },
+            Precision::Int8 => WeightForm::DynamicInt8,
+            Precision::Int4 | Precision::Int8WeightOnly => WeightForm::Block {
+                bits: 8,
+                block_size: HEAD_BLOCK_SIZE,
+            },
         }
     }
 
@@ -115,9 +135,15 @@ impl Emitter {
             }
         };
         let y = match form {
-            WeightForm::Block { bits } => {
-                self.block_matmul(local, x, weight, &suffix, (rows, width), bits, slice)?
-            }
+            WeightForm::Block { bits, block_size } => self.block_matmul(
+                local,
+                x,
+                weight,
+                &suffix,
+                (rows, width),
+                (bits, block_size),
+                slice,
+            )?,
             WeightForm::DynamicInt8 => {
                 self.require_int8_opset()?;
                 let scales = self.derived_param(
@@ -166,7 +192,7 @@ impl Emitter {
     }
 
     /// `x · dequant(Q)` for the `[rows, width]` weight that `slice` cuts from the parameter
-    /// `weight`, quantized in blocks of [`BLOCK_SIZE`] along its rows with `bits`-bit codes:
+    /// `weight`, quantized in blocks of `block_size` along its rows with `bits`-bit codes:
     /// the packed codes `NAME{suffix}.int4` (`.int8` for 8 bits) and the scales
     /// `NAME{suffix}.scale`, one `MatMulNBits` node.
     #[allow(clippy::too_many_arguments)]
@@ -177,17 +203,17 @@ impl Emitter {
         weight: &str,
         suffix: &str,
         (rows, width): (usize, usize),
-        bits: usize,
+        (bits, block_size): (usize, usize),
         slice: impl Fn(Vec<f32>) -> Vec<f32> + Clone + Send + Sync + 'static,
     ) -> Result<Value> {
         let attrs = NBits {
             k: rows,
             n: width,
             bits,
-            block_size: BLOCK_SIZE,
+            block_size,
             accuracy_level: NBITS_ACCURACY_LEVEL,
         };
-        let kb = rows.div_ceil(BLOCK_SIZE);
+        let kb = rows.div_ceil(block_size);
         let (cut, name) = (slice.clone(), weight.to_string());
         let scales = self.derived_param_try(
             &format!("{weight}{suffix}.scale"),
@@ -195,7 +221,7 @@ impl Emitter {
             &[width, kb],
             ElemType::F32,
             move |v| {
-                let q = nbits::quantize(&cut(v), rows, width, bits, BLOCK_SIZE)
+                let q = nbits::quantize(&cut(v), rows, width, bits, block_size)
                     .map_err(|e| in_param(&name, e))?;
                 Ok(q.scales)
             },
@@ -204,10 +230,10 @@ impl Emitter {
         let q = self.derived_param_try(
             &format!("{weight}{suffix}.int{bits}"),
             weight,
-            &[width, kb, BLOCK_SIZE * bits / 8],
+            &[width, kb, block_size * bits / 8],
             ElemType::U8,
             move |v| {
-                let q = nbits::quantize(&slice(v), rows, width, bits, BLOCK_SIZE)
+                let q = nbits::quantize(&slice(v), rows, width, bits, block_size)
                     .map_err(|e| in_param(&name, e))?;
                 Ok(q.packed().into_iter().map(f32::from).collect())
             },
@@ -215,22 +241,23 @@ impl Emitter {
         self.g.matmul_nbits(local, x, &q, &scales, attrs)
     }
 
-    /// The tied vocabulary projection `h · Eᵀ` in 8-bit blocks: the embedding transposed to
-    /// `[d, vocab]` and quantized along d, stored as `embed.weight.transposed.int8` with its
-    /// block scales, beside the exact f32 table that the input `Gather` keeps using.
+    /// The tied vocabulary projection `h · Eᵀ` in blocks of `(bits, block_size)`: the
+    /// embedding transposed to `[d, vocab]` and quantized along d, stored as
+    /// `embed.weight.transposed.int8` with its block scales, beside the exact f32 table that
+    /// the input `Gather` keeps using.
     pub(crate) fn tied_head_block(
         &mut self,
         local: &str,
         h: &Value,
         table: &str,
-        bits: usize,
+        block: (usize, usize),
     ) -> Result<Value> {
         let shape = self.spec(table)?.shape;
         let [vocab, d] = shape[..] else {
             return Err(Error::Internal(format!("{table}: the embedding is 2-D")));
         };
         let t = move |v: Vec<f32>| transpose(&v, vocab, d);
-        self.block_matmul(local, h, table, ".transposed", (d, vocab), bits, t)
+        self.block_matmul(local, h, table, ".transposed", (d, vocab), block, t)
     }
 
     /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the

@@ -40,7 +40,7 @@ use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
 use context::Emitter;
-pub use linear::NBITS_ACCURACY_LEVEL;
+pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
 
 /// Name of the token-model input.
 pub const INPUT_IDS: &str = "input_ids";
