@@ -105,6 +105,14 @@ class Bench:
             return json.load(f)["runtimes"][0]["bench"]["median_ms"]
 
 
+def same_tokens(row, f32_rows):
+    """How many of `row`'s tokens equal the first f32 row's ("–" without an f32 row)."""
+    if not f32_rows:
+        return "–"
+    same = sum(x == y for x, y in zip(row["tokens"], f32_rows[0]["tokens"]))
+    return f"{same}/{len(row['tokens'])}"
+
+
 def state_bytes(info, form, position, copied=False):
     """Bytes of state one sequence's step reads and writes (see the module doc)."""
     decoding = info["decoding"]
@@ -276,9 +284,7 @@ def main():
               f"{median(steps):.2f} ({', '.join(f'{x:.2f}' for x in steps)}) | "
               f"1/{fraction:.0f} | {median([r['tokens_per_s'] for r in per]):.0f} | "
               f"{r0['weights'] / MB:.1f} | {r0['state'] / MB:.1f} | {total / MB:.1f} | "
-              f"{median(roofline):.2f} | {over:.2f}x | "
-              f"{sum(x == y for x, y in zip(r0['tokens'], f32_rows[0]['tokens']))}"
-              f"/{len(r0['tokens'])} |")
+              f"{median(roofline):.2f} | {over:.2f}x | {same_tokens(r0, f32_rows)} |")
     labels = [r["label"] for r in first]
     if "static f32 batch 1" in labels and "static f32 batch 8" in labels:
         i1, i8 = labels.index("static f32 batch 1"), labels.index("static f32 batch 8")

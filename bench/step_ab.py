@@ -4,8 +4,14 @@ to the decoder), side by side in one run: both binaries decode the same with-pas
 changes on a shared machine hit both alike. Prints a Markdown table of the per-round
 median step times and the ratio B / A.
 
+With `--own-builds` (a change to the graph instead of the decoder) each binary builds its
+own model and binary B decodes both, alternating; `--forward` then also times, alternating,
+a whole forward (`validate --bench 3`, sequence = n) of each binary's variable-length build;
+how many greedy tokens the two models share is reported (otherwise they must all agree).
+
 Usage: python3 bench/step_ab.py --a OLD_BIN --b NEW_BIN [--rounds 5] [--runtime ort-cpu]
-       [--dtype f32] [--prompt 448] [--new-tokens 32] [--threads N]
+       [--dtype f32] [--with-past growing|static] [--own-builds] [--forward]
+       [--prompt 448] [--new-tokens 32] [--threads N]
 The product is Rust; this script only drives the CLI (Python stdlib only).
 """
 import argparse
@@ -16,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-CONFIG = ["--preset", "amlp-base", "--layers", "6", "--causal", "--with-past"]
+CONFIG = ["--preset", "amlp-base", "--layers", "6", "--causal"]
 
 
 def run(cmd):
@@ -35,31 +41,61 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--with-past", default="growing", choices=["growing", "static"])
+    ap.add_argument("--own-builds", action="store_true",
+                    help="each binary builds its own model; binary B decodes both")
+    ap.add_argument("--forward", action="store_true",
+                    help="with --own-builds: also time each binary's whole forward")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="gmlp-step-ab-")
-    model = os.path.join(work, f"amlp6-past-{a.dtype}.onnx")
-    if not os.path.exists(model):
-        run([a.a, "build", *CONFIG, "--dtype", a.dtype, "-q", "-o", model])
-    prompt = ",".join(str((7919 * i + 13) % 32000) for i in range(a.prompt))
+    os.makedirs(work, exist_ok=True)
     extra = ["--threads", str(a.threads)] if a.threads else []
+    flags = [*CONFIG, "--dtype", a.dtype]
+    builders = {"A": a.a, "B": a.b if a.own_builds else a.a}
+    models, forwards = {}, {}
+    for label, exe in builders.items():
+        tag = label if a.own_builds else "A"
+        models[label] = os.path.join(work, f"amlp6-{a.with_past}-{a.dtype}-{tag}.onnx")
+        if not os.path.exists(models[label]):
+            run([exe, "build", *flags, "--with-past", a.with_past, "-q", "-o", models[label]])
+        if a.forward:
+            forwards[label] = os.path.join(work, f"amlp6-variable-{a.dtype}-{tag}.onnx")
+            if not os.path.exists(forwards[label]):
+                run([exe, "build", *flags, "-q", "-o", forwards[label]])
+    deciders = {"A": a.b if a.own_builds else a.a, "B": a.b}
+    prompt = ",".join(str((7919 * i + 13) % 32000) for i in range(a.prompt))
     medians = {"A": [], "B": []}
+    forward_ms = {"A": [], "B": []}
     tokens = {}
     for _ in range(a.rounds):
-        for label, exe in (("A", a.a), ("B", a.b)):
-            out = json.loads(run([exe, "generate", model, "--runtime", a.runtime, "--prompt-ids",
-                                  prompt, "--max-new-tokens", str(a.new_tokens), "--json", "-q",
-                                  *extra]))[0]
+        for label in ("A", "B"):
+            out = json.loads(run([deciders[label], "generate", models[label], "--runtime",
+                                  a.runtime, "--prompt-ids", prompt, "--max-new-tokens",
+                                  str(a.new_tokens), "--json", "-q", *extra]))[0]
             medians[label].append(out["step_median_ms"])
             tokens.setdefault(label, out["tokens"])
-    if tokens["A"] != tokens["B"]:
+        for label in forwards:
+            report = os.path.join(work, "forward.json")
+            run([a.b, "validate", forwards[label], "--runtimes", a.runtime, "--batch", "1",
+                 "--bench", "3", "--report", report, *extra])
+            with open(report) as f:
+                forward_ms[label].append(json.load(f)["runtimes"][0]["bench"]["median_ms"])
+    same = sum(x == y for x, y in zip(tokens["A"], tokens["B"]))
+    if same != len(tokens["A"]) and not a.own_builds:
         raise SystemExit("A and B generated different tokens")
-    ma, mb = statistics.median(medians["A"]), statistics.median(medians["B"])
-    print(f"| runtime | dtype | prompt | rounds | A median step ms (per round) | "
-          f"B median step ms (per round) | B / A |")
-    print("|---|---|---|---|---|---|---|")
     fmt = lambda v: ", ".join(f"{x:.2f}" for x in v)
-    print(f"| {a.runtime} | {a.dtype} | {a.prompt} | {a.rounds} | {ma:.2f} ({fmt(medians['A'])}) | "
-          f"{mb:.2f} ({fmt(medians['B'])}) | {mb / ma:.3f} |")
+    print(f"| runtime | dtype | state | prompt | rounds | what | A median ms (per round) | "
+          f"B median ms (per round) | B / A |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = [("step", medians)] + ([("whole forward", forward_ms)] if forwards else [])
+    for what, values in rows:
+        ma, mb = statistics.median(values["A"]), statistics.median(values["B"])
+        print(f"| {a.runtime} | {a.dtype} | {a.with_past} | {a.prompt} | {a.rounds} | {what} | "
+              f"{ma:.2f} ({fmt(values['A'])}) | {mb:.2f} ({fmt(values['B'])}) | {mb / ma:.3f} |")
+    if a.own_builds:
+        # Two builds may round differently: greedy tokens on seeded (nearly flat) logits can
+        # then part ways, which is reported, not an error.
+        print(f"\nGreedy tokens of B's model equal to A's: {same}/{len(tokens['A'])}.")
 
 
 if __name__ == "__main__":
