@@ -3,7 +3,8 @@
 # file ("<hash>  <name>"), so that two versions of gmlp-onnx can be compared byte for byte
 # (a refactoring must not change any output). Covers every preset at --layers 2 (both
 # Toeplitz forms for one), an import of each fixture (each flag the fixture needs, bf16/f16
-# checkpoints, --save-weights), f16, opsets 13, 18 and 21, --target profiles and external data.
+# checkpoints, --save-weights), f16, opsets 13, 18 and 21, --target profiles, external data,
+# with-past and static state, int8, int4 and int8-weight-only.
 #
 # Usage: scripts/build_hashes.sh [BINARY] > hashes.txt   (default: target/release/gmlp-onnx)
 # Compare: diff <(scripts/build_hashes.sh old/gmlp-onnx) <(scripts/build_hashes.sh new/gmlp-onnx)
@@ -95,6 +96,20 @@ if [ "$static_form" = 1 ]; then
     --target portable
   build lucid_shift_causal-static --weights fixtures/lucid_shift_causal/model.safetensors \
     --causal --shift-tokens 2 --with-past static
+fi
+# Weight-only types (skipped by versions without them): every form of file they make.
+if grep -q -- 'int8-weight-only' <<<"$help"; then
+  for dtype in int4 int8-weight-only; do
+    build "amlp-base-$dtype" --preset amlp-base --layers 2 --causal --dtype "$dtype"
+    build "amlp-base-$dtype-fixed" --preset amlp-base --layers 2 --dtype "$dtype"
+    build "gmlp-ti16-$dtype" --preset gmlp-ti16 --layers 2 --dtype "$dtype"
+    build "amlp-base-with-past-$dtype" --preset amlp-base --layers 2 --causal "${past[@]}" \
+      --dtype "$dtype"
+    build "amlp-base-static-$dtype" --preset amlp-base --layers 2 --causal --with-past static \
+      --dtype "$dtype"
+    build "gpt_reversible-$dtype" --weights fixtures/gpt_reversible/model.safetensors \
+      --dtype "$dtype"
+  done
 fi
 
 (cd "$out" && sha256sum -- * | sort -k2)

@@ -103,9 +103,9 @@ fn is_head(parameter: &str) -> bool {
 
 /// What a weight-quantized model records about its weights (metadata
 /// `gmlp_onnx.quantization`): for `--dtype int4` and `int8-weight-only`, the block-quantized
-/// projections (operator, bits, block, scale rule, `accuracy_level`, parameters), the head
-/// and what stays float. `None` for other precisions (int8 files carry their form in the
-/// config).
+/// projections (operator, bits, block, scale rule, `accuracy_level`, parameters), a token
+/// model's vocabulary head (`null` for vision models and backbones) and what stays float.
+/// `None` for other precisions (int8 files carry their form in the config).
 pub fn quantization_json(
     cfg: &GmlpConfig,
     graph: &Graph,
@@ -124,7 +124,12 @@ pub fn quantization_json(
         _ => rest,
     };
     let projections = block_group((bits, BLOCK_SIZE), accuracy_level, projected);
-    let head = block_group((8, HEAD_BLOCK_SIZE), accuracy_level, head);
+    // A vision model's classifier stays f32: no quantized head to describe.
+    let head = if head.is_empty() {
+        serde_json::Value::Null
+    } else {
+        block_group((8, HEAD_BLOCK_SIZE), accuracy_level, head)
+    };
     let value = json!({
         "dtype": cfg.dtype.name(),
         "projections": projections,

@@ -419,6 +419,25 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
     assert_eq!(q["head"]["op"], "com.microsoft.MatMulNBits");
     assert_eq!(q["head"]["bits"], 8);
     assert_eq!(q["head"]["block_size"], 128);
+    // A vision model's classifier stays f32: no quantized head is described.
+    let vision = dir.path().join("v.onnx");
+    let o = gmlp(&[
+        "build",
+        "--preset",
+        "gmlp-ti16",
+        "--layers",
+        "1",
+        "--dtype",
+        "int4",
+        "-q",
+        "-o",
+        path_str(&vision),
+    ]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = gmlp(&["inspect", path_str(&vision), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["quantization"]["head"].is_null(), "{v}");
+    assert_eq!(v["quantization"]["projections"]["bits"], 4);
     // The parameter count is the f32 model's.
     let f32_path = dir.path().join("f.onnx");
     let o = gmlp(&[
