@@ -17,9 +17,9 @@ use crate::onnx::ops::{NBits, MIN_INT8_OPSET};
 /// Inputs per block of a token model's 8-bit vocabulary head (`--dtype int4` and
 /// `int8-weight-only`): 128, four times the projections' [`BLOCK_SIZE`]. Measured on
 /// amlp-base's 32000 × 512 head (BENCHMARKS.md, "The vocabulary head in 8-bit blocks of
-/// 128"): a static int4 step 0.91× the time with the dynamic int8 head, where blocks of 32
-/// gave 1.01× (their f32 scales are a quarter of the codes' bytes); the logits error stays
-/// below the dynamic int8 head's.
+/// 128"): ONNX Runtime's batch-1 kernel takes 0.63× the time of the dynamic int8 head with
+/// blocks of 128 and 0.98× with blocks of 32; a static int4 step 0.84× the time; the logits
+/// error stays below the dynamic int8 head's.
 pub const HEAD_BLOCK_SIZE: usize = 128;
 
 /// Output columns `[start, end)` of a weight (and its bias).
