@@ -399,9 +399,7 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
         path_str(&path),
     ]);
     assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&["inspect", path_str(&path), "--json"]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = inspect_json(&path);
     let q = &summary["quantization"];
     assert_eq!(q["projections"]["op"], "com.microsoft.MatMulNBits");
     assert_eq!(q["projections"]["bits"], 4);
@@ -434,8 +432,7 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
         path_str(&vision),
     ]);
     assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&["inspect", path_str(&vision), "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = inspect_json(&vision);
     assert!(v["quantization"]["head"].is_null(), "{v}");
     assert_eq!(v["quantization"]["projections"]["bits"], 4);
     // The parameter count is the f32 model's.
@@ -456,9 +453,7 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
         path_str(&f32_path),
     ]);
     assert!(o.status.success());
-    let o = gmlp(&["inspect", path_str(&f32_path), "--json"]);
-    let f32_summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(summary["parameters"], f32_summary["parameters"]);
+    assert_eq!(summary["parameters"], inspect_json(&f32_path)["parameters"]);
     let text = output_text(&gmlp(&["inspect", path_str(&path)]));
     assert!(
         text.contains(
@@ -565,8 +560,7 @@ fn int8_weight_only_files_validate_with_tract_on_dequantized_blocks_and_say_so()
         path_str(&path),
     ]);
     assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&["inspect", path_str(&path), "--json"]);
-    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = inspect_json(&path);
     let q = &summary["quantization"];
     assert_eq!(q["dtype"], "int8-weight-only");
     assert_eq!(q["projections"]["bits"], 8);
