@@ -11,6 +11,7 @@ by side in one run:
   static f32 op24    `--with-past static --opset 24`: TensorScatter instead of ScatterND
   static f32 batch B `generate --prompts-file` with B prompts of different lengths (448,
                      444, 440, ... tokens) decoded together; tokens/s of all sequences
+  static int4 batch B  the same with `--dtype int4` weights (rows int4-batch-1, int4-batch-8)
   growing / static int4, int8-weight-only, int8   the same with `--dtype` weights
                      (docs/quantization.md); their tokens are compared with the f32
                      rows', not required to equal them
@@ -157,9 +158,13 @@ def step_row(b, label, model, flags, form, extra=(), copied=False, f32=True):
     }
 
 
-def batch_row(b, batch):
-    """`batch` prompts of different lengths decoded together (static state, in place)."""
-    path, info = b.build("static-f32", ["--with-past", "static"])
+def batch_row(b, batch, dtype="f32"):
+    """`batch` prompts of different lengths decoded together (static state, in place), in
+    f32 or with `--dtype` weights (then their tokens are compared, not required equal)."""
+    name, flags = "static-f32", ["--with-past", "static"]
+    if dtype != "f32":
+        name, flags = f"static-{dtype}", [*flags, "--dtype", dtype]
+    path, info = b.build(name, flags)
     prompts = [b.prompt[:len(b.prompt) - 4 * k] for k in range(batch)]
     file = os.path.join(b.work, f"prompts-{batch}.txt")
     with open(file, "w") as f:
@@ -167,11 +172,11 @@ def batch_row(b, batch):
     g = b.generate(path, ["--prompts-file", file])
     position = statistics.mean(len(p) for p in prompts) + (b.new_tokens - 1) / 2
     return {
-        "label": f"static f32 batch {batch}", "batch": batch, "gen": g,
+        "label": f"static {dtype} batch {batch}", "batch": batch, "gen": g,
         "weights": weight_bytes(info),
         "state": batch * state_bytes(info, "static", position),
         "step_ms": g["step_median_ms"], "tokens_per_s": g["step_tokens_per_s"],
-        "tokens": g["tokens"][0], "in_place": g["state_in_place"], "f32": True,
+        "tokens": g["tokens"][0], "in_place": g["state_in_place"], "f32": dtype == "f32",
     }
 
 
@@ -206,6 +211,8 @@ ROWS = {
     "batch-1": lambda b: batch_row(b, 1),
     "batch-4": lambda b: batch_row(b, 4),
     "batch-8": lambda b: batch_row(b, 8),
+    "int4-batch-1": lambda b: batch_row(b, 1, "int4"),
+    "int4-batch-8": lambda b: batch_row(b, 8, "int4"),
 }
 
 
@@ -286,12 +293,14 @@ def main():
               f"{r0['weights'] / MB:.1f} | {r0['state'] / MB:.1f} | {total / MB:.1f} | "
               f"{median(roofline):.2f} | {over:.2f}x | {same_tokens(r0, f32_rows)} |")
     labels = [r["label"] for r in first]
-    if "static f32 batch 1" in labels and "static f32 batch 8" in labels:
-        i1, i8 = labels.index("static f32 batch 1"), labels.index("static f32 batch 8")
-        ratios = [rnd["rows"][i8]["tokens_per_s"] / rnd["rows"][i1]["tokens_per_s"]
-                  for rnd in rounds]
-        print(f"\nBatch 8 / batch 1 tokens/s: **{median(ratios):.1f}x** "
-              f"({', '.join(f'{x:.1f}' for x in ratios)}).")
+    for dtype in ("f32", "int4"):
+        one, eight = f"static {dtype} batch 1", f"static {dtype} batch 8"
+        if one in labels and eight in labels:
+            i1, i8 = labels.index(one), labels.index(eight)
+            ratios = [rnd["rows"][i8]["tokens_per_s"] / rnd["rows"][i1]["tokens_per_s"]
+                      for rnd in rounds]
+            print(f"\nBatch 8 / batch 1 tokens/s ({dtype}): **{median(ratios):.1f}x** "
+                  f"({', '.join(f'{x:.1f}' for x in ratios)}).")
     for dt in forward_dtypes:
         ms = [rnd["forwards"][dt] for rnd in rounds]
         ratio = median([rnd["forward"] / rnd["forwards"][dt] for rnd in rounds])
