@@ -4,8 +4,10 @@
 // same model, prompt and settings give the same bytes:
 //
 // - the prompt is its UTF-8 bytes, one token each (a 256-token vocabulary);
-// - the whole prompt runs once with every `past_*` input empty ([1, 0, width]); then each
-//   picked token runs alone, the `present_*` outputs of the last run fed back as `past_*`;
+// - the whole prompt runs once with every `past_*` input empty ([1, 0, width], growing state)
+//   or n rows of zeros ([1, n, width], static state, with `position` 0); then each picked
+//   token runs alone, the `present_*` outputs of the last run fed back as `past_*` (and the
+//   static state's `position` advanced by the tokens fed);
 // - the next token comes from the last position's logits: the argmax (greedy), or a draw
 //   among the k most likely at a temperature from a seeded SplitMix64 stream;
 // - generation stops after `maxNew` tokens, by default when the model's n positions are full.
@@ -78,7 +80,7 @@ export function decodingInfo(bytes) {
   const info = JSON.parse(decoding);
   const task = JSON.parse(config).task || {};
   const tokens = task.kind === "tokens" ? task : null;
-  if (info.mode !== "with-past") {
+  if (info.mode !== "with-past" && info.mode !== "static") {
     throw new Error(`the model decodes in mode "${info.mode}"; this page feeds state back: rebuild it with --with-past`);
   }
   if (!tokens || tokens.vocab_size !== 256) {
@@ -87,6 +89,9 @@ export function decodingInfo(bytes) {
   return {
     n: info.max_sequence,
     vocab: tokens.vocab_size,
+    // "static": fixed-size state [1, n, width] and a `position` input (docs/static-state.md);
+    // "with-past": state that grows by the fed tokens every run (docs/generation.md).
+    fixed: info.mode === "static",
     state: info.state.map((s) => ({ past: s.past, present: s.present, width: s.width })),
   };
 }
@@ -215,14 +220,20 @@ export class Generator {
     const { ort, session } = this;
     const ids = (tokens) =>
       new ort.Tensor("int64", BigInt64Array.from(tokens, BigInt), [1, tokens.length]);
+    const { n, fixed } = this.info;
+    // The state starts empty (growing) or as n rows of zeros that the runs fill (static).
     let state = {};
     for (const s of this.info.state) {
-      state[s.past] = new ort.Tensor("float32", new Float32Array(0), [1, 0, s.width]);
+      const rows = fixed ? n : 0;
+      state[s.past] = new ort.Tensor("float32", new Float32Array(rows * s.width), [1, rows, s.width]);
     }
     let fed = prompt;
+    let position = 0;
     for (let made = 0; made < count; ) {
+      const feeds = { input_ids: ids(fed), ...state };
+      if (fixed) feeds.position = new ort.Tensor("int64", BigInt64Array.of(BigInt(position)), [1]);
       const t0 = performance.now();
-      const out = await session.run({ input_ids: ids(fed), ...state });
+      const out = await session.run(feeds);
       const ms = performance.now() - t0;
       const logits = out.logits;
       if (logits.type !== "float32") throw new Error(`logits are ${logits.type}; the page reads float32`);
@@ -233,6 +244,7 @@ export class Generator {
       yield { token: next, ms };
       state = {};
       for (const s of this.info.state) state[s.past] = out[s.present];
+      position += fed.length;
       fed = [next];
     }
   }

@@ -110,7 +110,7 @@ impl SequenceMode {
             )));
         }
         if self == SequenceMode::Static {
-            if let Some(i) = (0..cfg.layers).find(|&i| !cfg.block.mixing(i).is_global()) {
+            if let Some(i) = first_local_block(cfg) {
                 return Err(Error::InvalidArgument(format!(
                     "--with-past static does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use --with-past growing"
                 )));
@@ -118,6 +118,13 @@ impl SequenceMode {
         }
         Ok(())
     }
+}
+
+/// The first block whose token mixing is local (a window or an axial fold, g-mlp-gpt's
+/// `window` / `attn_layers` folds), if any: its state keeps only the rows its window sees,
+/// which the static state's fixed [batch, n, ·] rows cannot hold.
+pub fn first_local_block(cfg: &GmlpConfig) -> Option<usize> {
+    (0..cfg.layers).find(|&i| !cfg.block.mixing(i).is_global())
 }
 
 /// One state tensor of a `--with-past` graph.

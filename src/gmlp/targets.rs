@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
-use crate::gmlp::decoding::SequenceMode;
+use crate::gmlp::decoding::{first_local_block, SequenceMode};
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::versions::ir_version_for;
 
@@ -115,6 +115,40 @@ impl Target {
         match self {
             Target::Portable | Target::Opencv4 => SequenceMode::Fixed,
             _ => SequenceMode::default_for(cfg),
+        }
+    }
+
+    /// The state form of a plain `--with-past` (docs/static-state.md): the static state
+    /// written in place, except where the file could not hold it or the profile's
+    /// consumers could not read it; those get the growing state and a one-line note why:
+    /// - a block with a window or an axial fold (its state keeps only the rows its window
+    ///   sees; `--with-past static` refuses it);
+    /// - `portable` and `candle`: candle-onnx has no `Max`, the clamp of the static
+    ///   state's position checks (it reads the growing form with LayerNorm decomposed);
+    /// - `opencv4`: OpenCV 4 dnn imports neither form (the `Shape` of a dynamic input), and
+    ///   the profile keeps the form earlier versions wrote.
+    pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, Option<String>) {
+        let growing = |why: String| {
+            (
+                SequenceMode::WithPast,
+                Some(format!("--with-past builds the growing state: {why}")),
+            )
+        };
+        if let Some(i) = first_local_block(cfg) {
+            return growing(format!(
+                "block {i} has a window or an axial fold, whose state keeps only the rows its window sees"
+            ));
+        }
+        match self {
+            Target::Portable | Target::Candle => growing(format!(
+                "--target {} includes candle-onnx, which has no Max (the static state's position checks)",
+                self.name()
+            )),
+            Target::Opencv4 => growing(
+                "--target opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)"
+                    .into(),
+            ),
+            Target::Ort | Target::OrtLegacy => (SequenceMode::Static, None),
         }
     }
 
@@ -245,6 +279,40 @@ mod tests {
             };
             assert_eq!(t.sequence_for(&causal), expected, "{}", t.name());
         }
+    }
+
+    #[test]
+    fn a_plain_with_past_is_static_unless_the_model_or_the_profile_cannot_take_it() {
+        let mut causal = crate::gmlp::presets::preset("amlp-base")
+            .unwrap()
+            .config
+            .clone();
+        causal.causal = true;
+        for t in TARGETS {
+            let (mode, note) = t.with_past_for(&causal);
+            match t {
+                Target::Ort | Target::OrtLegacy => {
+                    assert_eq!((mode, note), (SequenceMode::Static, None), "{}", t.name())
+                }
+                Target::Portable | Target::Candle | Target::Opencv4 => {
+                    assert_eq!(mode, SequenceMode::WithPast, "{}", t.name());
+                    let note = note.unwrap();
+                    assert!(note.contains(&format!("--target {}", t.name())), "{note}");
+                }
+            }
+        }
+        let mut windowed = causal.clone();
+        windowed.block.token_mixing = vec![
+            crate::gmlp::config::TokenMixing::GLOBAL,
+            crate::gmlp::config::TokenMixing {
+                window: Some(4),
+                fold: 1,
+            },
+        ];
+        let (mode, note) = Target::Ort.with_past_for(&windowed);
+        assert_eq!(mode, SequenceMode::WithPast);
+        assert!(note.unwrap().contains("block 1 has a window"));
+        assert!(SequenceMode::Static.check(&windowed).is_err());
     }
 
     #[test]

@@ -153,11 +153,14 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
         path_str(&checkpoint),
         "--causal",
         "--with-past",
-        "static",
-        "-q",
         "-o",
         path_str(&model),
     ]);
+    assert!(
+        output_text(&o).contains("static state"),
+        "{}",
+        output_text(&o)
+    );
     assert!(o.status.success(), "{}", output_text(&o));
     let o = gmlp(&["inspect", path_str(&model)]);
     let text = output_text(&o);
@@ -371,6 +374,13 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
         path_str(&out),
     ]);
     assert!(o.status.success(), "{}", output_text(&o));
+    assert!(
+        output_text(&o).contains(
+            "note: --with-past builds the growing state: block 0 has a window or an axial fold"
+        ),
+        "{}",
+        output_text(&o)
+    );
     let o = gmlp(&["inspect", path_str(&out)]);
     assert!(
         output_text(&o).contains("sequence    with-past, up to 32"),

@@ -34,6 +34,7 @@ function refuses(what, fn, pattern) {
 
 const info = decodingInfo(read(spec.with_past));
 check("with-past model: n, vocabulary", info.n === 32 && info.vocab === 256, JSON.stringify(info));
+check("a plain --with-past: static state (position input, n rows)", info.fixed === true, JSON.stringify(info));
 check(
   "with-past model: state in graph order",
   info.state.map((s) => `${s.past}/${s.present}/${s.width}`).join(" ") ===

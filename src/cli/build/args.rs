@@ -71,10 +71,11 @@ pub enum DtypeArg {
 #[derive(Clone, Copy, ValueEnum)]
 pub enum PastArg {
     /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]
-    /// (batches sequences at different positions).
+    /// (batches sequences at different positions; the default where the model and the
+    /// target allow it).
     Static,
     /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
-    /// followed by the new rows out (the default).
+    /// followed by the new rows out.
     Growing,
 }
 
@@ -204,11 +205,12 @@ pub struct BuildArgs {
     #[arg(long, conflicts_with = "with_past")]
     pub fixed_seq: bool,
     /// Causal token models: one graph for prefill and single steps, with each block's
-    /// state as past_* inputs and present_* outputs: `growing` (past_* [batch, P, ·],
-    /// present_* one row longer per token; the form loops, Triton and consumers have used
-    /// so far) or `static` (fixed size [batch, n, ·], a per-sequence `position` input, new
-    /// rows written in place: faster steps, batches of sequences at different positions)
-    /// [default: growing]; see docs/generation.md and docs/static-state.md.
+    /// state as past_* inputs and present_* outputs: `static` (fixed size [batch, n, ·], a
+    /// per-sequence `position` input, new rows written in place: faster steps, batches of
+    /// sequences at different positions) or `growing` (past_* [batch, P, ·], present_* one
+    /// row longer per token: the form earlier builds wrote) [default: static; growing,
+    /// with a note, for windowed or folded blocks and --target portable/candle/opencv4];
+    /// see docs/static-state.md and docs/generation.md.
     #[arg(long, value_enum, num_args = 0..=1)]
     pub with_past: Option<Option<PastArg>>,
     /// After writing, run the model in tract and ONNX Runtime and compare.

@@ -346,14 +346,17 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     };
     target.check(cfg.spatial)?;
     target.check_dtype(cfg.dtype)?;
-    let mode = match a.with_past {
-        Some(Some(PastArg::Static)) => SequenceMode::Static,
-        Some(Some(PastArg::Growing)) => SequenceMode::WithPast,
-        Some(None) => SequenceMode::WithPast,
-        None if a.fixed_seq => SequenceMode::Fixed,
-        None => target.target.sequence_for(&cfg),
+    let (mode, past_note) = match a.with_past {
+        Some(Some(PastArg::Static)) => (SequenceMode::Static, None),
+        Some(Some(PastArg::Growing)) => (SequenceMode::WithPast, None),
+        Some(None) => target.target.with_past_for(&cfg),
+        None if a.fixed_seq => (SequenceMode::Fixed, None),
+        None => (target.target.sequence_for(&cfg), None),
     };
     mode.check(&cfg)?;
+    if let Some(note) = past_note {
+        eprintln!("note: {note}");
+    }
     let model = export_for(
         &cfg,
         source.clone(),
@@ -391,8 +394,13 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         let w = written_so_far.or_remove(write_repository(&a.output, repo, options))?;
         print_repository(&w);
     }
+    let state = match mode {
+        SequenceMode::Static => ", static state",
+        SequenceMode::WithPast => ", growing state",
+        SequenceMode::Fixed | SequenceMode::Variable => "",
+    };
     println!(
-        "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}",
+        "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}{state}",
         a.output.display(),
         bytes as f64 / 1e6,
         c.stored_params,
