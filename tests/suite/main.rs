@@ -13,6 +13,7 @@
 mod common;
 
 mod cli;
+mod doc_loops;
 mod docs;
 mod generation;
 mod hostile;
