@@ -202,8 +202,13 @@ def run_with_past(args):
         except Exception as e:
             errors.append(f"sequence {k}: {type(e).__name__}: {e}")
         finally:
-            for ev in started + answered:
-                ev.set()
+            # Nobody waits for a thread that has ended: its own answer event, and if it is
+            # sequence 0 the start of every other. (Setting every event here let sequence 0
+            # send its last token before a slow sequence's first answer, on a loaded machine.)
+            answered[k].set()
+            if k == 0:
+                for ev in started:
+                    ev.set()
 
     threads = [threading.Thread(target=sequence_thread, args=(k,)) for k in range(args.sequences)]
     for t in threads:
