@@ -97,9 +97,9 @@ struct Generation {
 }
 
 /// How `generate` opens a runtime: ONNX Runtime with the given library and threads; tract
-/// runs the 8-bit `MatMulNBits` nodes it cannot read (the vocabulary head of int4 files,
-/// every projection of int8-weight-only ones) as `MatMul`s on the file's dequantized
-/// weights, which [`announce_note`] says.
+/// runs the 8-bit `MatMulNBits` nodes it cannot read (the output projections and vocabulary
+/// head of int4 files, every projection of int8-weight-only ones) as `MatMul`s on the file's
+/// dequantized weights, which [`announce_note`] says.
 pub(crate) fn runtime_options(a: &GenerateArgs) -> RuntimeOptions {
     RuntimeOptions {
         ort_library: a.ort_lib.clone(),

@@ -87,7 +87,7 @@ fn block_group(
         "block_size": block_size,
         "block_axis": "K (input features)",
         "scales": format!(
-            "f32 [N, K/{block_size}], m/-{} for the block's largest-magnitude value m, rounded to f16",
+            "f32 [N, K/{block_size}], per block the least-squares error of Q4_0's m/-{} (m: the block's largest-magnitude value) and six refitted nearby grids, rounded to f16",
             1 << (bits - 1)
         ),
         "zero_points": format!("none (the default {}: symmetric)", 1 << (bits - 1)),
@@ -103,8 +103,9 @@ fn is_head(parameter: &str) -> bool {
 
 /// What a weight-quantized model records about its weights (metadata
 /// `gmlp_onnx.quantization`): for `--dtype int4` and `int8-weight-only`, the block-quantized
-/// projections (operator, bits, block, scale rule, `accuracy_level`, parameters), a token
-/// model's vocabulary head (`null` for vision models and backbones) and what stays float.
+/// projections (operator, bits, block, scale rule, `accuracy_level`, parameters), int4's
+/// 8-bit output projections (`null` otherwise), a token model's vocabulary head (`null` for
+/// vision models and backbones) and what stays float.
 /// `None` for other precisions (int8 files carry their form in the config).
 pub fn quantization_json(
     cfg: &GmlpConfig,
@@ -119,11 +120,18 @@ pub fn quantization_json(
     let (head, rest): (Vec<String>, Vec<String>) = quantized_parameters(graph, ".int8")
         .into_iter()
         .partition(|p| is_head(p));
-    let projected = match bits {
-        4 => quantized_parameters(graph, ".int4"),
-        _ => rest,
+    // int4 files keep the blocks' output projections in 8 bits (the rest of the `.int8`
+    // parameters); int8-weight-only files have every projection there.
+    let (projected, output) = match bits {
+        4 => (quantized_parameters(graph, ".int4"), rest),
+        _ => (rest, Vec::new()),
     };
     let projections = block_group((bits, BLOCK_SIZE), accuracy_level, projected);
+    let output_projections = if output.is_empty() {
+        serde_json::Value::Null
+    } else {
+        block_group((8, HEAD_BLOCK_SIZE), accuracy_level, output)
+    };
     // A vision model's classifier stays f32: no quantized head to describe.
     let head = if head.is_empty() {
         serde_json::Value::Null
@@ -133,6 +141,7 @@ pub fn quantization_json(
     let value = json!({
         "dtype": cfg.dtype.name(),
         "projections": projections,
+        "output_projections": output_projections,
         "head": head,
         "float": "embedding gather, spatial projection, norms, biases, attention scores and softmax, activations, logits",
     });

@@ -179,7 +179,7 @@ pub(super) fn static_state_lines(d: &DecodingInfo) -> String {
 /// The `quantized` line: each group of quantized parameters with its bits, operator and
 /// block, from the metadata `gmlp_onnx.quantization`.
 pub(super) fn quantization_line(q: &serde_json::Value) -> String {
-    let groups: Vec<String> = ["projections", "head"]
+    let groups: Vec<String> = ["projections", "output_projections", "head"]
         .into_iter()
         .filter_map(|group| {
             let g = q.get(group)?;
@@ -198,7 +198,8 @@ pub(super) fn quantization_line(q: &serde_json::Value) -> String {
                 .and_then(|l| l.as_i64())
                 .map_or(String::new(), |l| format!(", accuracy_level {l}"));
             Some(format!(
-                "{group} {}-bit ({}{block}{level}): {}",
+                "{} {}-bit ({}{block}{level}): {}",
+                group.replace('_', " "),
                 g.get("bits")?.as_u64()?,
                 g.get("op")?.as_str()?,
                 params.join(", ")

@@ -7,9 +7,11 @@
 //!
 //! Accuracy bounds (docs/quantization.md has the measured values), against the f32 export
 //! of the same weights: int4, the relative L2 error of all logits ‖q − f32‖₂ / ‖f32‖₂ ≤
-//! 3e-2, the max-norm error max|q − f32| / max|f32| ≤ 6e-2 (4-bit weights on these d = 24
+//! 2e-2, the max-norm error max|q − f32| / max|f32| ≤ 4e-2 (4-bit weights on these d = 24
 //! models: the max-norm error is about twice the L2 one), next-token (greedy) top-1
-//! agreement ≥ 90%; int8-weight-only: L2 ≤ 1e-2, max-norm ≤ 3e-2, top-1 ≥ 97%.
+//! agreement ≥ 93% (measured at worst: 1.3e-2, 2.9e-2, 95.8%; before int4 kept its output
+//! projections in 8 bits: 1.9e-2, 4.2e-2, 92.7%); int8-weight-only: L2 ≤ 1e-2, max-norm ≤
+//! 3e-2, top-1 ≥ 97%.
 //!
 //! Longer than ~500 lines: int4 and int8-weight-only share the accuracy measurement over
 //! the ten trained fixtures and the packing checks against ONNX Runtime.
@@ -33,7 +35,7 @@ use safetensors::SafeTensors;
 
 /// (dtype, max L2, max max-norm, min top-1 agreement) against f32.
 const BOUNDS: [(&str, f64, f64, f64); 2] = [
-    ("int4", 3e-2, 6e-2, 0.90),
+    ("int4", 2e-2, 4e-2, 0.93),
     ("int8-weight-only", 1e-2, 3e-2, 0.97),
 ];
 
@@ -409,9 +411,18 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
         serde_json::json!([
             "blocks.*.proj_in.weight",
             "blocks.*.attn.qkv.weight",
-            "blocks.*.attn.out.weight",
-            "blocks.*.proj_out.weight"
+            "blocks.*.attn.out.weight"
         ])
+    );
+    // The output projections in 8-bit blocks of 128, as the head.
+    let out = &q["output_projections"];
+    assert_eq!(
+        out["parameters"],
+        serde_json::json!(["blocks.*.proj_out.weight"])
+    );
+    assert_eq!(
+        (out["bits"].as_u64(), out["block_size"].as_u64()),
+        (Some(8), Some(128))
     );
     assert_eq!(q["head"]["parameters"], serde_json::json!(["embed.weight"]));
     assert_eq!(q["head"]["op"], "com.microsoft.MatMulNBits");
@@ -435,6 +446,10 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
     let v = inspect_json(&vision);
     assert!(v["quantization"]["head"].is_null(), "{v}");
     assert_eq!(v["quantization"]["projections"]["bits"], 4);
+    assert_eq!(
+        v["quantization"]["output_projections"]["parameters"],
+        serde_json::json!(["blocks.*.proj_out.weight"])
+    );
     // The parameter count is the f32 model's.
     let f32_path = dir.path().join("f.onnx");
     let o = gmlp(&[
@@ -458,7 +473,8 @@ fn int4_metadata_describes_the_quantization_and_validate_uses_int8_tolerances() 
     assert!(
         text.contains(
             "quantized   projections 4-bit (com.microsoft.MatMulNBits, blocks of 32 along K"
-        ),
+        ) && text
+            .contains("output projections 8-bit (com.microsoft.MatMulNBits, blocks of 128 along K"),
         "{text}"
     );
     let report = dir.path().join("r.json");
@@ -636,7 +652,7 @@ struct Huge;
 impl WeightSource for Huge {
     fn values(&self, spec: &ParamSpec) -> gmlp_onnx::error::Result<Vec<f32>> {
         let mut v = spread(1).values(spec)?;
-        if spec.name == "blocks.1.proj_out.weight" {
+        if spec.name == "blocks.1.proj_in.weight" {
             v[3] = 1e7;
         }
         Ok(v)
@@ -683,7 +699,7 @@ fn what_cannot_be_an_int4_file_is_refused_with_one_line() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("blocks.1.proj_out.weight: a weight of magnitude 1e7 is too large for 4-bit"),
+            .contains("blocks.1.proj_in.weight: a weight of magnitude 1e7 is too large for 4-bit"),
         "{err}"
     );
     assert!(!path.exists());

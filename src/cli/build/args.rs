@@ -58,9 +58,9 @@ pub enum DtypeArg {
     /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
     /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
     Int8,
-    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), vocabulary
-    /// head in 8 bits (blocks of 128); activations, embedding, spatial MatMul, norms and
-    /// logits in f32.
+    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), the blocks'
+    /// output projections and the vocabulary head in 8 bits (blocks of 128); activations,
+    /// embedding, spatial MatMul, norms and logits in f32.
     Int4,
     /// Weight-only int8 projections (blocks of 32, MatMulNBits with 8 bits) and vocabulary
     /// head (blocks of 128); activations, embedding, spatial MatMul, norms and logits in f32.

@@ -68,22 +68,28 @@ impl Emitter {
             )?;
             let b = s.g.gelu("gelu", &b)?;
             let product = s.g.mul("geglu", &a, &b)?;
-            s.linear(
+            let out_form = s.output_projection_form();
+            s.dense(
                 "proj_out",
                 &product,
                 &format!("{p}.ff.proj_out.weight"),
                 Some(&format!("{p}.ff.proj_out.bias")),
+                None,
+                out_form,
             )
         })
     }
 
     /// `g·V + b_V` for block prefix `p`.
     pub(crate) fn proj_out(&mut self, p: &str, gated: &Value) -> Result<Value> {
-        self.linear(
+        let form = self.output_projection_form();
+        self.dense(
             "proj_out",
             gated,
             &format!("{p}.proj_out.weight"),
             Some(&format!("{p}.proj_out.bias")),
+            None,
+            form,
         )
     }
 }
