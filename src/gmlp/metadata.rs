@@ -87,7 +87,7 @@ fn block_group(
         "block_size": block_size,
         "block_axis": "K (input features)",
         "scales": format!(
-            "f32 [N, K/{block_size}], per block the least-squares error of Q4_0's m/-{} (m: the block's largest-magnitude value) and six refitted nearby grids, rounded to f16",
+            "f32 [N, K/{block_size}], rounded to f16: per block, whichever of Q4_0's m/-{} (m: the block's largest-magnitude value) and six least-squares refits of nearby grids leaves the least squared error",
             1 << (bits - 1)
         ),
         "zero_points": format!("none (the default {}: symmetric)", 1 << (bits - 1)),
