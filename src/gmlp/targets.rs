@@ -118,20 +118,21 @@ impl Target {
         }
     }
 
-    /// The state form of a plain `--with-past` (docs/static-state.md): the static state
-    /// written in place, except where the file could not hold it or the profile's
-    /// consumers could not read it; those get the growing state and a one-line note why:
+    /// The state form of a plain `--with-past` (docs/static-state.md) and a one-line note
+    /// on it: the static state written in place (the note names `--with-past growing`, the
+    /// form earlier builds wrote), except where the file could not hold it or the profile's
+    /// consumers could not read it; those get the growing state and a note why:
     /// - a block with a window or an axial fold (its state keeps only the rows its window
     ///   sees; `--with-past static` refuses it);
     /// - `portable` and `candle`: candle-onnx has no `Max`, the clamp of the static
     ///   state's position checks (it reads the growing form with LayerNorm decomposed);
     /// - `opencv4`: OpenCV 4 dnn imports neither form (the `Shape` of a dynamic input), and
     ///   the profile keeps the form earlier versions wrote.
-    pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, Option<String>) {
+    pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, String) {
         let growing = |why: String| {
             (
                 SequenceMode::WithPast,
-                Some(format!("--with-past builds the growing state: {why}")),
+                format!("--with-past builds the growing state: {why}"),
             )
         };
         if let Some(i) = first_local_block(cfg) {
@@ -148,7 +149,12 @@ impl Target {
                 "--target opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)"
                     .into(),
             ),
-            Target::Ort | Target::OrtLegacy => (SequenceMode::Static, None),
+            // Said once per build: earlier builds wrote the growing form here.
+            Target::Ort | Target::OrtLegacy => (
+                SequenceMode::Static,
+                "--with-past builds the static state (a `position` input, n rows written in place: docs/static-state.md); --with-past growing builds the growing state of earlier builds"
+                    .into(),
+            ),
         }
     }
 
@@ -292,11 +298,14 @@ mod tests {
             let (mode, note) = t.with_past_for(&causal);
             match t {
                 Target::Ort | Target::OrtLegacy => {
-                    assert_eq!((mode, note), (SequenceMode::Static, None), "{}", t.name())
+                    assert_eq!(mode, SequenceMode::Static, "{}", t.name());
+                    assert!(
+                        note.contains("--with-past growing builds the growing"),
+                        "{note}"
+                    );
                 }
                 Target::Portable | Target::Candle | Target::Opencv4 => {
                     assert_eq!(mode, SequenceMode::WithPast, "{}", t.name());
-                    let note = note.unwrap();
                     assert!(note.contains(&format!("--target {}", t.name())), "{note}");
                 }
             }
@@ -311,7 +320,7 @@ mod tests {
         ];
         let (mode, note) = Target::Ort.with_past_for(&windowed);
         assert_eq!(mode, SequenceMode::WithPast);
-        assert!(note.unwrap().contains("block 1 has a window"));
+        assert!(note.contains("block 1 has a window"), "{note}");
         assert!(SequenceMode::Static.check(&windowed).is_err());
     }
 

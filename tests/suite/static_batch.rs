@@ -156,8 +156,13 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
         "-o",
         path_str(&model),
     ]);
+    // The build line names the form, and a note how to get the earlier one.
     assert!(
-        output_text(&o).contains("static state"),
+        output_text(&o).contains("static state")
+            && String::from_utf8_lossy(&o.stderr)
+                .contains("note: --with-past builds the static state")
+            && String::from_utf8_lossy(&o.stderr)
+                .contains("--with-past growing builds the growing state of earlier builds"),
         "{}",
         output_text(&o)
     );

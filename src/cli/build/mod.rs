@@ -349,7 +349,10 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let (mode, past_note) = match a.with_past {
         Some(Some(PastArg::Static)) => (SequenceMode::Static, None),
         Some(Some(PastArg::Growing)) => (SequenceMode::WithPast, None),
-        Some(None) => target.target.with_past_for(&cfg),
+        Some(None) => {
+            let (mode, note) = target.target.with_past_for(&cfg);
+            (mode, Some(note))
+        }
         None if a.fixed_seq => (SequenceMode::Fixed, None),
         None => (target.target.sequence_for(&cfg), None),
     };
