@@ -503,6 +503,81 @@ fn static_state_sequences_at_different_positions_batch_together() {
     eprintln!("static: {report}");
 }
 
+/// An int4 model built with a plain `--with-past` (the static state, the default) served
+/// as built: four concurrent sequences of different prompt lengths, every answer equal to
+/// the sequence's own ONNX Runtime run of the same file (Triton's ONNX Runtime backend runs
+/// the `com.microsoft.MatMulNBits` nodes, 4-bit and 8-bit).
+#[test]
+fn an_int4_with_past_model_is_served_as_built() {
+    let env = triton_env();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("amlp-int4.onnx");
+    let repo = dir.path().join("repo-int4");
+    let out = gmlp_ok(&[
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "2",
+        "--d-model",
+        "64",
+        "--d-ffn",
+        "256",
+        "--attn-dim",
+        "16",
+        "--seq-len",
+        "24",
+        "--vocab-size",
+        "50",
+        "--causal",
+        "--with-past",
+        "--dtype",
+        "int4",
+        "--init",
+        "spread",
+        "-o",
+        path_str(&model),
+        "--triton-repo",
+        path_str(&repo),
+        "--triton-name",
+        "lm",
+    ]);
+    assert!(
+        out.contains("static state") && out.contains("max_batch_size 8"),
+        "{out}"
+    );
+    let server = Server::start(&env, &repo, dir.path().join("server-int4.log"));
+    let report = client(
+        &env,
+        &[
+            "static",
+            &server.url(),
+            "lm",
+            path_str(&model),
+            "--sequences",
+            "4",
+            "--steps",
+            "6",
+            "--prompt-min",
+            "2",
+            "--int-high",
+            "50",
+        ],
+    );
+    assert_no_errors(&report, &server);
+    let max_rel = report["max_rel"].as_f64().expect("max_rel");
+    assert!(
+        max_rel <= REL_TOL,
+        "int4 static: rel {max_rel:.3e}: {report}"
+    );
+    assert_eq!(
+        report["inference_count"].as_u64(),
+        Some(4 * (1 + 6)),
+        "{report}"
+    );
+    eprintln!("int4 static: {report}");
+}
+
 /// Every file and folder under `dir`, for "nothing was written" checks.
 fn tree(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
