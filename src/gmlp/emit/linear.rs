@@ -6,6 +6,8 @@
 //! `--dtype int4` and `int8-weight-only`, as ONNX Runtime's `MatMulNBits` on weights
 //! quantized in blocks along the input features ([`crate::onnx::nbits`]).
 
+use std::sync::{Arc, Mutex};
+
 use super::context::Emitter;
 use crate::error::{Error, Result};
 use crate::gmlp::config::Precision;
@@ -232,27 +234,41 @@ impl Emitter {
             accuracy_level: NBITS_ACCURACY_LEVEL,
         };
         let kb = rows.div_ceil(block_size);
-        let (cut, name) = (slice.clone(), weight.to_string());
+        // The scales are produced first (the file's order): the quantization they come
+        // from is kept for the codes produced next, so each weight's block scales are
+        // searched once; the codes quantize afresh where it is not there.
+        let done: Arc<Mutex<Option<nbits::BlockQuantized>>> = Arc::default();
+        let quantize = {
+            let name = weight.to_string();
+            move |v: Vec<f32>| {
+                nbits::quantize(&slice(v), rows, width, bits, block_size)
+                    .map_err(|e| in_param(&name, e))
+            }
+        };
+        let (first, kept) = (quantize.clone(), done.clone());
         let scales = self.derived_param_try(
             &format!("{weight}{suffix}.scale"),
             weight,
             &[width, kb],
             ElemType::F32,
             move |v| {
-                let q = nbits::quantize(&cut(v), rows, width, bits, block_size)
-                    .map_err(|e| in_param(&name, e))?;
-                Ok(q.scales)
+                let q = first(v)?;
+                let scales = q.scales.clone();
+                *kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(q);
+                Ok(scales)
             },
         )?;
-        let name = weight.to_string();
         let q = self.derived_param_try(
             &format!("{weight}{suffix}.int{bits}"),
             weight,
             &[width, kb, block_size * bits / 8],
             ElemType::U8,
             move |v| {
-                let q = nbits::quantize(&slice(v), rows, width, bits, block_size)
-                    .map_err(|e| in_param(&name, e))?;
+                let kept = done.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let q = match kept {
+                    Some(q) => q,
+                    None => quantize(v)?,
+                };
                 Ok(q.packed().into_iter().map(f32::from).collect())
             },
         )?;
