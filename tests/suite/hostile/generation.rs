@@ -93,32 +93,49 @@ fn with_past_is_refused_where_state_cannot_be_carried() {
 #[test]
 fn generation_refuses_long_prompts_passing_n_bad_ids_and_models_without_state() {
     let models = tempfile::tempdir().unwrap();
-    // A plain --with-past is the static state; the growing one is checked after.
     let past = small(models.path(), "past.onnx", &["--with-past"]);
     let growing = small(models.path(), "growing.onnx", &["--with-past", "growing"]);
     let fixed = small(models.path(), "fixed.onnx", &["--fixed-seq"]);
     let variable = small(models.path(), "variable.onnx", &[]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    // Limits of n, in both state forms (the static one of a plain --with-past, the growing one).
+    for p in [s(&past), s(&growing)] {
+        for (args, needle) in [
+            (
+                &["generate", p, "--prompt-ids", "1,2,3,4,5,6,7,8,9"][..],
+                "the prompt has 9 tokens, more than the model's 8 positions",
+            ),
+            (
+                &[
+                    "generate",
+                    p,
+                    "--prompt-ids",
+                    "1,2,3",
+                    "--max-new-tokens",
+                    "6",
+                ],
+                "--max-new-tokens 6 would generate past the model's 8 positions",
+            ),
+            (
+                &[
+                    "validate",
+                    p,
+                    "--decode-prefill",
+                    "6",
+                    "--decode-steps",
+                    "3",
+                ],
+                "must fit in the model's 8 positions",
+            ),
+        ] {
+            assert_refused(d, args, 2, needle);
+        }
+    }
     let p = s(&past);
     for (args, needle) in [
         (
-            &["generate", p, "--prompt-ids", "1,2,3,4,5,6,7,8,9"][..],
-            "the prompt has 9 tokens, more than the model's 8 positions",
-        ),
-        (
-            &[
-                "generate",
-                p,
-                "--prompt-ids",
-                "1,2,3",
-                "--max-new-tokens",
-                "6",
-            ],
-            "--max-new-tokens 6 would generate past the model's 8 positions",
-        ),
-        (
-            &["generate", p, "--prompt-ids", "1,20"],
+            &["generate", p, "--prompt-ids", "1,20"][..],
             "prompt token id 20 is outside the vocabulary 0..20",
         ),
         (
@@ -144,48 +161,6 @@ fn generation_refuses_long_prompts_passing_n_bad_ids_and_models_without_state() 
         (
             &["validate", s(&variable), "--decode-steps", "2"],
             "apply to models built with --with-past",
-        ),
-        (
-            &[
-                "validate",
-                p,
-                "--decode-prefill",
-                "6",
-                "--decode-steps",
-                "3",
-            ],
-            "must fit in the model's 8 positions",
-        ),
-    ] {
-        assert_refused(d, args, 2, needle);
-    }
-    let g = s(&growing);
-    for (args, needle) in [
-        (
-            &["generate", g, "--prompt-ids", "1,2,3,4,5,6,7,8,9"][..],
-            "the prompt has 9 tokens, more than the model's 8 positions",
-        ),
-        (
-            &[
-                "generate",
-                g,
-                "--prompt-ids",
-                "1,2,3",
-                "--max-new-tokens",
-                "6",
-            ],
-            "--max-new-tokens 6 would generate past the model's 8 positions",
-        ),
-        (
-            &[
-                "validate",
-                g,
-                "--decode-prefill",
-                "6",
-                "--decode-steps",
-                "3",
-            ],
-            "must fit in the model's 8 positions",
         ),
     ] {
         assert_refused(d, args, 2, needle);
