@@ -111,13 +111,18 @@ impl SequenceMode {
         }
         if self == SequenceMode::Static {
             if let Some(i) = first_local_block(cfg) {
-                return Err(Error::InvalidArgument(format!(
-                    "--with-past static does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use --with-past growing"
-                )));
+                return Err(static_local_mixing_refused(i));
             }
         }
         Ok(())
     }
+}
+
+/// The refusal of a static state for a model whose block `i` mixes tokens locally.
+pub fn static_local_mixing_refused(i: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "--with-past static does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use --with-past growing"
+    ))
 }
 
 /// The first block whose token mixing is local (a window or an axial fold, g-mlp-gpt's

@@ -1,19 +1,17 @@
 //! The state every part of the emitter shares: the graph builder, the configuration, the
-//! parameters by name with the source of their values, the constants shared by the blocks
-//! (Toeplitz index table, causal mask), and the run-time positions and state of a
-//! variable-length or with-past graph ([`Positions`]; their helpers are in
-//! `sequence.rs`) or of a static-state graph ([`StaticRows`], helpers in
-//! `static_state.rs`).
+//! parameters by name with the source of their values, and the constants shared by the
+//! blocks (Toeplitz index table, causal mask). What only one sequence mode has (positions,
+//! state inputs and outputs) is not here: it lives in that mode's variant of
+//! [`super::sequence::Sequence`], which the parts take as an argument.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
-use crate::gmlp::decoding::SequenceMode;
 use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
-use crate::onnx::graph::{Dim, ElemType, TensorData, Value};
+use crate::onnx::graph::{ElemType, TensorData, Value};
 
 /// The emitter: one graph under construction for one configuration. Each part of the
 /// network (block parts in `block/`, `embed.rs`, `head.rs`, the linear layers in
@@ -29,68 +27,15 @@ pub(crate) struct Emitter {
     pub(crate) toeplitz_index: Option<Value>,
     /// The shared additive causal mask [n, n] (made on first use).
     pub(crate) causal_mask: Option<Value>,
-    /// The constant positions 0..n−1 of a fixed graph (local mixing, made on first use).
-    pub(crate) fixed_positions: Option<Value>,
-    /// How the sequence axis is emitted.
-    pub(crate) mode: SequenceMode,
-    /// Row positions and lengths of a variable-length or with-past graph.
-    pub(crate) positions: Option<Positions>,
-    /// `past_*` graph inputs, by name (with-past graphs).
-    pub(crate) past: HashMap<String, Value>,
-    /// `present_*` values in the order they were made (with-past graphs).
-    pub(crate) present: Vec<(String, Value)>,
-    /// Row positions of a static-state graph (see `static_state.rs`).
-    pub(crate) static_rows: Option<StaticRows>,
-}
-
-/// The per-sequence positions of a static-state graph, computed once and shared by the
-/// blocks (the derived index tensors are made on first use).
-pub(crate) struct StaticRows {
-    /// The checked positions P_b + t of the new tokens, i64 [batch, sequence]: a run
-    /// whose rows leave 0..n fails at the `Gather`s that check them.
-    pub(crate) rows: Value,
-    /// The same as [batch, sequence, 1].
-    pub(crate) rows3: Value,
-    /// Each sequence's checked P (the first row), i64 [batch].
-    pub(crate) start: Value,
-    /// The positions 0..n−1, i64 [n] (the state's rows).
-    pub(crate) table: Value,
-    /// Each sequence's index b, i64 [batch, 1].
-    pub(crate) batch_index: Value,
-    /// `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2].
-    pub(crate) scatter_indices: Option<Value>,
-    /// The additive causal mask over the state's rows, f32 [batch, sequence, n].
-    pub(crate) mask: Option<Value>,
-    /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
-    pub(crate) toeplitz_index: Option<Value>,
-}
-
-/// The run-time positions of a variable-length graph, computed once and shared by blocks.
-pub(crate) struct Positions {
-    /// Positions P..P+T−1 of the new tokens, i64 [sequence].
-    pub(crate) rows: Value,
-    /// P + T as an i64 [1] (the end of a column Slice).
-    pub(crate) total: Value,
-    /// Symbol of P + T.
-    pub(crate) total_dim: Dim,
-    /// Toeplitz index rows `idx[t][s] = s − (P + t) + n − 1`, i64 [sequence, total]
-    /// (gather form only, made on first use).
-    pub(crate) toeplitz_index: Option<Value>,
-    /// The causal mask's rows P..P+T−1, columns 0..P+T−1 (aMLP, made on first use).
-    pub(crate) mask: Option<Value>,
-    /// The scalar P + T (for the Toeplitz column range).
-    pub(crate) total_scalar: Value,
 }
 
 impl Emitter {
-    /// A new emitter of `cfg` into `g`, with parameter values from `source` and the
-    /// sequence axis emitted as `mode`.
+    /// A new emitter of `cfg` into `g`, with parameter values from `source`.
     pub(crate) fn new(
         g: GraphBuilder,
         cfg: &GmlpConfig,
         specs: Vec<ParamSpec>,
         source: Arc<dyn WeightSource>,
-        mode: SequenceMode,
     ) -> Emitter {
         Emitter {
             g,
@@ -99,12 +44,6 @@ impl Emitter {
             source,
             toeplitz_index: None,
             causal_mask: None,
-            fixed_positions: None,
-            mode,
-            positions: None,
-            past: HashMap::new(),
-            present: Vec::new(),
-            static_rows: None,
         }
     }
 

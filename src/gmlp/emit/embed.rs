@@ -5,6 +5,7 @@
 //! or, for a backbone, `inputs_embeds` as they are.
 
 use super::context::Emitter;
+use super::sequence::{FixedPositions, Sequence};
 use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
 use crate::error::Result;
 use crate::gmlp::config::Task;
@@ -12,34 +13,25 @@ use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
-    /// The embedded input `[batch, n, d]` and, for token models, the embedding table (the
-    /// tied output head reuses it).
-    pub(crate) fn embed(&mut self) -> Result<(Value, Option<Value>)> {
+    /// The embedded input `[batch, n, d]`, for token models the embedding table (the tied
+    /// output head reuses it), and the [`Sequence`] the blocks see: token models take
+    /// `input_ids` and the inputs of `mode`; vision models and backbones have a fixed length.
+    pub(crate) fn embed(&mut self, mode: SequenceMode) -> Result<(Value, Option<Value>, Sequence)> {
         let batch = Dim::Symbol(BATCH.into());
         match self.cfg.task.clone() {
             Task::Tokens { seq_len, .. } => {
-                let seq = match self.mode {
+                let seq = match mode {
                     SequenceMode::Fixed => Dim::Fixed(seq_len),
                     _ => Dim::Symbol(SEQUENCE.into()),
                 };
                 let ids =
                     self.g
                         .input(INPUT_IDS, ElemType::I64, vec![batch.clone(), seq.clone()])?;
-                match self.mode {
-                    SequenceMode::WithPast => self.declare_past_inputs(&batch)?,
-                    SequenceMode::Static => self.declare_static_inputs(&batch)?,
-                    SequenceMode::Fixed | SequenceMode::Variable => {}
-                }
+                let declared = self.declare_sequence_inputs(mode, &batch)?;
                 let table = self.param("embed.weight")?;
                 let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
-                match self.mode {
-                    SequenceMode::Fixed => {}
-                    SequenceMode::Static => self.compute_static_rows(&ids)?,
-                    SequenceMode::Variable | SequenceMode::WithPast => {
-                        self.compute_positions(&ids, &seq)?
-                    }
-                }
-                Ok((x, Some(table)))
+                let sequence = self.start_sequence(declared, &ids, &seq)?;
+                Ok((x, Some(table), sequence))
             }
             Task::Vision {
                 image_size,
@@ -74,7 +66,7 @@ impl Emitter {
                     )?;
                     s.g.transpose("to_tokens", &flat, &[0, 2, 1])
                 })?;
-                Ok((x, None))
+                Ok((x, None, Sequence::Fixed(FixedPositions::default())))
             }
             Task::Backbone { seq_len } => {
                 let d = self.cfg.d_model;
@@ -85,7 +77,7 @@ impl Emitter {
                 )?;
                 let elem = self.cfg.dtype.elem();
                 let x = self.cast_to("inputs_to_f16", &embeds, elem)?;
-                Ok((x, None))
+                Ok((x, None, Sequence::Fixed(FixedPositions::default())))
             }
         }
     }

@@ -78,9 +78,9 @@ pub fn build_graph_in(
     cfg.validate()?;
     mode.check(cfg)?;
     let builder = GraphBuilder::with_forms(opset, forms)?;
-    let mut em = Emitter::new(builder, cfg, param_specs(cfg), source, mode);
-    let (x, embedding) = em.embed()?;
-    let x = em.stack(x)?;
+    let mut em = Emitter::new(builder, cfg, param_specs(cfg), source);
+    let (x, embedding, mut sequence) = em.embed(mode)?;
+    let x = em.stack(x, &mut sequence)?;
     let out = em.output(&x, embedding)?;
     let name = match cfg.task {
         Task::Backbone { .. } => LAST_HIDDEN_STATE,
@@ -90,7 +90,7 @@ pub fn build_graph_in(
     let out = em.g.rename(&out, name)?;
     let mut outputs = vec![out];
     // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
-    let mut present = std::mem::take(&mut em.present);
+    let mut present = sequence.into_present();
     for state in mode_state(cfg, mode) {
         if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
             let (name, value) = present.remove(k);

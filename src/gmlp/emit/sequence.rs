@@ -1,146 +1,213 @@
-//! Variable length and state (causal token models; docs/generation.md): the new positions
-//! P..P+T−1 (P = `past_sequence`, 0 without state; T = `sequence`) read rows P..P+T−1
-//! and columns 0..P+T−1 of W and b[P..P+T−1], gathered by a computed row index (which also
-//! makes a run past n fail instead of wrapping around); the Toeplitz gather form builds
-//! only those rows of its index table, `idx[t][s] = s − (P + t) + n − 1`. A with-past
-//! graph takes each block's state as `past_*` inputs and returns `present_*` = past
-//! followed by the new positions.
+//! The sequence axis as the blocks see it: one [`Sequence`] per graph, whose variant holds
+//! exactly what its mode has (as candle's `forward(x, index_pos, &mut cache)` passes the
+//! position and the cache, and onnxruntime-genai keeps a `KeyValueCache`): nothing for a
+//! fixed length, the positions of a variable length, the positions and the growing state
+//! of `--with-past growing`, the per-sequence rows and the fixed-size state of the static
+//! form ([`super::static_state`]). Each part matches it once; a part cannot see the data
+//! of another mode, and nothing exists before the embedding made it.
+//!
+//! Variable length and growing state (causal token models; docs/generation.md): the new
+//! positions P..P+T−1 (P = `past_sequence`, 0 without state; T = `sequence`) read rows
+//! P..P+T−1 and columns 0..P+T−1 of W and b[P..P+T−1], gathered by a computed row index
+//! (which also makes a run past n fail instead of wrapping around); the Toeplitz gather
+//! form builds only those rows of its index table, `idx[t][s] = s − (P + t) + n − 1`. A
+//! growing-state graph takes each block's state as `past_*` inputs and returns
+//! `present_*` = past followed by the new positions.
 
-use super::context::{Emitter, Positions};
+use std::collections::HashMap;
+
+use super::context::Emitter;
+use super::static_state::{StaticInputs, StaticState};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{block_state, SequenceMode, StateTensor, TOTAL_SEQUENCE};
+use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::decoding::{
+    block_state, first_local_block, static_local_mixing_refused, SequenceMode, StateTensor,
+    TOTAL_SEQUENCE,
+};
+use crate::onnx::builder::GraphBuilder;
 use crate::onnx::graph::{Dim, ElemType, Value};
 
+/// How the blocks see the sequence axis, with the data of that mode only.
+pub(crate) enum Sequence {
+    /// The whole sequence of n tokens at positions 0..n−1.
+    Fixed(FixedPositions),
+    /// T ≤ n tokens at positions 0..T−1, no state.
+    Variable(Positions),
+    /// T new tokens at P..P+T−1 after the P in a state that grows with every token
+    /// (`--with-past growing`).
+    Growing(Positions, GrowingState),
+    /// T new tokens per sequence at its own P_b, written into fixed-size state
+    /// (`--with-past`, `--with-past static`).
+    Static(StaticState),
+}
+
+/// The forms local token mixing (a window or an axial fold) supports: every one but the
+/// static state, whose fixed rows cannot hold a window ([`Sequence::local`]).
+pub(crate) enum LocalSequence<'a> {
+    /// [`Sequence::Fixed`].
+    Fixed(&'a mut FixedPositions),
+    /// [`Sequence::Variable`].
+    Variable(&'a Positions),
+    /// [`Sequence::Growing`].
+    Growing(&'a Positions, &'a mut GrowingState),
+}
+
+/// The constant positions 0..n−1 of a fixed graph (made on first use, by local mixing).
+#[derive(Default)]
+pub(crate) struct FixedPositions {
+    positions: Option<Value>,
+}
+
+/// The run-time positions of a variable-length or growing-state graph, computed once and
+/// shared by the blocks.
+pub(crate) struct Positions {
+    /// Positions P..P+T−1 of the new tokens, i64 [sequence].
+    pub(crate) rows: Value,
+    /// P + T as an i64 [1] (the end of a column Slice).
+    pub(crate) total: Value,
+    /// Symbol of P + T.
+    pub(crate) total_dim: Dim,
+    /// Toeplitz index rows `idx[t][s] = s − (P + t) + n − 1`, i64 [sequence, total]
+    /// (gather form only, made on first use).
+    toeplitz_index: Option<Value>,
+    /// The causal mask's rows P..P+T−1, columns 0..P+T−1 (aMLP, made on first use).
+    mask: Option<Value>,
+    /// The scalar P + T (for the Toeplitz column range).
+    pub(crate) total_scalar: Value,
+}
+
+/// The state of a growing-state graph: its `past_*` inputs and the `present_*` outputs
+/// made so far.
+pub(crate) struct GrowingState {
+    /// `past_*` graph inputs, by name.
+    past: HashMap<String, Value>,
+    /// `present_*` values in the order they were made.
+    present: Vec<(String, Value)>,
+}
+
+/// The graph inputs a mode declares after `input_ids`, before the embedding: the step
+/// between declaring the inputs and computing the positions from them.
+pub(crate) enum DeclaredInputs {
+    /// No input beyond `input_ids` (fixed length).
+    Fixed,
+    /// No input beyond `input_ids` (variable length).
+    Variable,
+    /// The `past_*` inputs of a growing state, by name.
+    Growing(HashMap<String, Value>),
+    /// The `position` and `past_*` inputs of a static state.
+    Static(StaticInputs),
+}
+
 impl Emitter {
+    /// Declares the inputs `mode` takes after `input_ids` (`[batch, …]` for `batch`).
+    pub(crate) fn declare_sequence_inputs(
+        &mut self,
+        mode: SequenceMode,
+        batch: &Dim,
+    ) -> Result<DeclaredInputs> {
+        Ok(match mode {
+            SequenceMode::Fixed => DeclaredInputs::Fixed,
+            SequenceMode::Variable => DeclaredInputs::Variable,
+            SequenceMode::WithPast => DeclaredInputs::Growing(self.declare_past_inputs(batch)?),
+            SequenceMode::Static => DeclaredInputs::Static(self.declare_static_inputs(batch)?),
+        })
+    }
+
+    /// The [`Sequence`] of the new tokens `ids` [batch, `seq`] and the inputs `declared`
+    /// (positions in the `positions` scope).
+    pub(crate) fn start_sequence(
+        &mut self,
+        declared: DeclaredInputs,
+        ids: &Value,
+        seq: &Dim,
+    ) -> Result<Sequence> {
+        Ok(match declared {
+            DeclaredInputs::Fixed => Sequence::Fixed(FixedPositions::default()),
+            DeclaredInputs::Variable => {
+                Sequence::Variable(compute_positions(&mut self.g, ids, seq, None)?)
+            }
+            DeclaredInputs::Growing(past) => {
+                let first = first_growing_input(&self.cfg, &past);
+                let positions = compute_positions(&mut self.g, ids, seq, first.as_ref())?;
+                let state = GrowingState {
+                    past,
+                    present: Vec::new(),
+                };
+                Sequence::Growing(positions, state)
+            }
+            DeclaredInputs::Static(inputs) => Sequence::Static(self.start_static(inputs, ids)?),
+        })
+    }
+
     /// The `past_*` inputs of every block, `[batch, past_sequence, width]` (a window state
     /// `[batch, past_shift_sequence, width]` or `[batch, past_window_K, width]`).
-    pub(crate) fn declare_past_inputs(&mut self, batch: &Dim) -> Result<()> {
+    fn declare_past_inputs(&mut self, batch: &Dim) -> Result<HashMap<String, Value>> {
+        let mut past = HashMap::new();
         for i in 0..self.cfg.layers {
             for state in block_state(&self.cfg, i) {
                 let rows = Dim::Symbol(state.past_rows_symbol());
                 let shape = vec![batch.clone(), rows, Dim::Fixed(state.width)];
                 let v = self.g.input(&state.past, ElemType::F32, shape)?;
-                self.past.insert(state.past.clone(), v);
+                past.insert(state.past.clone(), v);
             }
         }
-        Ok(())
+        Ok(past)
     }
 
-    /// The shared row positions P..P+T−1 of the new tokens `ids` [batch, sequence]
-    /// (P from the length of the first state that grows, in a with-past graph; 0
-    /// otherwise), in the `positions` scope.
-    pub(crate) fn compute_positions(&mut self, ids: &Value, seq: &Dim) -> Result<()> {
-        let growing = (0..self.cfg.layers)
-            .flat_map(|i| block_state(&self.cfg, i))
-            .find(|s| s.window.is_none());
-        let first_past = growing.and_then(|s| self.past.get(&s.past).cloned());
-        let positions = self.g.scoped("positions", |g| {
-            let zero = g.const_i64("zero", &[], vec![0])?;
-            let one = g.const_i64("one", &[], vec![1])?;
-            let ids_len = g.shape_of("sequence_shape", ids, 1, 2)?;
-            let new = g.gather("sequence", &ids_len, &zero, 0)?;
-            let (start, total_dim) = match &first_past {
-                Some(past) => {
-                    let past_len = g.shape_of("past_shape", past, 1, 2)?;
-                    let start = g.gather("past_sequence", &past_len, &zero, 0)?;
-                    (start, Dim::Symbol(TOTAL_SEQUENCE.into()))
-                }
-                None => (zero.clone(), seq.clone()),
-            };
-            let total_scalar = g.add("total", &start, &new)?;
-            let rows = g.range("rows", &start, &total_scalar, &one, seq.clone())?;
-            let total = g.reshape("total_1d", &total_scalar, &[1], vec![Dim::Fixed(1)])?;
-            Ok(Positions {
-                rows,
-                total,
-                total_dim,
-                toeplitz_index: None,
-                mask: None,
-                total_scalar,
-            })
-        })?;
-        self.positions = Some(positions);
-        Ok(())
-    }
-
-    /// The shared positions (an error if asked before the embedding made them).
-    pub(crate) fn positions(&self) -> Result<&Positions> {
-        self.positions
-            .as_ref()
-            .ok_or_else(|| Error::Internal("positions used before the embedding".into()))
-    }
-
-    /// Columns 0..P+T−1 of `x` (last axis) for rows already gathered.
-    pub(crate) fn first_columns(&mut self, local: &str, x: &Value) -> Result<Value> {
-        let pos = self.positions()?;
-        let (total, total_dim) = (pos.total.clone(), pos.total_dim.clone());
-        let zero = self.g.const_i64(&format!("{local}_start"), &[1], vec![0])?;
-        let last = x
-            .shape
-            .len()
-            .checked_sub(1)
-            .ok_or_else(|| Error::Internal(format!("{local}: columns of a scalar")))?;
-        let mut shape = x.shape.clone();
-        shape[last] = total_dim;
-        // A non-negative axis: candle-onnx 0.11 misreads Slice's negative axes.
-        self.g
-            .slice_dynamic(local, x, &zero, &total, &[last as i64], shape)
-    }
-
-    /// Rows P..P+T−1 of `x` along `axis` (fails at run time past n).
-    pub(crate) fn rows_of(&mut self, local: &str, x: &Value, axis: usize) -> Result<Value> {
-        let rows = self.positions()?.rows.clone();
-        self.g.gather(local, x, &rows, axis)
-    }
-
-    /// The shared index rows `idx[t][s] = s − (P + t) + n − 1` of the Toeplitz gather form.
-    pub(crate) fn toeplitz_index_rows(&mut self) -> Result<Value> {
-        if let Some(v) = &self.positions()?.toeplitz_index {
-            return Ok(v.clone());
+    /// The causal mask for the new rows, shared by the blocks: [n, n] for a fixed length,
+    /// rows P..P+T−1 and columns 0..P+T−1 of it for a variable length or growing state,
+    /// [batch, sequence, n] over the state's rows for the static form.
+    pub(crate) fn causal_mask_rows(&mut self, seq: &mut Sequence) -> Result<Value> {
+        match seq {
+            Sequence::Fixed(_) => self.causal_mask(),
+            Sequence::Variable(pos) | Sequence::Growing(pos, _) => self.mask_rows(pos),
+            Sequence::Static(state) => self.static_mask(state),
         }
-        let n = self.cfg.seq_len();
-        let pos = self.positions()?;
-        let (rows, total_scalar, total_dim) = (
-            pos.rows.clone(),
-            pos.total_scalar.clone(),
-            pos.total_dim.clone(),
-        );
-        let seq = rows.shape[0].clone();
-        let v = self.g.scoped("shared", |g| {
-            let zero = g.const_i64("toeplitz_zero", &[], vec![0])?;
-            let one = g.const_i64("toeplitz_one", &[], vec![1])?;
-            let cols = g.range("toeplitz_columns", &zero, &total_scalar, &one, total_dim)?;
-            let rows_col = g.reshape("toeplitz_rows", &rows, &[-1, 1], vec![seq, Dim::Fixed(1)])?;
-            let offset = g.sub("toeplitz_offset", &cols, &rows_col)?;
-            let diagonal = g.const_i64("toeplitz_diagonal", &[], vec![n as i64 - 1])?;
-            g.add("toeplitz_index", &offset, &diagonal)
-        })?;
-        if let Some(pos) = self.positions.as_mut() {
-            pos.toeplitz_index = Some(v.clone());
-        }
-        Ok(v)
     }
 
     /// The causal mask for the new rows: [sequence, total], shared by the blocks.
-    pub(crate) fn mask_rows(&mut self) -> Result<Value> {
-        if let Some(v) = &self.positions()?.mask {
+    fn mask_rows(&mut self, pos: &mut Positions) -> Result<Value> {
+        if let Some(v) = &pos.mask {
             return Ok(v.clone());
         }
         let full = self.causal_mask()?;
-        self.g.push_scope("shared");
-        let rows = self.rows_of("causal_mask_rows", &full, 0);
-        let v = rows.and_then(|r| self.first_columns("causal_mask_columns", &r));
-        self.g.pop_scope();
-        let v = v?;
-        if let Some(pos) = self.positions.as_mut() {
-            pos.mask = Some(v.clone());
-        }
+        let v = self.g.scoped("shared", |g| {
+            let rows = pos.rows_of(g, "causal_mask_rows", &full, 0)?;
+            pos.first_columns(g, "causal_mask_columns", &rows)
+        })?;
+        pos.mask = Some(v.clone());
         Ok(v)
     }
 
-    /// The graph input `past` (cast to `elem`).
-    pub(crate) fn past_input(&mut self, past: &str, local: &str, elem: ElemType) -> Result<Value> {
-        let value = self
+    /// `past` (a graph input of `state`) followed by `new` along the tokens; the result is
+    /// also the `present_*` output `kind`.
+    pub(crate) fn with_past(
+        &mut self,
+        pos: &Positions,
+        state: &mut GrowingState,
+        past: &str,
+        kind: &str,
+        new: &Value,
+    ) -> Result<Value> {
+        let past_value = self.past_input(state, past, &format!("past_{kind}_cast"), new.elem)?;
+        let total_dim = pos.total_dim.clone();
+        let all =
+            self.g
+                .concat_symbolic(&format!("{kind}_concat"), &[&past_value, new], 1, total_dim)?;
+        let present = past.replacen("past_", "present_", 1);
+        self.push_present(state, present, &format!("present_{kind}_to_f32"), &all)?;
+        Ok(all)
+    }
+
+    /// The graph input `past` of `state` (cast to `elem`).
+    pub(crate) fn past_input(
+        &mut self,
+        state: &GrowingState,
+        past: &str,
+        local: &str,
+        elem: ElemType,
+    ) -> Result<Value> {
+        let value = state
             .past
             .get(past)
             .cloned()
@@ -148,45 +215,36 @@ impl Emitter {
         self.cast_to(local, &value, elem)
     }
 
-    /// Records `value` (cast to f32) as the graph output `present` (a with-past state).
+    /// Records `value` (cast to f32) as the graph output `present` of `state`.
     pub(crate) fn push_present(
         &mut self,
+        state: &mut GrowingState,
         present: String,
         local: &str,
         value: &Value,
     ) -> Result<()> {
         let value = self.cast_to(local, value, ElemType::F32)?;
-        self.present.push((present, value));
+        state.present.push((present, value));
         Ok(())
     }
 
-    /// `past` (a graph input) followed by `new` along the tokens; the result is also the
-    /// `present_*` output `kind`.
-    pub(crate) fn with_past(&mut self, past: &str, kind: &str, new: &Value) -> Result<Value> {
-        let past_value = self.past_input(past, &format!("past_{kind}_cast"), new.elem)?;
-        let total_dim = self.positions()?.total_dim.clone();
-        let all =
-            self.g
-                .concat_symbolic(&format!("{kind}_concat"), &[&past_value, new], 1, total_dim)?;
-        let present = past.replacen("past_", "present_", 1);
-        self.push_present(present, &format!("present_{kind}_to_f32"), &all)?;
-        Ok(all)
-    }
-
-    /// The window state of `state` (K = its window rows): `past` followed by `new`,
-    /// returned for the computation, and its last min(L + T, K) rows as the `present_*`
-    /// output.
-    pub(crate) fn with_past_window(&mut self, state: &StateTensor, new: &Value) -> Result<Value> {
-        let kind = state.kind().to_string();
-        let window = state
-            .window
-            .ok_or_else(|| Error::Internal(format!("{} is not a window state", state.past)))?;
-        let past = self.past_input(&state.past, &format!("past_{kind}_cast"), new.elem)?;
+    /// The window state `tensor` (K = its window rows) of `state`: `past` followed by
+    /// `new`, returned for the computation, and its last min(L + T, K) rows as the
+    /// `present_*` output.
+    fn with_past_window(
+        &mut self,
+        state: &mut GrowingState,
+        tensor: &StateTensor,
+        window: usize,
+        new: &Value,
+    ) -> Result<Value> {
+        let kind = tensor.kind().to_string();
+        let past = self.past_input(state, &tensor.past, &format!("past_{kind}_cast"), new.elem)?;
         let full = self.g.concat_symbolic(
             &format!("{kind}_concat"),
             &[&past, new],
             1,
-            Dim::Symbol(format!("{} + {}", state.past_rows_symbol(), new.shape[1])),
+            Dim::Symbol(format!("{} + {}", tensor.past_rows_symbol(), new.shape[1])),
         )?;
         let len = self.g.shape_of(&format!("{kind}_rows"), &full, 1, 2)?;
         let keep = self
@@ -198,7 +256,7 @@ impl Emitter {
         let over = self.g.sub(&format!("{kind}_window_over"), &len, &keep)?;
         let start = self.g.max(&format!("{kind}_window_start"), &over, &zero)?;
         let mut shape = full.shape.clone();
-        shape[1] = Dim::Symbol(state.present_rows_symbol());
+        shape[1] = Dim::Symbol(tensor.present_rows_symbol());
         let present = self.g.slice_dynamic(
             &format!("{kind}_window_rows"),
             &full,
@@ -208,7 +266,8 @@ impl Emitter {
             shape,
         )?;
         self.push_present(
-            state.present.clone(),
+            state,
+            tensor.present.clone(),
             &format!("present_{kind}_to_f32"),
             &present,
         )?;
@@ -216,34 +275,41 @@ impl Emitter {
     }
 
     /// The block state of `kind` for block `i` (growing or window) joined with `new`.
-    pub(crate) fn with_block_state(&mut self, i: usize, kind: &str, new: &Value) -> Result<Value> {
-        let state = block_state(&self.cfg, i)
+    pub(crate) fn with_block_state(
+        &mut self,
+        pos: &Positions,
+        state: &mut GrowingState,
+        i: usize,
+        kind: &str,
+        new: &Value,
+    ) -> Result<Value> {
+        let tensor = block_state(&self.cfg, i)
             .into_iter()
             .find(|s| s.kind() == kind)
             .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
-        match state.window {
-            None => self.with_past(&state.past, kind, new),
-            Some(_) => self.with_past_window(&state, new),
+        match tensor.window {
+            None => self.with_past(pos, state, &tensor.past, kind, new),
+            Some(window) => self.with_past_window(state, &tensor, window, new),
         }
     }
 
     /// Absolute positions of the new rows, i64 [T]: 0..n−1 in a fixed graph, P..P+T−1
     /// otherwise.
-    pub(crate) fn row_positions(&mut self) -> Result<Value> {
-        match self.mode {
-            SequenceMode::Fixed => self.fixed_positions(),
-            _ => Ok(self.positions()?.rows.clone()),
+    pub(crate) fn row_positions(&mut self, seq: &mut LocalSequence) -> Result<Value> {
+        match seq {
+            LocalSequence::Fixed(fixed) => self.fixed_positions(fixed),
+            LocalSequence::Variable(pos) | LocalSequence::Growing(pos, _) => Ok(pos.rows.clone()),
         }
     }
 
     /// Absolute positions of the rows of `keys`, which end at the last new row: i64 [S]
     /// (P + T − S ..= P + T − 1).
-    pub(crate) fn key_positions(&mut self, keys: &Value) -> Result<Value> {
-        match self.mode {
-            SequenceMode::Fixed => self.fixed_positions(),
-            SequenceMode::Variable => Ok(self.positions()?.rows.clone()),
-            SequenceMode::WithPast => {
-                let total = self.positions()?.total_scalar.clone();
+    pub(crate) fn key_positions(&mut self, seq: &mut LocalSequence, keys: &Value) -> Result<Value> {
+        match seq {
+            LocalSequence::Fixed(fixed) => self.fixed_positions(fixed),
+            LocalSequence::Variable(pos) => Ok(pos.rows.clone()),
+            LocalSequence::Growing(pos, _) => {
+                let total = pos.total_scalar.clone();
                 let zero = self.g.const_i64("key_positions_zero", &[], vec![0])?;
                 let one = self.g.const_i64("key_positions_one", &[], vec![1])?;
                 let len = self.g.shape_of("key_positions_shape", keys, 1, 2)?;
@@ -252,23 +318,151 @@ impl Emitter {
                 self.g
                     .range("key_positions", &start, &total, &one, keys.shape[1].clone())
             }
-            // Local mixing is refused for static state (SequenceMode::check).
-            SequenceMode::Static => Err(Error::Internal(
-                "key positions of local mixing in a static-state graph".into(),
-            )),
         }
     }
 
     /// The constant positions 0..n−1 of a fixed graph, shared by the blocks.
-    fn fixed_positions(&mut self) -> Result<Value> {
-        if let Some(v) = &self.fixed_positions {
+    fn fixed_positions(&mut self, fixed: &mut FixedPositions) -> Result<Value> {
+        if let Some(v) = &fixed.positions {
             return Ok(v.clone());
         }
         let n = self.cfg.seq_len();
         let v = self.g.scoped("shared", |g| {
             g.const_i64("positions", &[n], (0..n as i64).collect())
         })?;
-        self.fixed_positions = Some(v.clone());
+        fixed.positions = Some(v.clone());
         Ok(v)
     }
+}
+
+impl Sequence {
+    /// This sequence as local token mixing sees it; the static state refuses local mixing
+    /// (as [`SequenceMode::check`] does before anything is emitted).
+    pub(crate) fn local(&mut self, cfg: &GmlpConfig) -> Result<LocalSequence<'_>> {
+        match self {
+            Sequence::Fixed(fixed) => Ok(LocalSequence::Fixed(fixed)),
+            Sequence::Variable(pos) => Ok(LocalSequence::Variable(pos)),
+            Sequence::Growing(pos, state) => Ok(LocalSequence::Growing(pos, state)),
+            Sequence::Static(_) => Err(static_local_mixing_refused(
+                first_local_block(cfg).unwrap_or_default(),
+            )),
+        }
+    }
+
+    /// The `present_*` outputs made, in the order they were made (none without state).
+    pub(crate) fn into_present(self) -> Vec<(String, Value)> {
+        match self {
+            Sequence::Fixed(_) | Sequence::Variable(_) => Vec::new(),
+            Sequence::Growing(_, state) => state.present,
+            Sequence::Static(state) => state.into_present(),
+        }
+    }
+}
+
+impl Positions {
+    /// Columns 0..P+T−1 of `x` (last axis) for rows already gathered.
+    pub(crate) fn first_columns(
+        &self,
+        g: &mut GraphBuilder,
+        local: &str,
+        x: &Value,
+    ) -> Result<Value> {
+        let zero = g.const_i64(&format!("{local}_start"), &[1], vec![0])?;
+        let last = x
+            .shape
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| Error::Internal(format!("{local}: columns of a scalar")))?;
+        let mut shape = x.shape.clone();
+        shape[last] = self.total_dim.clone();
+        // A non-negative axis: candle-onnx 0.11 misreads Slice's negative axes.
+        g.slice_dynamic(local, x, &zero, &self.total, &[last as i64], shape)
+    }
+
+    /// Rows P..P+T−1 of `x` along `axis` (fails at run time past n).
+    pub(crate) fn rows_of(
+        &self,
+        g: &mut GraphBuilder,
+        local: &str,
+        x: &Value,
+        axis: usize,
+    ) -> Result<Value> {
+        g.gather(local, x, &self.rows, axis)
+    }
+
+    /// The shared index rows `idx[t][s] = s − (P + t) + n − 1` of the Toeplitz gather form
+    /// (n positions), in the `shared` scope.
+    pub(crate) fn toeplitz_index_rows(&mut self, g: &mut GraphBuilder, n: usize) -> Result<Value> {
+        if let Some(v) = &self.toeplitz_index {
+            return Ok(v.clone());
+        }
+        let seq = self.rows.shape[0].clone();
+        let v = g.scoped("shared", |g| {
+            let zero = g.const_i64("toeplitz_zero", &[], vec![0])?;
+            let one = g.const_i64("toeplitz_one", &[], vec![1])?;
+            let cols = g.range(
+                "toeplitz_columns",
+                &zero,
+                &self.total_scalar,
+                &one,
+                self.total_dim.clone(),
+            )?;
+            let rows_col = g.reshape(
+                "toeplitz_rows",
+                &self.rows,
+                &[-1, 1],
+                vec![seq, Dim::Fixed(1)],
+            )?;
+            let offset = g.sub("toeplitz_offset", &cols, &rows_col)?;
+            let diagonal = g.const_i64("toeplitz_diagonal", &[], vec![n as i64 - 1])?;
+            g.add("toeplitz_index", &offset, &diagonal)
+        })?;
+        self.toeplitz_index = Some(v.clone());
+        Ok(v)
+    }
+}
+
+/// The input of the first state that grows (block 0's `sgu` unless windowed), whose
+/// length is P.
+fn first_growing_input(cfg: &GmlpConfig, past: &HashMap<String, Value>) -> Option<Value> {
+    (0..cfg.layers)
+        .flat_map(|i| block_state(cfg, i))
+        .find(|s| s.window.is_none())
+        .and_then(|s| past.get(&s.past).cloned())
+}
+
+/// The shared row positions P..P+T−1 of the new tokens `ids` [batch, sequence] (P the
+/// length of `first_past`, the first state that grows, in a growing-state graph; 0
+/// otherwise), in the `positions` scope.
+fn compute_positions(
+    g: &mut GraphBuilder,
+    ids: &Value,
+    seq: &Dim,
+    first_past: Option<&Value>,
+) -> Result<Positions> {
+    g.scoped("positions", |g| {
+        let zero = g.const_i64("zero", &[], vec![0])?;
+        let one = g.const_i64("one", &[], vec![1])?;
+        let ids_len = g.shape_of("sequence_shape", ids, 1, 2)?;
+        let new = g.gather("sequence", &ids_len, &zero, 0)?;
+        let (start, total_dim) = match first_past {
+            Some(past) => {
+                let past_len = g.shape_of("past_shape", past, 1, 2)?;
+                let start = g.gather("past_sequence", &past_len, &zero, 0)?;
+                (start, Dim::Symbol(TOTAL_SEQUENCE.into()))
+            }
+            None => (zero.clone(), seq.clone()),
+        };
+        let total_scalar = g.add("total", &start, &new)?;
+        let rows = g.range("rows", &start, &total_scalar, &one, seq.clone())?;
+        let total = g.reshape("total_1d", &total_scalar, &[1], vec![Dim::Fixed(1)])?;
+        Ok(Positions {
+            rows,
+            total,
+            total_dim,
+            toeplitz_index: None,
+            mask: None,
+            total_scalar,
+        })
+    })
 }

@@ -5,34 +5,35 @@
 //! output y1 + y2.
 
 use super::context::Emitter;
+use super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::StackKind;
 use crate::onnx::graph::Value;
 
 impl Emitter {
-    /// Every block in order on the embedded input `x`.
-    pub(crate) fn stack(&mut self, x: Value) -> Result<Value> {
+    /// Every block in order on the embedded input `x`, over the sequence `seq`.
+    pub(crate) fn stack(&mut self, x: Value, seq: &mut Sequence) -> Result<Value> {
         match self.cfg.block.stack {
-            StackKind::Sequential => self.sequential(x),
-            StackKind::Reversible { ff_inner } => self.reversible(x, ff_inner),
+            StackKind::Sequential => self.sequential(x, seq),
+            StackKind::Reversible { ff_inner } => self.reversible(x, ff_inner, seq),
         }
     }
 
-    fn sequential(&mut self, mut x: Value) -> Result<Value> {
+    fn sequential(&mut self, mut x: Value, seq: &mut Sequence) -> Result<Value> {
         for i in 0..self.cfg.layers {
             x = self.scoped(&format!("blocks.{i}"), |s| {
-                let y = s.block(i, &x)?;
+                let y = s.block(i, &x, seq)?;
                 s.g.add("residual", &x, &y)
             })?;
         }
         Ok(x)
     }
 
-    fn reversible(&mut self, x: Value, ff_inner: usize) -> Result<Value> {
+    fn reversible(&mut self, x: Value, ff_inner: usize, seq: &mut Sequence) -> Result<Value> {
         let (mut x1, mut x2) = (x.clone(), x);
         for i in 0..self.cfg.layers {
             (x1, x2) = self.scoped(&format!("blocks.{i}"), |s| {
-                let f = s.block(i, &x2)?;
+                let f = s.block(i, &x2, seq)?;
                 let y1 = s.g.add("residual", &x1, &f)?;
                 let g = s.feed_forward(&format!("blocks.{i}"), &y1, ff_inner)?;
                 let y2 = s.g.add("ff_residual", &x2, &g)?;

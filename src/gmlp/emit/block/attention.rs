@@ -8,9 +8,9 @@
 //! upstream does, uses its keys as values (see [`super::local`]).
 
 use super::super::context::Emitter;
+use super::super::sequence::Sequence;
 use super::super::MASK_VALUE;
 use crate::error::Result;
-use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
@@ -32,8 +32,16 @@ impl Emitter {
         Ok(v)
     }
 
-    /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`.
-    pub(crate) fn attention(&mut self, p: &str, h: &Value, a: usize, i: usize) -> Result<Value> {
+    /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`,
+    /// over the sequence `seq`.
+    pub(crate) fn attention(
+        &mut self,
+        p: &str,
+        h: &Value,
+        a: usize,
+        i: usize,
+        seq: &mut Sequence,
+    ) -> Result<Value> {
         // q, k, v from column slices of Wqkv (three MatMuls, no Split).
         let form = self.projection_form();
         let mixing = self.cfg.block.mixing(i);
@@ -58,29 +66,12 @@ impl Emitter {
             .g
             .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
         let q = self.g.mul("q_scale", &parts[0], &scale)?;
-        let (mut keys, mut values) = if self.mode == SequenceMode::WithPast {
-            let keys = self.with_block_state(i, "key", &parts[1])?;
-            let values = match parts.get(2) {
-                Some(v) => self.with_block_state(i, "value", v)?,
-                None => keys.clone(),
-            };
-            (keys, values)
-        } else if self.mode == SequenceMode::Static {
-            // All n rows of each sequence's keys and values; the mask hides those after it.
-            let keys = self.update_static_state(i, "key", &parts[1])?;
-            let values = match parts.get(2) {
-                Some(v) => self.update_static_state(i, "value", v)?,
-                None => keys.clone(),
-            };
-            (keys, values)
-        } else {
-            let keys = parts[1].clone();
-            (keys.clone(), parts.get(2).cloned().unwrap_or(keys))
-        };
+        let (mut keys, mut values) = self.keys_and_values(i, &parts[1], parts.get(2), seq)?;
         let mut local_mask = None;
         if !mixing.is_global() {
-            let rows = self.row_positions()?;
-            let cols = self.key_positions(&keys)?;
+            let mut local = seq.local(&self.cfg)?;
+            let rows = self.row_positions(&mut local)?;
+            let cols = self.key_positions(&mut local, &keys)?;
             let (mask, zero_keys) = self.scoped("local", |s| {
                 let maps = s.local_maps(mixing, &rows, &cols)?;
                 s.local_attention_mask(&maps, mixing.window)
@@ -117,11 +108,7 @@ impl Emitter {
         if let Some(mask) = &local_mask {
             scores = self.g.add("local_mask", &scores, mask)?;
         } else if self.cfg.causal {
-            let mask = match self.mode {
-                SequenceMode::Fixed => self.causal_mask()?,
-                SequenceMode::Static => self.static_mask()?,
-                SequenceMode::Variable | SequenceMode::WithPast => self.mask_rows()?,
-            };
+            let mask = self.causal_mask_rows(seq)?;
             scores = self.g.add("causal_mask", &scores, &mask)?;
         }
         let probs = self.g.softmax("softmax", &scores, -1)?;
@@ -133,5 +120,39 @@ impl Emitter {
             &format!("{p}.attn.out.weight"),
             Some(&format!("{p}.attn.out.bias")),
         )
+    }
+
+    /// The keys and values block `i`'s new rows attend to over `seq`, from the new keys
+    /// `k` and values `v` (a local attention has none: its values are its keys): the new
+    /// ones alone, the growing state's past followed by them, or the whole static state
+    /// with them written (the mask hides the rows after each sequence's position).
+    fn keys_and_values(
+        &mut self,
+        i: usize,
+        k: &Value,
+        v: Option<&Value>,
+        seq: &mut Sequence,
+    ) -> Result<(Value, Value)> {
+        match seq {
+            Sequence::Fixed(_) | Sequence::Variable(_) => {
+                Ok((k.clone(), v.cloned().unwrap_or_else(|| k.clone())))
+            }
+            Sequence::Growing(pos, state) => {
+                let keys = self.with_block_state(pos, state, i, "key", k)?;
+                let values = match v {
+                    Some(v) => self.with_block_state(pos, state, i, "value", v)?,
+                    None => keys.clone(),
+                };
+                Ok((keys, values))
+            }
+            Sequence::Static(state) => {
+                let keys = self.update_static_state(state, i, "key", k)?;
+                let values = match v {
+                    Some(v) => self.update_static_state(state, i, "value", v)?,
+                    None => keys.clone(),
+                };
+                Ok((keys, values))
+            }
+        }
     }
 }

@@ -5,28 +5,33 @@
 //! A with-past graph keeps the last e − 1 block outputs as `past_fold.{i}`.
 
 use super::super::context::Emitter;
+use super::super::sequence::{LocalSequence, Sequence};
 use crate::error::Result;
-use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::graph::Value;
 
 impl Emitter {
-    /// The fold's convolution of block `i` (prefix `p`) on the block output `y` [B, T, d].
-    pub(crate) fn fold_conv(&mut self, p: &str, i: usize, y: &Value) -> Result<Value> {
+    /// The fold's convolution of block `i` (prefix `p`) on the block output `y` [B, T, d],
+    /// over the sequence `seq` (with a growing state: the last e − 1 outputs before `y`).
+    pub(crate) fn fold_conv(
+        &mut self,
+        p: &str,
+        i: usize,
+        y: &Value,
+        seq: &mut Sequence,
+    ) -> Result<Value> {
         let w = self.param(&format!("{p}.fold.weight"))?;
         let b = self.param(&format!("{p}.fold.bias"))?;
-        let full = if self.mode == SequenceMode::WithPast {
-            self.with_block_state(i, "fold", y)?
-        } else {
-            y.clone()
+        let conv = |s: &mut Self, full: &Value| {
+            let channels_first = s.g.transpose("channels_first", full, &[0, 2, 1])?;
+            let conv =
+                s.g.conv1d_causal_depthwise("conv", &channels_first, &w, &b)?;
+            s.g.transpose("tokens_first", &conv, &[0, 2, 1])
         };
-        let channels_first = self.g.transpose("channels_first", &full, &[0, 2, 1])?;
-        let conv = self
-            .g
-            .conv1d_causal_depthwise("conv", &channels_first, &w, &b)?;
-        let out = self.g.transpose("tokens_first", &conv, &[0, 2, 1])?;
-        if self.mode != SequenceMode::WithPast {
-            return Ok(out);
-        }
+        let LocalSequence::Growing(pos, state) = seq.local(&self.cfg)? else {
+            return conv(self, y);
+        };
+        let full = self.with_block_state(pos, state, i, "fold", y)?;
+        let out = conv(self, &full)?;
         // Keep the rows of the new positions: the last T of past ‖ new.
         let all = self.g.shape_of("all_rows", &out, 1, 2)?;
         let new = self.g.shape_of("new_rows", y, 1, 2)?;

@@ -4,6 +4,7 @@
 //! after the attention is added, as upstream's `self.act(gate) * res`.
 
 use super::super::context::Emitter;
+use super::super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::GateAct;
 use crate::onnx::graph::Value;
@@ -17,11 +18,12 @@ impl Emitter {
         z1: &Value,
         z2: &Value,
         attn: Option<&Value>,
+        seq: &mut Sequence,
     ) -> Result<Value> {
         let sgu_eps = self.cfg.sgu_norm_eps;
         self.scoped("sgu", |s| {
             let u = s.norm("norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
-            let mut gate = s.spatial_projection(&u, p, i)?;
+            let mut gate = s.spatial_projection(&u, p, i, seq)?;
             if let Some(attn) = attn {
                 gate = s.g.add("attn_add", &gate, attn)?;
             }

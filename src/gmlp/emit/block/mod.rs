@@ -14,8 +14,9 @@
 //! The norm is LayerNorm or RMSNorm, the GELU exact or tanh, the gate may have an
 //! activation, and a block may mix tokens locally (a window and / or an axial fold:
 //! local.rs) — see `BlockOptions`. The block returns y; the residual is the stack's
-//! ([`super::stack`]). Each part emits the fixed, variable-length and with-past forms of
-//! its own nodes and uses the state `block_state` declares for it.
+//! ([`super::stack`]). Each part that depends on the sequence mode takes the
+//! [`Sequence`] and matches it once, emitting its own nodes for that mode with the state
+//! `block_state` declares for it.
 
 mod attention;
 mod channel;
@@ -28,26 +29,28 @@ mod spatial;
 mod spatial_int8;
 
 use super::context::Emitter;
+use super::sequence::Sequence;
 use crate::error::Result;
 use crate::onnx::graph::Value;
 
 impl Emitter {
-    /// The branch y of block `i` on its input `x` (the residual is added by the stack).
-    pub(crate) fn block(&mut self, i: usize, x: &Value) -> Result<Value> {
+    /// The branch y of block `i` on its input `x` over the sequence `seq` (the residual is
+    /// added by the stack).
+    pub(crate) fn block(&mut self, i: usize, x: &Value, seq: &mut Sequence) -> Result<Value> {
         let p = format!("blocks.{i}");
         let mut h = self.norm("norm", x, &format!("{p}.norm"), self.cfg.norm_eps)?;
         if self.cfg.shift_tokens > 0 {
-            h = self.scoped("token_shift", |s| s.shift_tokens(&h, i))?;
+            h = self.scoped("token_shift", |s| s.shift_tokens(&h, i, seq))?;
         }
         let (z1, z2) = self.proj_in(&p, &h)?;
         let attn = match self.cfg.attn_dim {
-            Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a, i))?),
+            Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a, i, seq))?),
             None => None,
         };
-        let gated = self.spatial_gating(&p, i, &z1, &z2, attn.as_ref())?;
+        let gated = self.spatial_gating(&p, i, &z1, &z2, attn.as_ref(), seq)?;
         let y = self.proj_out(&p, &gated)?;
         if self.cfg.block.mixing(i).fold > 1 {
-            return self.scoped("fold", |s| s.fold_conv(&p, i, &y));
+            return self.scoped("fold", |s| s.fold_conv(&p, i, &y, seq));
         }
         Ok(y)
     }

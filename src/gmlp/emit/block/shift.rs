@@ -9,26 +9,38 @@
 use std::cmp::Ordering;
 
 use super::super::context::Emitter;
+use super::super::sequence::{GrowingState, Sequence};
+use super::super::static_state::StaticState;
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{SequenceMode, PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
+use crate::gmlp::decoding::{PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
 use crate::onnx::graph::{Dim, Value};
 
 impl Emitter {
-    /// The token shift of `h` in block `i`, in the `token_shift` scope's current form.
-    pub(crate) fn shift_tokens(&mut self, h: &Value, i: usize) -> Result<Value> {
-        match self.mode {
-            SequenceMode::Fixed => self.shift_tokens_fixed(h),
-            SequenceMode::Variable => self.shift_tokens_variable(h),
-            SequenceMode::WithPast => self.shift_tokens_with_past(h, i),
-            SequenceMode::Static => self.shift_tokens_static(h, i),
+    /// The token shift of `h` in block `i`, in the form of the sequence `seq`.
+    pub(crate) fn shift_tokens(
+        &mut self,
+        h: &Value,
+        i: usize,
+        seq: &mut Sequence,
+    ) -> Result<Value> {
+        match seq {
+            Sequence::Fixed(_) => self.shift_tokens_fixed(h),
+            Sequence::Variable(_) => self.shift_tokens_variable(h),
+            Sequence::Growing(_, state) => self.shift_tokens_with_past(state, h, i),
+            Sequence::Static(state) => self.shift_tokens_static(state, h, i),
         }
     }
 
     /// With static state (causal shifts a ≥ 0): `past_shift.{i}` [batch, n, d] holds the
     /// block's normalized input of every position; the new rows are written into it, and
     /// chunk k of new row P_b + t reads the state's row P_b + t − a (zero before 0).
-    fn shift_tokens_static(&mut self, h: &Value, i: usize) -> Result<Value> {
-        let all = self.update_static_state(i, "shift", h)?;
+    fn shift_tokens_static(
+        &mut self,
+        state: &mut StaticState,
+        h: &Value,
+        i: usize,
+    ) -> Result<Value> {
+        let all = self.update_static_state(state, i, "shift", h)?;
         let amounts = self.cfg.shift_amounts();
         let d = self.cfg.d_model;
         let chunk = d / amounts.len();
@@ -36,7 +48,7 @@ impl Emitter {
         for (k, &a) in amounts.iter().enumerate() {
             let source = match usize::try_from(a) {
                 Ok(0) => h.clone(),
-                Ok(a) => self.static_rows_back(&format!("shift_{k}_source"), &all, a)?,
+                Ok(a) => self.static_rows_back(state, &format!("shift_{k}_source"), &all, a)?,
                 Err(_) => {
                     return Err(Error::Internal(
                         "a token shift with state must be causal".into(),
@@ -141,8 +153,13 @@ impl Emitter {
     /// new row t reads full's row L + t − a, zero before position 0: pad a zeros in front
     /// of the chunk and keep rows L..L+T. `present_shift.{i}` = the last min(L + T, s)
     /// rows of `full`.
-    fn shift_tokens_with_past(&mut self, h: &Value, i: usize) -> Result<Value> {
-        let past = self.past_input(&format!("past_shift.{i}"), "past_shift_cast", h.elem)?;
+    fn shift_tokens_with_past(
+        &mut self,
+        state: &mut GrowingState,
+        h: &Value,
+        i: usize,
+    ) -> Result<Value> {
+        let past = self.past_input(state, &format!("past_shift.{i}"), "past_shift_cast", h.elem)?;
         let full_rows = format!("{PAST_SHIFT_SEQUENCE} + {SEQUENCE}");
         let full = self.g.concat_symbolic(
             "past_concat",
@@ -164,6 +181,7 @@ impl Emitter {
             self.g
                 .slice_dynamic("window_rows", &full, &start, &len, &[1], window_shape)?;
         self.push_present(
+            state,
             format!("present_shift.{i}"),
             "present_shift_to_f32",
             &present,

@@ -8,9 +8,10 @@
 //! A static-state graph reads each sequence's rows P_b..P_b+T−1 and all n columns.
 
 use super::super::context::Emitter;
+use super::super::sequence::{GrowingState, LocalSequence, Positions, Sequence};
+use super::super::static_state::StaticState;
 use crate::error::Result;
 use crate::gmlp::config::{Precision, SpatialForm, TokenMixing};
-use crate::gmlp::decoding::SequenceMode;
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::onnx::graph::{Dim, Value};
 
@@ -93,19 +94,32 @@ impl Emitter {
         }
     }
 
-    /// `W · LN(z2) + b` of the block with prefix `p` (index `i`), one W and b per head.
-    pub(crate) fn spatial_projection(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+    /// `W · LN(z2) + b` of the block with prefix `p` (index `i`) over the sequence `seq`,
+    /// one W and b per head.
+    pub(crate) fn spatial_projection(
+        &mut self,
+        z2: &Value,
+        p: &str,
+        i: usize,
+        seq: &mut Sequence,
+    ) -> Result<Value> {
         let mixing = self.cfg.block.mixing(i);
         if !mixing.is_global() {
-            return self.spatial_projection_local(z2, p, i, mixing);
+            let local = seq.local(&self.cfg)?;
+            return self.spatial_projection_local(z2, p, i, mixing, local);
         }
-        match self.mode {
-            SequenceMode::Fixed => {}
-            SequenceMode::Static => return self.spatial_projection_static(z2, p, i),
-            SequenceMode::Variable | SequenceMode::WithPast => {
-                return self.spatial_projection_rows(z2, p, i)
+        match seq {
+            Sequence::Fixed(_) => self.spatial_projection_full(z2, p),
+            Sequence::Variable(pos) => self.spatial_projection_rows(z2, p, i, pos, None),
+            Sequence::Growing(pos, state) => {
+                self.spatial_projection_rows(z2, p, i, pos, Some(state))
             }
+            Sequence::Static(state) => self.spatial_projection_static(z2, p, i, state),
         }
+    }
+
+    /// `W · u + b` over the whole sequence of n tokens.
+    fn spatial_projection_full(&mut self, z2: &Value, p: &str) -> Result<Value> {
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
         let w = match self.cfg.dtype {
@@ -122,8 +136,16 @@ impl Emitter {
         self.mix_per_head(z2, mix, b.as_ref(), rows.clone(), rows)
     }
 
-    /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past (if any) followed by `z2`.
-    fn spatial_projection_rows(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+    /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past of a growing `state` (if
+    /// any) followed by `z2`.
+    fn spatial_projection_rows(
+        &mut self,
+        z2: &Value,
+        p: &str,
+        i: usize,
+        pos: &mut Positions,
+        state: Option<&mut GrowingState>,
+    ) -> Result<Value> {
         let name = format!("{p}.sgu.spatial.weight");
         let row_axis = usize::from(self.cfg.heads > 1);
         // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
@@ -133,7 +155,7 @@ impl Emitter {
             _ if int8 => None,
             SpatialForm::ToeplitzGather => {
                 let vector = self.toeplitz_vector(&name)?;
-                let index = self.toeplitz_index_rows()?;
+                let index = pos.toeplitz_index_rows(&mut self.g, self.cfg.seq_len())?;
                 let axis = vector.shape.len() - 1;
                 Some(
                     self.g
@@ -142,22 +164,21 @@ impl Emitter {
             }
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
                 let full = self.spatial_weight(&name)?;
-                let rows = self.rows_of("spatial_weight_rows", &full, row_axis)?;
-                Some(self.first_columns("spatial_weight_columns", &rows)?)
+                let rows = pos.rows_of(&mut self.g, "spatial_weight_rows", &full, row_axis)?;
+                Some(pos.first_columns(&mut self.g, "spatial_weight_columns", &rows)?)
             }
         };
         let mix = |s: &mut Self, u: &Value| match &w {
             Some(w) => s.g.matmul("spatial_matmul", w, u),
-            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u),
+            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u, pos),
         };
         let b = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
-            Some(b) => Some(self.rows_of("spatial_bias_rows", &b, row_axis)?),
+            Some(b) => Some(pos.rows_of(&mut self.g, "spatial_bias_rows", &b, row_axis)?),
             None => None,
         };
-        let u = if self.mode == SequenceMode::WithPast {
-            self.with_past(&format!("past_sgu.{i}"), "sgu", z2)?
-        } else {
-            z2.clone()
+        let u = match state {
+            Some(state) => self.with_past(pos, state, &format!("past_sgu.{i}"), "sgu", z2)?,
+            None => z2.clone(),
         };
         let (total, seq) = (u.shape[1].clone(), z2.shape[1].clone());
         self.mix_per_head(&u, mix, b.as_ref(), (-1, total), (-1, seq))
@@ -169,16 +190,22 @@ impl Emitter {
     /// the Toeplitz vector at `s − (P_b + t) + n − 1`) are zero past the diagonal, so the
     /// rows after P_b + t never count. int8 models keep this W in f32 (a step reads one
     /// row of it).
-    fn spatial_projection_static(&mut self, z2: &Value, p: &str, i: usize) -> Result<Value> {
+    fn spatial_projection_static(
+        &mut self,
+        z2: &Value,
+        p: &str,
+        i: usize,
+        state: &mut StaticState,
+    ) -> Result<Value> {
         let name = format!("{p}.sgu.spatial.weight");
         let n = self.cfg.seq_len();
         let heads = self.cfg.heads > 1;
         let row_axis = usize::from(heads);
-        let rows = self.static_rows()?.rows.clone();
+        let rows = state.rows.rows.clone();
         let w = match self.cfg.spatial {
             SpatialForm::ToeplitzGather => {
                 let vector = self.toeplitz_vector(&name)?;
-                let index = self.static_toeplitz_index()?;
+                let index = self.static_toeplitz_index(state)?;
                 let axis = vector.shape.len() - 1;
                 self.g
                     .gather("spatial_weight_gather", &vector, &index, axis)?
@@ -205,7 +232,7 @@ impl Emitter {
             }
             None => None,
         };
-        let u = self.update_static_state(i, "sgu", z2)?;
+        let u = self.update_static_state(state, i, "sgu", z2)?;
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
         self.mix_per_head(&u, mix, b.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))
@@ -221,15 +248,17 @@ impl Emitter {
         p: &str,
         i: usize,
         mixing: TokenMixing,
+        mut seq: LocalSequence,
     ) -> Result<Value> {
         let name = format!("{p}.sgu.spatial.weight");
-        let u = if self.mode == SequenceMode::WithPast {
-            self.with_block_state(i, "sgu", z2)?
-        } else {
-            z2.clone()
+        let u = match &mut seq {
+            LocalSequence::Growing(pos, state) => {
+                self.with_block_state(pos, state, i, "sgu", z2)?
+            }
+            LocalSequence::Fixed(_) | LocalSequence::Variable(_) => z2.clone(),
         };
-        let rows = self.row_positions()?;
-        let cols = self.key_positions(&u)?;
+        let rows = self.row_positions(&mut seq)?;
+        let cols = self.key_positions(&mut seq, &u)?;
         let maps = self.scoped("local", |s| s.local_maps(mixing, &rows, &cols))?;
         let heads = self.cfg.heads;
         let flat = |shape: &[usize]| -> Vec<usize> {

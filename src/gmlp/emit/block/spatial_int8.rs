@@ -3,6 +3,7 @@
 //! the new rows of a variable-length or with-past graph.
 
 use super::super::context::Emitter;
+use super::super::sequence::Positions;
 use crate::error::Result;
 use crate::gmlp::config::SpatialForm;
 use crate::gmlp::quantize::{column_scales, quantize_columns, transpose};
@@ -26,22 +27,20 @@ impl Emitter {
         self.spatial_int8_transposed(local, u, &q, &scales)
     }
 
-    /// [`Self::spatial_matmul_int8`] for the new positions P..P+T−1 of a variable-length
-    /// or with-past graph, `u` holding positions 0..P+T−1: Wᵀ's columns P..P+T−1 and
+    /// [`Self::spatial_matmul_int8`] for the new positions P..P+T−1 (`pos`) of a
+    /// variable-length or growing-state graph, `u` holding positions 0..P+T−1: Wᵀ's columns P..P+T−1 and
     /// their scales are gathered, and its rows cut to 0..P+T−1 (never n×n per step).
     pub(crate) fn spatial_matmul_int8_rows(
         &mut self,
         local: &str,
         weight: &str,
         u: &Value,
+        pos: &Positions,
     ) -> Result<Value> {
         let (q, scales) = self.spatial_int8_weights(weight)?;
         let last = q.shape.len() - 1;
-        let rows = self.positions()?.rows.clone();
-        let (total, total_dim) = {
-            let pos = self.positions()?;
-            (pos.total.clone(), pos.total_dim.clone())
-        };
+        let rows = pos.rows.clone();
+        let (total, total_dim) = (pos.total.clone(), pos.total_dim.clone());
         let q_cols = self
             .g
             .gather(&format!("{local}_weight_columns"), &q, &rows, last)?;
