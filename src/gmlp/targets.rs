@@ -13,7 +13,10 @@
 //! - onnx2torch has no converter for Split-18, Constant-19, Gelu-20, Constant-21 or
 //!   ReduceMean-18 (any profile at opset ≤ 17);
 //! - `portable` combines all of these: opset 13, LayerNorm as primitive ops with
-//!   sum-then-divide means, Toeplitz expanded.
+//!   sum-then-divide means, Toeplitz expanded;
+//! - tract 0.23 has no `TensorScatter` (opset 24), which writes the static state in place
+//!   with its write index checked on the device: `ort-gpu` is ONNX Runtime alone, at
+//!   opset 24 (measured on an H100: a CUDA-graph step 0.53 ms vs 0.90 with `ScatterND`).
 //!
 //! No profile restricts the storage type: OpenCV 4.14 runs our f16 files (it converts f16
 //! weights to f32 on import); OpenCV 5's classic engine refuses f16 tensors into `MatMul`,
@@ -25,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
 use crate::gmlp::decoding::{first_local_block, SequenceMode};
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
+use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 use crate::onnx::versions::ir_version_for;
 
 /// A named deployment profile.
@@ -36,6 +40,12 @@ pub enum Target {
     Ort,
     /// ONNX Runtime ≤ 1.14 (IR ≤ 8, opset ≤ 18): today's graph, opsets above 18 refused.
     OrtLegacy,
+    /// ONNX Runtime alone, as recent as the one this tool loads (1.31), on the CPU or the
+    /// CUDA execution provider: opset 24, so the static state is written by `TensorScatter`
+    /// (in place, its write index checked on the device) and every node of a step can run
+    /// on the GPU and be captured as a CUDA graph. tract 0.23 cannot read it (no
+    /// `TensorScatter`).
+    OrtGpu,
     /// The widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
     /// LayerNorm as primitive ops with sum-then-divide means, Toeplitz W expanded.
     Portable,
@@ -46,9 +56,10 @@ pub enum Target {
 }
 
 /// Every profile, in the order the CLI lists them.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target::Ort,
     Target::OrtLegacy,
+    Target::OrtGpu,
     Target::Portable,
     Target::Opencv4,
     Target::Candle,
@@ -63,6 +74,7 @@ impl Target {
         match self {
             Target::Ort => "ort",
             Target::OrtLegacy => "ort-legacy",
+            Target::OrtGpu => "ort-gpu",
             Target::Portable => "portable",
             Target::Opencv4 => "opencv4",
             Target::Candle => "candle",
@@ -87,6 +99,7 @@ impl Target {
     pub fn default_opset(self) -> i64 {
         match self {
             Target::Portable => 13,
+            Target::OrtGpu => TENSOR_SCATTER_OPSET,
             _ => 17,
         }
     }
@@ -98,7 +111,9 @@ impl Target {
                 layer_norm: LayerNormForm::Decomposed,
                 mean: MeanForm::SumThenDivide,
             },
-            Target::Ort | Target::OrtLegacy | Target::Opencv4 => OpForms::default(),
+            Target::Ort | Target::OrtLegacy | Target::OrtGpu | Target::Opencv4 => {
+                OpForms::default()
+            }
         }
     }
 
@@ -150,7 +165,7 @@ impl Target {
                     .into(),
             ),
             // Said once per build: earlier builds wrote the growing form here.
-            Target::Ort | Target::OrtLegacy => (
+            Target::Ort | Target::OrtLegacy | Target::OrtGpu => (
                 SequenceMode::Static,
                 "--with-past builds the static state (a `position` input, n rows written in place: docs/static-state.md); --with-past growing builds the growing state of earlier builds"
                     .into(),
@@ -173,6 +188,9 @@ impl Target {
                 "ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5"
             }
             Target::OrtLegacy => "ONNX Runtime <= 1.14 (IR <= 8, opset <= 18)",
+            Target::OrtGpu => {
+                "ONNX Runtime 1.31 alone, CPU or CUDA (opset 24: TensorScatter state, CUDA-graph ready; not tract)"
+            }
             Target::Portable => {
                 "widest reach: ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch"
             }
@@ -247,15 +265,15 @@ impl BuildTarget {
         Ok(())
     }
 
-    /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort`: their
-    /// projections are ONNX
+    /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort` and
+    /// `ort-gpu`: their projections are ONNX
     /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; OpenVINO
     /// reads it too, tract its 4-bit form), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and
     /// onnx2torch do not have.
     pub fn check_dtype(&self, dtype: Precision) -> Result<()> {
         let t = self.target;
         let block = matches!(dtype, Precision::Int4 | Precision::Int8WeightOnly);
-        if block && t != Target::Ort {
+        if block && !matches!(t, Target::Ort | Target::OrtGpu) {
             return Err(Error::InvalidArgument(format!(
                 "--dtype {} uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, OpenVINO), which --target {} consumers cannot read; use --target ort",
                 dtype.name(),
@@ -297,7 +315,7 @@ mod tests {
         for t in TARGETS {
             let (mode, note) = t.with_past_for(&causal);
             match t {
-                Target::Ort | Target::OrtLegacy => {
+                Target::Ort | Target::OrtLegacy | Target::OrtGpu => {
                     assert_eq!(mode, SequenceMode::Static, "{}", t.name());
                     assert!(
                         note.contains("--with-past growing builds the growing"),
@@ -331,7 +349,7 @@ mod tests {
         }
         let err = Target::parse("tflite").unwrap_err().to_string();
         assert!(
-            err.contains("ort, ort-legacy, portable, opencv4, candle"),
+            err.contains("ort, ort-legacy, ort-gpu, portable, opencv4, candle"),
             "{err}"
         );
     }

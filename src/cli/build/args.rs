@@ -28,6 +28,8 @@ pub enum TargetArg {
     Ort,
     /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
     OrtLegacy,
+    /// ONNX Runtime 1.31 alone, CPU or CUDA: opset 24, the static state written by TensorScatter, every node of a step on the GPU (CUDA graphs); not tract.
+    OrtGpu,
     /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded.
     Portable,
     /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul).
@@ -42,6 +44,7 @@ impl TargetArg {
         match self {
             TargetArg::Ort => Target::Ort,
             TargetArg::OrtLegacy => Target::OrtLegacy,
+            TargetArg::OrtGpu => Target::OrtGpu,
             TargetArg::Portable => Target::Portable,
             TargetArg::Opencv4 => Target::Opencv4,
             TargetArg::Candle => Target::Candle,

@@ -10,6 +10,7 @@ use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{
     preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, Task, WeightSource,
 };
+use gmlp_onnx::onnx::ops::TENSOR_SCATTER_OPSET;
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
@@ -398,7 +399,12 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         print_repository(&w);
     }
     let state = match mode {
-        SequenceMode::Static => ", static state",
+        // Which scatter writes the new rows (docs/static-state.md): TensorScatter from
+        // opset 24 (`--target ort-gpu`), ScatterND below, which tract also reads.
+        SequenceMode::Static if target.opset >= TENSOR_SCATTER_OPSET => {
+            ", static state (TensorScatter)"
+        }
+        SequenceMode::Static => ", static state (ScatterND)",
         SequenceMode::WithPast => ", growing state",
         SequenceMode::Fixed | SequenceMode::Variable => "",
     };

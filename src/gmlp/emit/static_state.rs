@@ -57,7 +57,7 @@ pub(crate) struct StaticRows {
     start: Value,
     /// The positions 0..n−1, i64 [n] (the state's rows).
     table: Value,
-    /// Each sequence's index b, i64 [batch, 1].
+    /// The index b of each new token's sequence, i64 [batch, sequence].
     batch_index: Value,
     /// `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2].
     scatter_indices: Option<Value>,
@@ -101,9 +101,12 @@ impl Emitter {
         let rows = self.g.scoped("positions", |g| {
             let zero = g.const_i64("zero", &[], vec![0])?;
             let one = g.const_i64("one", &[], vec![1])?;
-            let ids_len = g.shape_of("sequence_shape", ids, 1, 2)?;
-            let new = g.gather("sequence", &ids_len, &zero, 0)?;
-            let offsets = g.range("offsets", &zero, &new, &one, seq.clone())?;
+            // A 1 for every new token, i64 [batch, sequence], from the ids' values: the
+            // indices below are running sums of it, so no node reads a shape and every
+            // node can run on a GPU (a step can be captured as a CUDA graph).
+            let ids_zero = g.mul("token_zero", ids, &zero)?;
+            let ones = g.add("token_one", &ids_zero, &one)?;
+            let offsets = g.cum_sum("offsets", &ones, &one, true)?;
             let start_col = g.reshape(
                 "position_column",
                 &position,
@@ -124,15 +127,7 @@ impl Emitter {
                 vec![batch.clone(), seq.clone(), 1.into()],
             )?;
             let start = g.gather("start", &rows, &zero, 1)?;
-            let ids_batch = g.shape_of("batch_shape", ids, 0, 1)?;
-            let count = g.gather("batch", &ids_batch, &zero, 0)?;
-            let index = g.range("batch_range", &zero, &count, &one, batch.clone())?;
-            let batch_index = g.reshape(
-                "batch_index",
-                &index,
-                &[-1, 1],
-                vec![batch.clone(), 1.into()],
-            )?;
+            let batch_index = g.cum_sum("batch_index", &ones, &zero, true)?;
             Ok(StaticRows {
                 rows,
                 rows3,

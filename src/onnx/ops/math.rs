@@ -1,10 +1,10 @@
 //! Math operators: `MatMul`, element-wise binary arithmetic with broadcasting (`Add`,
-//! `Sub`, `Mul`, `Div`, `Max`, `Min`) and unary functions (`Sqrt`, `Abs`, `Tanh`,
-//! `Sigmoid`, `Relu`).
+//! `Sub`, `Mul`, `Div`, `Max`, `Min`), `CumSum`, and unary functions (`Sqrt`, `Abs`,
+//! `Tanh`, `Sigmoid`, `Relu`).
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
-use crate::onnx::graph::Value;
+use crate::onnx::graph::{Attr, ElemType, Value};
 use crate::onnx::shape::{broadcast, fmt_shape, shape_error};
 
 impl GraphBuilder {
@@ -42,6 +42,34 @@ impl GraphBuilder {
         }
         let shape = broadcast(op, &a.shape, &b.shape)?;
         Ok(self.single(local, op, &[a, b], vec![], (a.elem, shape), 0))
+    }
+
+    /// `CumSum` of `x` along the i64 scalar `axis`; `exclusive` starts each sum at 0
+    /// (element k is the sum of the k before it), so that a tensor of ones becomes the
+    /// indices 0, 1, … along `axis` computed from data alone (no `Shape`).
+    ///
+    /// [CumSum](https://onnx.ai/onnx/operators/onnx__CumSum.html): versions 11, 14 (types only); the same form in every opset here.
+    pub fn cum_sum(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axis: &Value,
+        exclusive: bool,
+    ) -> Result<Value> {
+        if !axis.shape.is_empty() || axis.elem != ElemType::I64 {
+            return Err(shape_error(
+                "CumSum",
+                format!("axis must be an i64 scalar, got {}", fmt_shape(&axis.shape)),
+            ));
+        }
+        Ok(self.single(
+            local,
+            "CumSum",
+            &[x, axis],
+            vec![("exclusive".to_string(), Attr::Int(i64::from(exclusive)))],
+            (x.elem, x.shape.clone()),
+            0,
+        ))
     }
 
     /// Elementwise `Add` with broadcasting.
