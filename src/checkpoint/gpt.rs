@@ -13,13 +13,32 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::file::Checkpoint;
-use crate::checkpoint::plan::{count_layers, need_shape, Plan};
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::plan::{count_layers, map_names, need_shape, Map::*, Row};
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{
     BlockOptions, GmlpConfig, Precision, SpatialForm, StackKind, Task, TokenMixing,
 };
+
+/// g-mlp-gpt's names; `{l}` is layer i's prefix ([`gpt_layers`]). A windowed layer's W is
+/// read as it is; `fold` (`AxiallyFold`'s conv) exists in layers with every > 1, `ff` (the
+/// reversible stack's GEGLU `FeedForward`, outside `{l}`) with `reversible=True`.
+#[rustfmt::skip]
+const GPT: &[Row] = &[
+    ("embed.*", "to_embed.*", Same),
+    ("blocks.{i}.norm.*", "{l}norm.*", Same),
+    ("blocks.{i}.proj_in.*", "{l}fn.fn.proj_in.0.*", Linear),
+    ("blocks.{i}.sgu.norm.*", "{l}fn.fn.sgu.norm.*", Same),
+    ("blocks.{i}.sgu.spatial.*", "{l}fn.fn.sgu.*", SpatialHeaded),
+    ("blocks.{i}.attn.qkv.*", "{l}fn.fn.attn.to_qkv.*", Linear),
+    ("blocks.{i}.attn.out.*", "{l}fn.fn.attn.to_out.*", Linear),
+    ("blocks.{i}.proj_out.*", "{l}fn.fn.proj_out.*", Linear),
+    ("blocks.{i}.fold.*", "{l}fn.conv.*", Same),
+    ("blocks.{i}.ff.proj_in.*", "net.blocks.{i}.g.net.net.0.*", Linear),
+    ("blocks.{i}.ff.proj_out.*", "net.blocks.{i}.g.net.net.2.*", Linear),
+    ("norm.*", "to_logits.0.*", Same),
+    ("head.*", "to_logits.1.*", Linear),
+];
 
 /// The layer prefix of a sequential (`net.layers.i.0.`) or reversible
 /// (`net.blocks.i.f.net.`) g-mlp-gpt checkpoint, if the checkpoint has one.
@@ -67,23 +86,79 @@ pub(super) fn gpt(
     ck: &Checkpoint,
     hints: &ImportHints,
 ) -> Result<(GmlpConfig, BTreeMap<String, Rule>)> {
-    let (stack_prefix, inner) = gpt_layers(ck).ok_or_else(|| {
+    let (stack, inner) = gpt_layers(ck).ok_or_else(|| {
         Error::BadTensor(format!(
             "{}: no net.layers.0.0.fn.fn.proj_in.0.weight or net.blocks.0.f.net.fn.fn.proj_in.0.weight: not a g-mlp-gpt checkpoint",
             ck.path().display()
         ))
     })?;
-    let reversible = stack_prefix == "net.blocks";
-    let layer = |i: usize| format!("{stack_prefix}.{i}.{inner}");
-    let layers = count_layers(ck, stack_prefix)?;
+    let layer = move |i: usize| format!("{stack}.{i}.{inner}");
+    let config = infer(ck, hints, stack, &layer)?;
+    check_masks(ck, &config, &layer)?;
+    let rules = map_names(ck, &config, &[GPT], &layer)?;
+    Ok((config, rules))
+}
+
+/// The architecture of a g-mlp-gpt checkpoint whose layers are `stack` (`net.blocks` when
+/// reversible) with the prefix `layer(i)`, from its shapes and the hints.
+fn infer(
+    ck: &Checkpoint,
+    hints: &ImportHints,
+    stack: &str,
+    layer: &dyn Fn(usize) -> String,
+) -> Result<GmlpConfig> {
+    let layers = count_layers(ck, stack)?;
     let embed = need_shape(ck, "to_embed.weight", 2)?;
     let (vocab, d) = (embed[0], embed[1]);
     let f = need_shape(ck, &format!("{}fn.fn.proj_in.0.weight", layer(0)), 2)?[0];
-    let e = f / 2;
-    // Per layer: heads, window, fold; n from the global layers.
+    let (heads, mixing, n) = layer_mixing(ck, layer, layers, d, hints.seq_len)?;
+    let attn_dim = layer_attention(ck, layer, layers, d)?;
+    let stack = match stack {
+        "net.blocks" => StackKind::Reversible {
+            ff_inner: need_shape(ck, "net.blocks.0.g.net.net.2.weight", 2)?[1],
+        },
+        _ => StackKind::Sequential,
+    };
+    let global = mixing.iter().all(TokenMixing::is_global);
+    Ok(GmlpConfig {
+        task: Task::Tokens {
+            vocab_size: vocab,
+            seq_len: n,
+            tied_embedding: false,
+        },
+        layers,
+        d_model: d,
+        d_ffn: f,
+        attn_dim,
+        causal: true,
+        heads,
+        shift_tokens: 0,
+        spatial: SpatialForm::Dense,
+        norm_eps: 1e-5,
+        sgu_norm_eps: 1e-5,
+        dtype: Precision::F32,
+        block: BlockOptions {
+            gate_act: hints.gate_act,
+            token_mixing: if global { Vec::new() } else { mixing },
+            stack,
+            ..BlockOptions::default()
+        },
+    })
+}
+
+/// Per layer, the token mixing (window from W's shape, fold from the conv's); with the
+/// gating heads, the same in every layer, and the sequence length n, from the global
+/// layers and `seq_len` (which must agree).
+fn layer_mixing(
+    ck: &Checkpoint,
+    layer: &dyn Fn(usize) -> String,
+    layers: usize,
+    d: usize,
+    seq_len: Option<usize>,
+) -> Result<(usize, Vec<TokenMixing>, usize)> {
     let mut heads = None;
     let mut mixing = Vec::with_capacity(layers);
-    let mut n = hints.seq_len;
+    let mut n = seq_len;
     for i in 0..layers {
         let key = format!("{}fn.fn.sgu.weight", layer(i));
         let (h, window, rows) = layer_spatial(ck, &key)?;
@@ -124,114 +199,22 @@ pub(super) fn gpt(
             ck.path().display()
         ))
     })?;
-    let heads = heads.unwrap_or(1);
-    let attn_dim = layer_attention(ck, &layer, layers, d)?;
-    let ff_inner = if reversible {
-        Some(need_shape(ck, "net.blocks.0.g.net.net.2.weight", 2)?[1])
-    } else {
-        None
-    };
-    let mut plan = Plan::new(ck);
-    plan.same("embed.weight", "to_embed.weight", &[vocab, d]);
-    for (i, m) in mixing.iter().enumerate() {
-        let (b, l) = (format!("blocks.{i}"), layer(i));
-        plan.norm(&format!("{b}.norm"), &format!("{l}norm"), d);
-        plan.linear(
-            &format!("{b}.proj_in.weight"),
-            &format!("{l}fn.fn.proj_in.0.weight"),
-            f,
-            d,
-        );
-        plan.same(
-            &format!("{b}.proj_in.bias"),
-            &format!("{l}fn.fn.proj_in.0.bias"),
-            &[f],
-        );
-        plan.norm(&format!("{b}.sgu.norm"), &format!("{l}fn.fn.sgu.norm"), e);
-        let (w, rows) = (format!("{l}fn.fn.sgu.weight"), m.window.unwrap_or(n));
-        match m.window {
-            None => plan.spatial(
-                &format!("{b}.sgu.spatial.weight"),
-                StoredSpatial::Dense(w),
-                vec![vec![heads, n, n]],
-            ),
-            Some(win) => plan.same(
-                &format!("{b}.sgu.spatial.weight"),
-                &w,
-                &[heads, win, 2 * win],
-            ),
-        }
-        plan.same(
-            &format!("{b}.sgu.spatial.bias"),
-            &format!("{l}fn.fn.sgu.bias"),
-            &[heads, rows],
-        );
-        if let Some(a) = attn_dim {
-            plan.linear(
-                &format!("{b}.attn.qkv.weight"),
-                &format!("{l}fn.fn.attn.to_qkv.weight"),
-                3 * a,
-                d,
-            );
-            plan.linear(
-                &format!("{b}.attn.out.weight"),
-                &format!("{l}fn.fn.attn.to_out.weight"),
-                e,
-                a,
-            );
-            plan.same(
-                &format!("{b}.attn.out.bias"),
-                &format!("{l}fn.fn.attn.to_out.bias"),
-                &[e],
-            );
-        }
-        plan.linear(
-            &format!("{b}.proj_out.weight"),
-            &format!("{l}fn.fn.proj_out.weight"),
-            d,
-            e,
-        );
-        plan.same(
-            &format!("{b}.proj_out.bias"),
-            &format!("{l}fn.fn.proj_out.bias"),
-            &[d],
-        );
-        if m.fold > 1 {
-            plan.same(
-                &format!("{b}.fold.weight"),
-                &format!("{l}fn.conv.weight"),
-                &[d, 1, m.fold],
-            );
-            plan.same(&format!("{b}.fold.bias"), &format!("{l}fn.conv.bias"), &[d]);
-        }
-        if let Some(h) = ff_inner {
-            let g = format!("net.blocks.{i}.g.net.net");
-            plan.linear(
-                &format!("{b}.ff.proj_in.weight"),
-                &format!("{g}.0.weight"),
-                2 * h,
-                d,
-            );
-            plan.same(
-                &format!("{b}.ff.proj_in.bias"),
-                &format!("{g}.0.bias"),
-                &[2 * h],
-            );
-            plan.linear(
-                &format!("{b}.ff.proj_out.weight"),
-                &format!("{g}.2.weight"),
-                d,
-                h,
-            );
-            plan.same(
-                &format!("{b}.ff.proj_out.bias"),
-                &format!("{g}.2.bias"),
-                &[d],
-            );
-        }
-        let mask = format!("{l}fn.fn.sgu.mask");
+    Ok((heads.unwrap_or(1), mixing, n))
+}
+
+/// Checks the shape of each layer's causal mask buffer (`sgu.mask`, not used) where the
+/// checkpoint has one: [n, n], or [w, 2w] with a window w.
+fn check_masks(
+    ck: &Checkpoint,
+    config: &GmlpConfig,
+    layer: &dyn Fn(usize) -> String,
+) -> Result<()> {
+    let n = config.seq_len();
+    for i in 0..config.layers {
+        let mask = format!("{}fn.fn.sgu.mask", layer(i));
+        let window = config.block.mixing(i).window;
         if let Some(shape) = ck.shape(&mask) {
-            let expected = [rows, m.window.map_or(n, |w| 2 * w)];
+            let expected = [window.unwrap_or(n), window.map_or(n, |w| 2 * w)];
             if shape != expected {
                 return Err(Error::BadTensor(format!(
                     "{}: buffer {mask} has shape {shape:?}, expected {expected:?}",
@@ -240,38 +223,7 @@ pub(super) fn gpt(
             }
         }
     }
-    plan.norm("norm", "to_logits.0", d);
-    plan.linear("head.weight", "to_logits.1.weight", vocab, d);
-    plan.same("head.bias", "to_logits.1.bias", &[vocab]);
-    let global = mixing.iter().all(TokenMixing::is_global);
-    let config = GmlpConfig {
-        task: Task::Tokens {
-            vocab_size: vocab,
-            seq_len: n,
-            tied_embedding: false,
-        },
-        layers,
-        d_model: d,
-        d_ffn: f,
-        attn_dim,
-        causal: true,
-        heads,
-        shift_tokens: 0,
-        spatial: SpatialForm::Dense,
-        norm_eps: 1e-5,
-        sgu_norm_eps: 1e-5,
-        dtype: Precision::F32,
-        block: BlockOptions {
-            gate_act: hints.gate_act,
-            token_mixing: if global { Vec::new() } else { mixing },
-            stack: match ff_inner {
-                Some(ff_inner) => StackKind::Reversible { ff_inner },
-                None => StackKind::Sequential,
-            },
-            ..BlockOptions::default()
-        },
-    };
-    Ok((config, plan.finish()?))
+    Ok(())
 }
 
 /// The tiny attention's size a, the same in every layer (upstream allows one per layer;

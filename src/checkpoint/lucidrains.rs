@@ -10,11 +10,39 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::file::Checkpoint;
-use crate::checkpoint::plan::{count_layers, image_side, isqrt_exact, need_shape, Plan};
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::plan::{
+    count_layers, image_side, isqrt_exact, map_names, need_shape, Map::*, Row,
+};
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{BlockOptions, GmlpConfig, Precision, SpatialForm, Task};
+
+/// The blocks' names and the head's norm; `{l}` is layer i's block prefix
+/// ([`lucid_nesting`]), the pre-norm sits outside it.
+const BLOCKS: &[Row] = &[
+    ("blocks.{i}.norm.*", "layers.{i}.fn.norm.*", Same),
+    ("blocks.{i}.proj_in.*", "{l}proj_in.0.*", Linear),
+    ("blocks.{i}.sgu.norm.*", "{l}sgu.norm.*", Same),
+    ("blocks.{i}.attn.qkv.*", "{l}attn.to_qkv.*", Linear),
+    ("blocks.{i}.attn.out.*", "{l}attn.to_out.*", Linear),
+    ("blocks.{i}.proj_out.*", "{l}proj_out.*", Linear),
+    ("norm.*", "to_logits.0.*", Same),
+];
+/// The spatial projection `sgu.{weight [h, n, n], bias [h, n]}`.
+const DENSE: &[Row] = &[("blocks.{i}.sgu.spatial.*", "{l}sgu.*", SpatialHeaded)];
+/// The spatial projection of `circulant_matrix=True`: `sgu.{weight, circulant_pos_x,
+/// circulant_pos_y, bias}`, each [h, n].
+const CIRCULANT: &[Row] = &[("blocks.{i}.sgu.spatial.*", "{l}sgu.*", Circulant)];
+/// `gMLP`: the embedding and the output projection.
+const TOKENS: &[Row] = &[
+    ("embed.*", "to_embed.*", Same),
+    ("head.*", "to_logits.1.*", Linear),
+];
+/// `gMLPVision`: the patch embedding (`Rearrange` then `Linear`) and the classifier.
+const VISION: &[Row] = &[
+    ("stem.*", "to_patch_embed.1.*", LinearStem),
+    ("head.*", "to_logits.2.*", Linear),
+];
 
 /// The block prefix of layer `i` in g-mlp-pytorch: `layers.i.fn.fn.fn.` (0.1.5 token
 /// models) or `layers.i.fn.fn.` (vision, ≤ 0.1.4).
@@ -30,6 +58,11 @@ pub(super) fn lucid_nesting(ck: &Checkpoint) -> Option<&'static str> {
     })
 }
 
+/// Whether the spatial weights are circulant (`circulant_matrix=True`).
+fn circulant(ck: &Checkpoint, nest: &str) -> bool {
+    ck.contains(&format!("layers.0.{nest}sgu.circulant_pos_x"))
+}
+
 /// The architecture and rules of a g-mlp-pytorch checkpoint.
 pub(super) fn lucidrains(
     ck: &Checkpoint,
@@ -41,34 +74,43 @@ pub(super) fn lucidrains(
             ck.path().display()
         ))
     })?;
-    let block = |i: usize| format!("layers.{i}.{nest}");
+    let config = infer(ck, hints, nest)?;
+    let spatial = if circulant(ck, nest) {
+        CIRCULANT
+    } else {
+        DENSE
+    };
+    let ends = match config.task {
+        Task::Tokens { .. } => TOKENS,
+        _ => VISION,
+    };
+    let layer = |i: usize| format!("layers.{i}.{nest}");
+    let rules = map_names(ck, &config, &[BLOCKS, spatial, ends], &layer)?;
+    Ok((config, rules))
+}
+
+/// The architecture of a g-mlp-pytorch checkpoint whose blocks sit under `nest`, from
+/// its shapes and the hints.
+fn infer(ck: &Checkpoint, hints: &ImportHints, nest: &str) -> Result<GmlpConfig> {
+    let block = format!("layers.0.{nest}");
     let layers = count_layers(ck, "layers")?;
-    let proj_in = need_shape(ck, &format!("{}proj_in.0.weight", block(0)), 2)?;
+    let proj_in = need_shape(ck, &format!("{block}proj_in.0.weight"), 2)?;
     let (f, d) = (proj_in[0], proj_in[1]);
-    let e = f / 2;
-    let sgu = format!("{}sgu.", block(0));
-    let circulant = ck.contains(&format!("{sgu}circulant_pos_x"));
-    let sgu_shape = need_shape(ck, &format!("{sgu}weight"), if circulant { 2 } else { 3 })?;
+    let rank = if circulant(ck, nest) { 2 } else { 3 };
+    let sgu_shape = need_shape(ck, &format!("{block}sgu.weight"), rank)?;
     let (heads, n) = (sgu_shape[0], sgu_shape[1]);
-    let attn_dim = match ck.shape(&format!("{}attn.to_qkv.weight", block(0))) {
+    let attn_dim = match ck.shape(&format!("{block}attn.to_qkv.weight")) {
         Some([rows, cols]) if rows % 3 == 0 && *cols == d => Some(rows / 3),
         Some(s) => {
             return Err(Error::BadTensor(format!(
-                "{}attn.to_qkv.weight has shape {s:?}, expected [3a, {d}]",
-                block(0)
+                "{block}attn.to_qkv.weight has shape {s:?}, expected [3a, {d}]"
             )))
         }
         None => None,
     };
-    let mut plan = Plan::new(ck);
     let task = if ck.contains("to_embed.weight") {
-        let vocab = need_shape(ck, "to_embed.weight", 2)?[0];
-        plan.same("embed.weight", "to_embed.weight", &[vocab, d]);
-        plan.norm("norm", "to_logits.0", d);
-        plan.linear("head.weight", "to_logits.1.weight", vocab, d);
-        plan.same("head.bias", "to_logits.1.bias", &[vocab]);
         Task::Tokens {
-            vocab_size: vocab,
+            vocab_size: need_shape(ck, "to_embed.weight", 2)?[0],
             seq_len: n,
             tied_embedding: false,
         }
@@ -92,11 +134,6 @@ pub(super) fn lucidrains(
             }
         };
         let classes = need_shape(ck, "to_logits.2.weight", 2)?[0];
-        plan.same("stem.weight", "to_patch_embed.1.weight", &[d, k]);
-        plan.same("stem.bias", "to_patch_embed.1.bias", &[d]);
-        plan.norm("norm", "to_logits.0", d);
-        plan.linear("head.weight", "to_logits.2.weight", classes, d);
-        plan.same("head.bias", "to_logits.2.bias", &[classes]);
         Task::Vision {
             image_size: image_side(ck, hints, n, p)?,
             patch_size: p,
@@ -104,75 +141,7 @@ pub(super) fn lucidrains(
             num_classes: classes,
         }
     };
-    for i in 0..layers {
-        let (b, l) = (format!("blocks.{i}"), block(i));
-        plan.norm(&format!("{b}.norm"), &format!("layers.{i}.fn.norm"), d);
-        plan.linear(
-            &format!("{b}.proj_in.weight"),
-            &format!("{l}proj_in.0.weight"),
-            f,
-            d,
-        );
-        plan.same(
-            &format!("{b}.proj_in.bias"),
-            &format!("{l}proj_in.0.bias"),
-            &[f],
-        );
-        plan.norm(&format!("{b}.sgu.norm"), &format!("{l}sgu.norm"), e);
-        if circulant {
-            plan.spatial(
-                &format!("{b}.sgu.spatial.weight"),
-                StoredSpatial::Circulant {
-                    weight: format!("{l}sgu.weight"),
-                    pos_x: format!("{l}sgu.circulant_pos_x"),
-                    pos_y: format!("{l}sgu.circulant_pos_y"),
-                },
-                vec![vec![heads, n]; 3],
-            );
-        } else {
-            plan.spatial(
-                &format!("{b}.sgu.spatial.weight"),
-                StoredSpatial::Dense(format!("{l}sgu.weight")),
-                vec![vec![heads, n, n]],
-            );
-        }
-        plan.same(
-            &format!("{b}.sgu.spatial.bias"),
-            &format!("{l}sgu.bias"),
-            &[heads, n],
-        );
-        if let Some(a) = attn_dim {
-            plan.linear(
-                &format!("{b}.attn.qkv.weight"),
-                &format!("{l}attn.to_qkv.weight"),
-                3 * a,
-                d,
-            );
-            plan.linear(
-                &format!("{b}.attn.out.weight"),
-                &format!("{l}attn.to_out.weight"),
-                e,
-                a,
-            );
-            plan.same(
-                &format!("{b}.attn.out.bias"),
-                &format!("{l}attn.to_out.bias"),
-                &[e],
-            );
-        }
-        plan.linear(
-            &format!("{b}.proj_out.weight"),
-            &format!("{l}proj_out.weight"),
-            d,
-            e,
-        );
-        plan.same(
-            &format!("{b}.proj_out.bias"),
-            &format!("{l}proj_out.bias"),
-            &[d],
-        );
-    }
-    let config = GmlpConfig {
+    Ok(GmlpConfig {
         task,
         layers,
         d_model: d,
@@ -189,6 +158,5 @@ pub(super) fn lucidrains(
             gate_act: hints.gate_act,
             ..BlockOptions::default()
         },
-    };
-    Ok((config, plan.finish()?))
+    })
 }

@@ -1,7 +1,26 @@
-//! Trained checkpoints: reading tensors from a file ([`file`]: safetensors, memory-mapped;
-//! NumPy `.npz`; PyTorch `torch.save` files through a restricted unpickler, [`pytorch`]), recognizing the layout ([`recognize`]: timm, g-mlp-pytorch, native — one
-//! module each, citing the upstream code it mirrors), inferring the architecture from names
-//! and shapes, and serving the values as a [`WeightSource`].
+//! Trained checkpoints: reading tensors from a file (`file.rs`: safetensors, memory-mapped;
+//! NumPy `.npz`; PyTorch `torch.save` files through a restricted unpickler, [`pytorch`]),
+//! recognizing the layout (`recognize.rs`), inferring the architecture from names and
+//! shapes, and serving the values as a [`WeightSource`].
+//!
+//! Five layouts ([`Format`]), one module each, citing the upstream code it mirrors:
+//! - native (`native.rs`): this project's own names ([`crate::gmlp::weights`]), with the
+//!   configuration in the safetensors metadata when `--save-weights` wrote it;
+//! - timm (`timm.rs`): `MlpMixer` gMLP vision models (`gmlp_s16_224`);
+//! - g-mlp-pytorch (`lucidrains.rs`): lucidrains' `gMLP` and `gMLPVision`, with dense or
+//!   circulant spatial weights, tiny attention, token shift;
+//! - g-mlp-gpt (`gpt.rs`): lucidrains' causal language model, sequential or reversible, with
+//!   local windows and axial folds;
+//! - gmlp-tinygrad (`tinygrad.rs`): a backbone of RMSNorm blocks without embedding or head.
+//!
+//! Each upstream layout is an `infer` function, reading the architecture from the shapes
+//! (and the hints, for what no weight shows), kept apart from a table of names: one row
+//! per native module, giving its upstream name and how the values map (as they are, a
+//! transposed `Linear`, a dense or circulant spatial weight; `Map` in `plan.rs`). One walk,
+//! `map_names` in `plan.rs`, goes over the parameters of the inferred architecture
+//! ([`crate::gmlp::weights::param_specs`]) and looks each up in the table, so a new native
+//! parameter is a row in the tables of the layouts that have it, and a new layout is a
+//! table and an `infer`. The native layout needs no table: its names are the native ones.
 //!
 //! Every tensor the model needs is checked by name and shape before anything is written;
 //! values (NaN/Inf, Toeplitz structure) are checked as each tensor is produced.

@@ -7,17 +7,39 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::file::Checkpoint;
-use crate::checkpoint::plan::{count_layers, image_side, need_shape, Plan};
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::plan::{count_layers, image_side, map_names, need_shape, Map::*, Row};
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};
+
+/// timm's names; `{l}` is `blocks.{i}.`. The stem is a Conv2d, stored as the native one.
+const TIMM: &[Row] = &[
+    ("stem.*", "stem.proj.*", Same),
+    ("blocks.{i}.norm.*", "{l}norm.*", Same),
+    ("blocks.{i}.proj_in.*", "{l}mlp_channels.fc1.*", Linear),
+    ("blocks.{i}.sgu.norm.*", "{l}mlp_channels.gate.norm.*", Same),
+    (
+        "blocks.{i}.sgu.spatial.*",
+        "{l}mlp_channels.gate.proj.*",
+        Spatial,
+    ),
+    ("blocks.{i}.proj_out.*", "{l}mlp_channels.fc2.*", Linear),
+    ("norm.*", "norm.*", Same),
+    ("head.*", "head.*", Linear),
+];
 
 /// The architecture and rules of a timm gMLP checkpoint.
 pub(super) fn timm(
     ck: &Checkpoint,
     hints: &ImportHints,
 ) -> Result<(GmlpConfig, BTreeMap<String, Rule>)> {
+    let config = infer(ck, hints)?;
+    let rules = map_names(ck, &config, &[TIMM], &|i| format!("blocks.{i}."))?;
+    Ok((config, rules))
+}
+
+/// The architecture of a timm gMLP checkpoint, from its shapes.
+fn infer(ck: &Checkpoint, hints: &ImportHints) -> Result<GmlpConfig> {
     let stem = need_shape(ck, "stem.proj.weight", 4)?;
     let (d, c, p) = (stem[0], stem[1], stem[2]);
     if stem[3] != p {
@@ -29,8 +51,7 @@ pub(super) fn timm(
     let f = need_shape(ck, "blocks.0.mlp_channels.fc1.weight", 2)?[0];
     let n = need_shape(ck, "blocks.0.mlp_channels.gate.proj.weight", 2)?[0];
     let classes = need_shape(ck, "head.weight", 2)?[0];
-    let e = f / 2;
-    let config = GmlpConfig {
+    Ok(GmlpConfig {
         task: Task::Vision {
             image_size: image_side(ck, hints, n, p)?,
             patch_size: p,
@@ -49,45 +70,5 @@ pub(super) fn timm(
         sgu_norm_eps: 1e-5,
         dtype: Precision::F32,
         block: Default::default(),
-    };
-    let mut plan = Plan::new(ck);
-    plan.same("stem.weight", "stem.proj.weight", &[d, c, p, p]);
-    plan.same("stem.bias", "stem.proj.bias", &[d]);
-    for i in 0..layers {
-        let (b, t) = (format!("blocks.{i}"), format!("blocks.{i}.mlp_channels"));
-        plan.norm(&format!("{b}.norm"), &format!("{b}.norm"), d);
-        plan.linear(
-            &format!("{b}.proj_in.weight"),
-            &format!("{t}.fc1.weight"),
-            f,
-            d,
-        );
-        plan.same(&format!("{b}.proj_in.bias"), &format!("{t}.fc1.bias"), &[f]);
-        plan.norm(&format!("{b}.sgu.norm"), &format!("{t}.gate.norm"), e);
-        plan.spatial(
-            &format!("{b}.sgu.spatial.weight"),
-            StoredSpatial::Dense(format!("{t}.gate.proj.weight")),
-            vec![vec![n, n]],
-        );
-        plan.same(
-            &format!("{b}.sgu.spatial.bias"),
-            &format!("{t}.gate.proj.bias"),
-            &[n],
-        );
-        plan.linear(
-            &format!("{b}.proj_out.weight"),
-            &format!("{t}.fc2.weight"),
-            d,
-            e,
-        );
-        plan.same(
-            &format!("{b}.proj_out.bias"),
-            &format!("{t}.fc2.bias"),
-            &[d],
-        );
-    }
-    plan.norm("norm", "norm", d);
-    plan.linear("head.weight", "head.weight", classes, d);
-    plan.same("head.bias", "head.bias", &[classes]);
-    Ok((config, plan.finish()?))
+    })
 }

@@ -10,8 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::file::Checkpoint;
-use crate::checkpoint::plan::{count_layers, need_shape, Plan};
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::plan::{count_layers, map_names, need_shape, Map::*, Row};
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::Result;
 use crate::gmlp::config::{
@@ -21,87 +20,48 @@ use crate::gmlp::config::{
 /// tinygrad's `nn.RMSNorm` default epsilon.
 const RMS_EPS: f32 = 1e-6;
 
+/// gmlp-tinygrad's names; `{l}` is `layers.{i}.`. The norms are RMSNorms (`weight` only)
+/// and the gating matrix has no bias, as the configuration says, so no row names those.
+#[rustfmt::skip]
+const TINYGRAD: &[Row] = &[
+    ("blocks.{i}.norm.*", "{l}input_norm.*", Same),
+    ("blocks.{i}.proj_in.*", "{l}channel_proj.*", Linear),
+    (
+        "blocks.{i}.sgu.norm.*",
+        "{l}spatial_gating_unit.norm.*",
+        Same,
+    ),
+    ("blocks.{i}.sgu.spatial.weight", "{l}spatial_gating_unit.gating_matrix", Spatial),
+    ("blocks.{i}.attn.qkv.*", "{l}tiny_attention.qkv.*", Linear),
+    (
+        "blocks.{i}.attn.out.*",
+        "{l}tiny_attention.out_proj.*",
+        Linear,
+    ),
+    ("blocks.{i}.proj_out.*", "{l}output_proj.*", Linear),
+];
+
 /// The architecture and rules of a gmlp-tinygrad checkpoint.
 pub(super) fn tinygrad(
     ck: &Checkpoint,
     hints: &ImportHints,
 ) -> Result<(GmlpConfig, BTreeMap<String, Rule>)> {
+    let config = infer(ck, hints)?;
+    let rules = map_names(ck, &config, &[TINYGRAD], &|i| format!("layers.{i}."))?;
+    Ok((config, rules))
+}
+
+/// The architecture of a gmlp-tinygrad checkpoint, from its shapes and the hints.
+fn infer(ck: &Checkpoint, hints: &ImportHints) -> Result<GmlpConfig> {
     let layers = count_layers(ck, "layers")?;
     let proj = need_shape(ck, "layers.0.channel_proj.weight", 2)?;
     let (f, d) = (proj[0], proj[1]);
-    let e = f / 2;
     let n = need_shape(ck, "layers.0.spatial_gating_unit.gating_matrix", 2)?[0];
     let attn_dim = match ck.shape("layers.0.tiny_attention.qkv.weight") {
         Some([rows, _]) => Some(rows / 3),
         _ => None,
     };
-    let mut plan = Plan::new(ck);
-    for i in 0..layers {
-        let (b, l) = (format!("blocks.{i}"), format!("layers.{i}"));
-        plan.same(
-            &format!("{b}.norm.weight"),
-            &format!("{l}.input_norm.weight"),
-            &[d],
-        );
-        plan.linear(
-            &format!("{b}.proj_in.weight"),
-            &format!("{l}.channel_proj.weight"),
-            f,
-            d,
-        );
-        plan.same(
-            &format!("{b}.proj_in.bias"),
-            &format!("{l}.channel_proj.bias"),
-            &[f],
-        );
-        plan.same(
-            &format!("{b}.sgu.norm.weight"),
-            &format!("{l}.spatial_gating_unit.norm.weight"),
-            &[e],
-        );
-        plan.spatial(
-            &format!("{b}.sgu.spatial.weight"),
-            StoredSpatial::Dense(format!("{l}.spatial_gating_unit.gating_matrix")),
-            vec![vec![n, n]],
-        );
-        if let Some(a) = attn_dim {
-            let t = format!("{l}.tiny_attention");
-            plan.linear(
-                &format!("{b}.attn.qkv.weight"),
-                &format!("{t}.qkv.weight"),
-                3 * a,
-                d,
-            );
-            plan.same(
-                &format!("{b}.attn.qkv.bias"),
-                &format!("{t}.qkv.bias"),
-                &[3 * a],
-            );
-            plan.linear(
-                &format!("{b}.attn.out.weight"),
-                &format!("{t}.out_proj.weight"),
-                e,
-                a,
-            );
-            plan.same(
-                &format!("{b}.attn.out.bias"),
-                &format!("{t}.out_proj.bias"),
-                &[e],
-            );
-        }
-        plan.linear(
-            &format!("{b}.proj_out.weight"),
-            &format!("{l}.output_proj.weight"),
-            d,
-            e,
-        );
-        plan.same(
-            &format!("{b}.proj_out.bias"),
-            &format!("{l}.output_proj.bias"),
-            &[d],
-        );
-    }
-    let config = GmlpConfig {
+    Ok(GmlpConfig {
         task: Task::Backbone { seq_len: n },
         layers,
         d_model: d,
@@ -122,6 +82,5 @@ pub(super) fn tinygrad(
             attn_qkv_bias: attn_dim.is_some(),
             ..BlockOptions::default()
         },
-    };
-    Ok((config, plan.finish()?))
+    })
 }
