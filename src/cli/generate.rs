@@ -1,19 +1,19 @@
-//! `gmlp-onnx generate`: text generation with a causal token model on any runtime. A
-//! `--with-past` model runs the prompt once and then one token per step, its state fed
-//! back; a variable-length model without state re-runs the whole prefix for every token
-//! (slower, the comparison the state is for). `--prompts-file` decodes several prompts as
-//! one batch (see [`batch`]).
+//! `gmlp-onnx generate`: text generation with a causal token model on any runtime, by the
+//! library's one generation loop ([`Generator`]). A `--with-past` model runs the prompt
+//! once and then one token per step, its state fed back (a static state stays where the
+//! runtime keeps it: on ort-cuda, on the device, each step a replayed CUDA graph); a
+//! variable-length model without state re-runs the whole prefix for every token (slower,
+//! the comparison the state is for). `--prompts-file` decodes several prompts as one batch
+//! (see [`batch`]).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ndarray::Array2;
 use serde::Serialize;
 
-use gmlp_onnx::gmlp::sampling::Sampler;
 use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
+use gmlp_onnx::runtime::generator::{Generation, Generator, Sampling};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
@@ -78,22 +78,33 @@ pub struct GenerateArgs {
 
 /// What one runtime generated, with its timings.
 #[derive(Serialize)]
-struct Generation {
+struct GenerationReport {
     runtime: String,
     mode: &'static str,
     state_in_place: bool,
     prompt_tokens: usize,
     tokens: Vec<i64>,
+    /// Time to the first new token: the prompt's run and the first pick.
     prefill_ms: f64,
     prefill_tokens_per_s: f64,
     steps: usize,
     steps_ms: f64,
+    /// A step feeds the previous token and picks the next.
     step_median_ms: Option<f64>,
     step_tokens_per_s: Option<f64>,
     /// What the runtime did differently from running the file as it is (tract's
-    /// dequantized 8-bit `MatMulNBits`), also printed on stderr.
+    /// dequantized 8-bit `MatMulNBits`, ort-cuda's CUDA graphs), also printed on stderr.
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+}
+
+/// One runtime's generation for a batch of prompts, with what it ran on.
+pub(crate) struct RuntimeGeneration {
+    pub(crate) runtime: String,
+    pub(crate) mode: &'static str,
+    pub(crate) state_in_place: bool,
+    pub(crate) note: Option<String>,
+    pub(crate) generation: Generation,
 }
 
 /// How `generate` opens a runtime: ONNX Runtime with the given library and threads; tract
@@ -154,16 +165,24 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
     Ok(ids)
 }
 
-fn generate_on(
+/// Generates `new_tokens` for each of `prompts` (one sequence each) on `kind`, with a
+/// progress bar on stderr unless quiet.
+pub(crate) fn generate_on(
     kind: RuntimeKind,
     a: &GenerateArgs,
-    prompt: &[i64],
+    prompts: &[Vec<i64>],
     new_tokens: usize,
-) -> anyhow::Result<Generation> {
-    let mut decoder = Decoder::open(kind, &a.model, &runtime_options(a), 1)?;
-    decoder.set_in_place(!a.copy_state);
+) -> anyhow::Result<RuntimeGeneration> {
+    let decoder = Decoder::open_with(
+        kind,
+        &a.model,
+        &runtime_options(a),
+        prompts.len(),
+        !a.copy_state,
+    )?;
     let note = announce_note(&decoder);
-    let mut sampler = Sampler::new(a.temperature, a.top_k, a.seed)?;
+    let (mode, state_in_place) = (decoder.model().info.mode.as_str(), decoder.in_place());
+    let mut generator = Generator::new(decoder, sampling(a))?;
     let target = if a.quiet || a.json {
         ProgressDrawTarget::hidden()
     } else {
@@ -176,43 +195,25 @@ fn generate_on(
             .progress_chars("=> "),
     );
     bar.set_message(format!("generating on {}", kind.name()));
-    let started = Instant::now();
-    let prompt_ids = Array2::from_shape_vec((1, prompt.len()), prompt.to_vec())?;
-    let mut logits = decoder.feed(prompt_ids.view())?;
-    let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
-    let mut tokens = Vec::with_capacity(new_tokens);
-    let mut step_ms = Vec::new();
-    while tokens.len() < new_tokens {
-        let last = logits.dim().1 - 1;
-        let row = logits.slice(ndarray::s![0, last, ..]);
-        let next = sampler.pick(row.as_slice().unwrap_or(&row.to_vec())) as i64;
-        tokens.push(next);
-        bar.set_position(tokens.len() as u64);
-        if tokens.len() == new_tokens {
-            break;
-        }
-        let step = Instant::now();
-        logits = decoder.feed(Array2::from_elem((1, 1), next).view())?;
-        step_ms.push(step.elapsed().as_secs_f64() * 1e3);
-    }
+    let generation =
+        generator.generate(prompts, new_tokens, &mut |k| bar.set_position(k as u64))?;
     bar.finish_and_clear();
-    let steps_ms: f64 = step_ms.iter().sum();
-    let mut sorted = step_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok(Generation {
+    Ok(RuntimeGeneration {
         runtime: kind.name().to_string(),
-        mode: decoder.model().info.mode.as_str(),
-        state_in_place: decoder.in_place(),
-        prompt_tokens: prompt.len(),
-        tokens,
-        prefill_ms,
-        prefill_tokens_per_s: prompt.len() as f64 / (prefill_ms / 1e3),
-        steps: step_ms.len(),
-        steps_ms,
-        step_median_ms: sorted.get(sorted.len() / 2).copied(),
-        step_tokens_per_s: (!step_ms.is_empty()).then(|| step_ms.len() as f64 / (steps_ms / 1e3)),
+        mode,
+        state_in_place,
         note,
+        generation,
     })
+}
+
+/// The sampling the flags ask for.
+pub(crate) fn sampling(a: &GenerateArgs) -> Sampling {
+    Sampling {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        seed: a.seed,
+    }
 }
 
 fn show_tokens(tokens: &[i64], vocab: usize) -> String {
@@ -257,10 +258,25 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             "--runtime takes one runtime; use --compare to run several".into()
         ));
     }
-    Sampler::new(a.temperature, a.top_k, a.seed)?;
+    sampling(&a).sampler()?;
     let mut results = Vec::new();
     for kind in kinds {
-        results.push(generate_on(kind, &a, &prompt, new_tokens)?);
+        let r = generate_on(kind, &a, std::slice::from_ref(&prompt), new_tokens)?;
+        let g = r.generation;
+        results.push(GenerationReport {
+            runtime: r.runtime,
+            mode: r.mode,
+            state_in_place: r.state_in_place,
+            prompt_tokens: prompt.len(),
+            tokens: g.tokens.first().cloned().unwrap_or_default(),
+            prefill_ms: g.prefill_ms,
+            prefill_tokens_per_s: prompt.len() as f64 / (g.prefill_ms / 1e3),
+            steps: g.step_ms.len(),
+            steps_ms: g.steps_ms(),
+            step_median_ms: g.step_median_ms(),
+            step_tokens_per_s: g.step_tokens_per_s(),
+            note: r.note,
+        });
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);

@@ -39,14 +39,14 @@ impl Sampler {
 
     /// The next token for one row of `logits` (NaN logits are never picked).
     pub fn pick(&mut self, logits: &[f32]) -> usize {
+        if self.is_greedy() {
+            return argmax(logits);
+        }
         let mut order: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
         // Most likely first; ties keep the lower id first (a stable order).
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
         if order.is_empty() {
             return 0;
-        }
-        if self.is_greedy() {
-            return order[0];
         }
         let kept = &order[..self.top_k.unwrap_or(order.len()).min(order.len())];
         let max = f64::from(logits[kept[0]]);
@@ -64,6 +64,22 @@ impl Sampler {
         }
         kept[kept.len() - 1]
     }
+}
+
+/// The greedy pick: the index of the largest of `logits` (by `total_cmp`), the lowest
+/// index among equals, NaNs never picked (0 when every one is NaN). One pass, the order
+/// [`Sampler::pick`]'s sort would give first.
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if v.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| v.total_cmp(&b) == std::cmp::Ordering::Greater) {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(0, |(i, _)| i)
 }
 
 #[cfg(test)]

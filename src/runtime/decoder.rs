@@ -1,25 +1,30 @@
 //! Incremental decoding of a causal token model on any [`Runtime`]: a [`Decoder`] feeds
 //! new tokens and carries the state. A `--with-past` model gets its `present_*` outputs
 //! back as `past_*` inputs; a growing-state model (position P = tokens fed so far, one P
-//! for the whole batch) takes them as they are, a static-state model (fixed [batch, n, ·]
-//! state, one position per sequence, docs/static-state.md) has them written in place
-//! where the runtime and the file allow it ([`Runtime::run_in_place`]). A variable-length
-//! model without state is re-run on the whole prefix every time (what the state avoids).
+//! for the whole batch) takes them as they are; a static-state model (fixed [batch, n, ·]
+//! state, one position per sequence, docs/static-state.md) keeps its state in buffers
+//! bound once where the runtime and the file allow it ([`StaticSession`]: ONNX Runtime,
+//! on the host or the CUDA device), else carries it like the growing form. A
+//! variable-length model without state is re-run on the whole prefix every time (what the
+//! state avoids). The generation loop over a decoder is [`super::generator::Generator`].
 //!
 //! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.
 
 use std::path::Path;
 
-use ndarray::{s, Array1, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY};
+use crate::gmlp::sampling::argmax;
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
-use crate::runtime::{open, CarriedState, Runtime, RuntimeKind, RuntimeOptions};
+use crate::runtime::{
+    open, Bound, CarriedState, Runtime, RuntimeKind, RuntimeOptions, StaticLayout, StaticSession,
+};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// What a model says about decoding: how it was emitted and its vocabulary.
@@ -68,91 +73,177 @@ impl DecodingModel {
     }
 }
 
+/// How a [`Decoder`] runs its model, with the data of that way only.
+enum Engine {
+    /// Any runtime, the state carried through [`CarriedState`] (fed back as the runtime's
+    /// own values, or copied by a static-state graph's scatter every run).
+    Carried {
+        runtime: Box<dyn Runtime>,
+        /// `past_*` values to feed next (with-past models).
+        state: CarriedState,
+        /// (present, past) name pairs of the state.
+        carry: Vec<(String, String)>,
+        /// The logits of the last run's new tokens [batch, T, vocab].
+        last: Option<Array3<f32>>,
+    },
+    /// A static-state model whose state stays in buffers bound once.
+    Bound(Box<dyn StaticSession>),
+}
+
 /// Feeds tokens to a causal token model and keeps its state between calls.
 pub struct Decoder {
-    runtime: Box<dyn Runtime>,
+    engine: Engine,
     model: DecodingModel,
     batch: usize,
-    /// `past_*` values to feed next (with-past models), in the runtime's own form.
-    state: CarriedState,
-    /// (present, past) name pairs of the state.
-    carry: Vec<(String, String)>,
     /// Tokens fed so far to each sequence (the position of its next token).
     positions: Vec<usize>,
     /// Every token fed so far, [batch, P] (variable-length models re-run it).
     history: Array2<i64>,
-    /// Whether a static-state model's state may be written in place (on unless
-    /// [`Decoder::set_in_place`] turned it off).
-    in_place: bool,
+    /// Each sequence's row of its last token in the last run (T − 1, or a shorter
+    /// prompt's last row).
+    last_rows: Vec<usize>,
+    /// What opening the runtime changed from what was asked (CUDA graphs refused).
+    open_note: Option<String>,
 }
 
 impl Decoder {
-    /// Opens `path` in `kind` for decoding `batch` sequences at once.
+    /// Opens `path` in `kind` for decoding `batch` sequences at once, a static-state
+    /// model's state written in place where the runtime can (on ort-cuda with CUDA graphs).
     pub fn open(
         kind: RuntimeKind,
         path: &Path,
         options: &RuntimeOptions,
         batch: usize,
     ) -> Result<Decoder> {
-        let model = DecodingModel::read(path)?;
-        let runtime = open(kind, path, options)?;
-        Ok(Decoder::new(runtime, model, batch))
+        Decoder::open_with(kind, path, options, batch, true)
     }
 
-    /// A decoder over an already loaded runtime.
-    pub fn new(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
+    /// [`Decoder::open`], with `in_place` false letting the runtime copy a static-state
+    /// model's state every run, as a plain loop over the file does (for measuring what
+    /// writing in place saves). On ort-cuda, an in-place static-state model gets CUDA
+    /// graphs: every node of such a graph runs on the GPU (docs/static-state.md); if
+    /// ONNX Runtime refuses them anyway, the session opens without them and the runtime's
+    /// note says why.
+    pub fn open_with(
+        kind: RuntimeKind,
+        path: &Path,
+        options: &RuntimeOptions,
+        batch: usize,
+        in_place: bool,
+    ) -> Result<Decoder> {
+        let model = DecodingModel::read(path)?;
+        let bound = in_place && model.in_place;
+        if !bound {
+            let runtime = open(kind, path, options)?;
+            return Ok(Decoder::carried(runtime, model, batch));
+        }
+        let mut graph_options = options.clone();
+        graph_options.cuda_graphs = kind == RuntimeKind::OrtCuda;
+        let (runtime, open_note) = match open(kind, path, &graph_options) {
+            Ok(rt) => (rt, None),
+            Err(e) if graph_options.cuda_graphs => {
+                let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
+                (open(kind, path, options)?, Some(note))
+            }
+            Err(e) => return Err(e),
+        };
+        let mut decoder = Decoder::new(runtime, model, batch)?;
+        decoder.open_note = open_note;
+        Ok(decoder)
+    }
+
+    /// A decoder over an already loaded runtime: a static-state model whose updates allow
+    /// it keeps its state in buffers bound once where the runtime has them
+    /// ([`Runtime::bind_static`]).
+    pub fn new(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Result<Decoder> {
+        if !model.in_place {
+            return Ok(Decoder::carried(runtime, model, batch));
+        }
+        let layout = StaticLayout {
+            batch,
+            positions: model.info.max_sequence,
+            vocab: model.vocab_size,
+            state: model
+                .info
+                .state
+                .iter()
+                .map(|s| (s.past.clone(), s.present.clone(), s.width))
+                .collect(),
+        };
+        Ok(match runtime.bind_static(&layout)? {
+            Bound::Static(session) => Decoder::with_engine(Engine::Bound(session), model, batch),
+            Bound::Unbound(runtime) => Decoder::carried(runtime, model, batch),
+        })
+    }
+
+    /// A decoder carrying the state through host arrays or the runtime's own values.
+    fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
         let carry = model
             .info
             .state
             .iter()
             .map(|s| (s.present.clone(), s.past.clone()))
             .collect();
-        let mut d = Decoder {
+        let engine = Engine::Carried {
             runtime,
-            model,
-            batch,
             state: CarriedState::default(),
             carry,
+            last: None,
+        };
+        Decoder::with_engine(engine, model, batch)
+    }
+
+    fn with_engine(engine: Engine, model: DecodingModel, batch: usize) -> Decoder {
+        let mut d = Decoder {
+            engine,
+            model,
+            batch,
             positions: vec![0; batch],
             history: Array2::zeros((batch, 0)),
-            in_place: true,
+            last_rows: Vec::new(),
+            open_note: None,
         };
-        d.reset();
+        d.forget();
         d
     }
 
     /// Forgets every token: the next [`Decoder::feed`] is a prompt (empty or zero state).
-    pub fn reset(&mut self) {
+    pub fn reset(&mut self) -> Result<()> {
+        self.forget();
+        match &mut self.engine {
+            Engine::Bound(session) => session.reset(),
+            Engine::Carried { .. } => Ok(()),
+        }
+    }
+
+    /// The host side of [`Decoder::reset`]: positions, history, and a carried state of
+    /// zeros (static) or of no rows.
+    fn forget(&mut self) {
         self.history = Array2::zeros((self.batch, 0));
         self.positions = vec![0; self.batch];
-        let rows = match self.model.info.mode {
-            SequenceMode::Static => self.model.info.max_sequence,
-            _ => 0,
-        };
-        self.state = CarriedState::host(
-            self.model
-                .info
-                .state
-                .iter()
-                .map(|s| NamedTensor {
-                    name: s.past.clone(),
-                    value: TensorValue::F32(ArrayD::zeros(IxDyn(&[self.batch, rows, s.width]))),
-                })
-                .collect(),
-        );
+        self.last_rows.clear();
+        let (batch, info) = (self.batch, &self.model.info);
+        if let Engine::Carried { state, last, .. } = &mut self.engine {
+            let rows = match info.mode {
+                SequenceMode::Static => info.max_sequence,
+                _ => 0,
+            };
+            *last = None;
+            *state = CarriedState::host(
+                info.state
+                    .iter()
+                    .map(|s| NamedTensor {
+                        name: s.past.clone(),
+                        value: TensorValue::F32(ArrayD::zeros(IxDyn(&[batch, rows, s.width]))),
+                    })
+                    .collect(),
+            );
+        }
     }
 
-    /// Lets a static-state model's state be written in place (the default) or not (the
-    /// runtime then copies it every run, as a plain loop over the file does; for
-    /// measuring what writing in place saves).
-    pub fn set_in_place(&mut self, allowed: bool) {
-        self.in_place = allowed;
-    }
-
-    /// Whether runs write the state in place: a static-state file whose updates allow it
-    /// ([`DecodingModel::in_place`]), on a runtime that does it, and not turned off.
+    /// Whether runs write the state in place (a static-state model in buffers bound once).
     pub fn in_place(&self) -> bool {
-        self.in_place && self.model.in_place && self.runtime.writes_in_place()
+        matches!(self.engine, Engine::Bound(_))
     }
 
     /// Tokens fed so far to the first sequence (the position of its next token).
@@ -165,6 +256,11 @@ impl Decoder {
         &self.positions
     }
 
+    /// Sequences decoded at once.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
     /// The model's description.
     pub fn model(&self) -> &DecodingModel {
         &self.model
@@ -172,19 +268,30 @@ impl Decoder {
 
     /// The runtime's name.
     pub fn runtime_name(&self) -> &str {
-        self.runtime.name()
+        match &self.engine {
+            Engine::Carried { runtime, .. } => runtime.name(),
+            Engine::Bound(session) => session.name(),
+        }
     }
 
     /// What the runtime does differently from running the file as it is
-    /// ([`Runtime::note`]).
+    /// ([`Runtime::note`], [`StaticSession::note`]).
     pub fn runtime_note(&self) -> Option<String> {
-        self.runtime.note()
+        let engine = match &self.engine {
+            Engine::Carried { runtime, .. } => runtime.note(),
+            Engine::Bound(session) => session.note(),
+        };
+        let notes: Vec<String> = engine.into_iter().chain(self.open_note.clone()).collect();
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
 
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
     /// for models without state.
-    pub fn state(&self) -> Result<Vec<NamedTensor>> {
-        self.state.to_host()
+    pub fn state(&mut self) -> Result<Vec<NamedTensor>> {
+        match &mut self.engine {
+            Engine::Carried { state, .. } => state.to_host(),
+            Engine::Bound(session) => session.state(),
+        }
     }
 
     /// Checks `ids` [batch, T] against the batch, the vocabulary and the n − P positions
@@ -215,6 +322,16 @@ impl Decoder {
     /// Feeds `ids` [batch, T], T tokens to every sequence at its own position, and returns
     /// the logits of those T positions [batch, T, vocab].
     pub fn feed(&mut self, ids: ArrayView2<i64>) -> Result<Array3<f32>> {
+        self.advance(ids)?;
+        match &mut self.engine {
+            Engine::Carried { last, .. } => last.clone().ok_or_else(|| self.missing(LOGITS)),
+            Engine::Bound(session) => session.logits(),
+        }
+    }
+
+    /// Feeds `ids` [batch, T] like [`Decoder::feed`], keeping the logits where the runtime
+    /// put them (read them with [`Decoder::next_logits`] or [`Decoder::greedy_next`]).
+    pub fn advance(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         self.check(ids)?;
         let t = ids.ncols();
         let mode = self.model.info.mode;
@@ -223,70 +340,71 @@ impl Decoder {
                 "sequences at different positions in a model whose state is one length".into(),
             ));
         }
+        let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
         let mut history = self.history.clone();
         if mode == SequenceMode::Variable {
             history.append(Axis(1), ids).map_err(internal)?;
         }
-        let fed = if mode == SequenceMode::Variable {
-            history.clone()
-        } else {
-            ids.to_owned()
-        };
-        let mut inputs = vec![NamedTensor {
-            name: INPUT_IDS.into(),
-            value: TensorValue::I64(fed.into_dyn()),
-        }];
-        if mode == SequenceMode::Static {
-            let position: Array1<i64> = self.positions.iter().map(|&p| p as i64).collect();
-            inputs.push(NamedTensor {
-                name: POSITION.into(),
-                value: TensorValue::I64(position.into_dyn()),
-            });
-        }
-        let outputs = match mode {
-            SequenceMode::Static if self.in_place() => {
-                self.runtime
-                    .run_in_place(&inputs, &mut self.state, &self.carry)?
+        match &mut self.engine {
+            Engine::Bound(session) => session.run(ids, &positions)?,
+            Engine::Carried {
+                runtime,
+                state,
+                carry,
+                last,
+            } => {
+                let fed = if mode == SequenceMode::Variable {
+                    history.clone()
+                } else {
+                    ids.to_owned()
+                };
+                let mut inputs = vec![NamedTensor {
+                    name: INPUT_IDS.into(),
+                    value: TensorValue::I64(fed.into_dyn()),
+                }];
+                if mode == SequenceMode::Static {
+                    inputs.push(NamedTensor {
+                        name: POSITION.into(),
+                        value: TensorValue::I64(ndarray::Array1::from(positions).into_dyn()),
+                    });
+                }
+                let outputs = match mode {
+                    // The state stays in the runtime's own form (ONNX Runtime: its output
+                    // values, fed back without a copy).
+                    SequenceMode::Static | SequenceMode::WithPast => {
+                        runtime.run_carrying(&inputs, state, carry)?
+                    }
+                    SequenceMode::Variable | SequenceMode::Fixed => runtime.run(&inputs)?,
+                };
+                *last = Some(
+                    new_logits(outputs, self.batch, t)
+                        .ok_or_else(|| missing_logits(runtime.name()))?,
+                );
             }
-            // The state stays in the runtime's own form (ONNX Runtime: its output values,
-            // fed back without a copy).
-            SequenceMode::Static | SequenceMode::WithPast => {
-                self.runtime
-                    .run_carrying(&inputs, &mut self.state, &self.carry)?
-            }
-            SequenceMode::Variable | SequenceMode::Fixed => self.runtime.run(&inputs)?,
-        };
-        let logits = outputs
-            .into_iter()
-            .find(|o| o.name == LOGITS)
-            .ok_or_else(|| self.missing(LOGITS))?;
-        let TensorValue::F32(logits) = logits.value else {
-            return Err(self.missing(LOGITS));
-        };
-        let logits: Array3<f32> = logits.into_dimensionality().map_err(internal)?;
-        let total = logits.dim().1;
-        if total < t || logits.dim().0 != self.batch {
-            return Err(self.missing(LOGITS));
         }
-        let new_logits = if total == t {
-            logits
-        } else {
-            logits.slice(s![.., total - t.., ..]).to_owned()
-        };
         self.history = history;
         for p in &mut self.positions {
             *p += t;
         }
-        Ok(new_logits)
+        self.last_rows = vec![t - 1; self.batch];
+        Ok(())
     }
 
     /// Feeds one prompt to each sequence of a fresh (or reset) decoder and returns the
-    /// logits of each prompt's last token [batch, vocab]. Prompts of different lengths
-    /// need a static-state model: they run together padded to the longest (token 0), and
-    /// each sequence then continues at its own length; the padded rows are written but
-    /// never read, because every later run overwrites a row before any row after it
-    /// reads it. Any other model refuses them (its state has one length for the batch).
+    /// logits of each prompt's last token [batch, vocab] ([`Decoder::prefill`], then
+    /// [`Decoder::next_logits`]).
     pub fn feed_prompts(&mut self, prompts: &[Vec<i64>]) -> Result<Array2<f32>> {
+        self.prefill(prompts)?;
+        self.next_logits()
+    }
+
+    /// Feeds one prompt to each sequence of a fresh (or reset) decoder. Prompts of
+    /// different lengths need a static-state model: they run together padded to the
+    /// longest (token 0), and each sequence then continues at its own length; the padded
+    /// rows are written but never read, because every later run overwrites a row before
+    /// any row after it reads it. Any other model refuses them (its state has one length
+    /// for the batch).
+    pub fn prefill(&mut self, prompts: &[Vec<i64>]) -> Result<()> {
         if prompts.len() != self.batch {
             return Err(Error::InvalidArgument(format!(
                 "expected {} prompts, got {}",
@@ -317,21 +435,79 @@ impl Decoder {
         let ids = Array2::from_shape_fn((self.batch, longest), |(b, t)| {
             prompts[b].get(t).copied().unwrap_or(0)
         });
-        let logits = self.feed(ids.view())?;
-        for (p, &len) in self.positions.iter_mut().zip(&lengths) {
-            *p = len;
+        self.advance(ids.view())?;
+        self.positions.clone_from(&lengths);
+        self.last_rows = lengths.iter().map(|&len| len - 1).collect();
+        Ok(())
+    }
+
+    /// The logits after each sequence's last token fed, [batch, vocab] (host copies of
+    /// those rows only).
+    pub fn next_logits(&mut self) -> Result<Array2<f32>> {
+        if self.last_rows.len() != self.batch {
+            return Err(Error::Internal("logits asked before any run".into()));
         }
-        let vocab = logits.dim().2;
-        Ok(Array2::from_shape_fn((self.batch, vocab), |(b, v)| {
-            logits[[b, lengths[b] - 1, v]]
-        }))
+        match &mut self.engine {
+            Engine::Bound(session) => session.logits_at(&self.last_rows),
+            Engine::Carried { last, runtime, .. } => {
+                let last = last
+                    .as_ref()
+                    .ok_or_else(|| missing_logits(runtime.name()))?;
+                let vocab = last.dim().2;
+                let rows = &self.last_rows;
+                Ok(Array2::from_shape_fn((self.batch, vocab), |(b, v)| {
+                    last[[b, rows[b], v]]
+                }))
+            }
+        }
+    }
+
+    /// The greedy next token of each sequence (the first largest logit after its last
+    /// token), picked where the logits are: on the CUDA device when they are there (only
+    /// the ids come back), else on the host from [`Decoder::next_logits`].
+    pub fn greedy_next(&mut self) -> Result<Vec<i64>> {
+        if let Engine::Bound(session) = &mut self.engine {
+            if let Some(ids) = session.greedy()? {
+                return Ok(ids);
+            }
+        }
+        let logits = self.next_logits()?;
+        Ok(logits
+            .outer_iter()
+            .map(|row| argmax(&row.to_vec()) as i64)
+            .collect())
     }
 
     fn missing(&self, output: &str) -> Error {
         Error::RuntimeFailed {
-            runtime: self.runtime.name().to_string(),
+            runtime: self.runtime_name().to_string(),
             reason: format!("the model returned no usable output {output}"),
         }
+    }
+}
+
+/// The logits of the last `t` positions of a run's `outputs`, [batch, t, vocab].
+fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array3<f32>> {
+    let logits = outputs.into_iter().find(|o| o.name == LOGITS)?;
+    let TensorValue::F32(logits) = logits.value else {
+        return None;
+    };
+    let logits: Array3<f32> = logits.into_dimensionality().ok()?;
+    let total = logits.dim().1;
+    if total < t || logits.dim().0 != batch {
+        return None;
+    }
+    Some(if total == t {
+        logits
+    } else {
+        logits.slice(s![.., total - t.., ..]).to_owned()
+    })
+}
+
+fn missing_logits(runtime: &str) -> Error {
+    Error::RuntimeFailed {
+        runtime: runtime.to_string(),
+        reason: format!("the model returned no usable output {LOGITS}"),
     }
 }
 

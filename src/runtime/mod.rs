@@ -4,11 +4,14 @@
 use std::any::Any;
 use std::path::Path;
 
+use ndarray::{Array2, Array3, ArrayView2};
+
 use crate::error::{Error, Result};
 use crate::tensor::{NamedTensor, TensorValue};
 
 pub mod decoder;
 pub mod discovery;
+pub mod generator;
 pub mod onnxruntime;
 pub mod tract;
 
@@ -77,6 +80,10 @@ pub struct RuntimeOptions {
     /// weights dequantized from the file ([`crate::onnx::dequantize`]), saying so in
     /// [`Runtime::note`]; off: such a file fails to load.
     pub tract_dequantize_nbits: bool,
+    /// ort-cuda: enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session
+    /// whose every run goes through buffers bound on the device ([`StaticSession`]); the
+    /// session then refuses a graph with any node outside the CUDA execution provider.
+    pub cuda_graphs: bool,
 }
 
 /// Number of graph nodes that ran on each execution provider, by provider name.
@@ -128,27 +135,65 @@ pub trait Runtime {
             }
         }
     }
-    /// [`Runtime::run_carrying`] for a model whose graph writes each carried `present`
-    /// output into a copy of its `past` input by a scatter that is that input's only reader
-    /// (a static-state file; the caller checks this): a runtime that can binds the output
-    /// onto the input's own buffer, so the run writes only the new rows and copies
-    /// nothing. This default runs [`Runtime::run_carrying`]. If the run fails, rows after
-    /// the sequences' positions may have been written; no run reads a row before writing
-    /// it, so the state stays valid for the positions fed so far.
-    fn run_in_place(
-        &mut self,
-        inputs: &[NamedTensor],
-        state: &mut CarriedState,
-        carry: &[(String, String)],
-    ) -> Result<Vec<NamedTensor>> {
-        self.run_carrying(inputs, state, carry)
-    }
+    /// This runtime as a [`StaticSession`] for a static-state model laid out as `layout`
+    /// (whose graph writes each `present_*` output by a scatter that is its `past_*`
+    /// input's only reader; the caller checks this), or itself back when it has no such
+    /// form (tract: the state is then carried by [`Runtime::run_carrying`]).
+    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound>;
+}
 
-    /// Whether [`Runtime::run_in_place`] really writes in place (ONNX Runtime's I/O
-    /// binding); `false` for runtimes that copy.
-    fn writes_in_place(&self) -> bool {
-        false
-    }
+/// What a static-state session needs to know of the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticLayout {
+    /// Sequences decoded at once.
+    pub batch: usize,
+    /// Positions n: every state tensor is [batch, n, width].
+    pub positions: usize,
+    /// Vocabulary size (the last axis of `logits`).
+    pub vocab: usize,
+    /// (past input, present output, width) of every state tensor, in model order.
+    pub state: Vec<(String, String, usize)>,
+}
+
+/// [`Runtime::bind_static`]'s answer.
+pub enum Bound {
+    /// The runtime as a static-state session.
+    Static(Box<dyn StaticSession>),
+    /// The runtime, which has no static-state session.
+    Unbound(Box<dyn Runtime>),
+}
+
+/// A static-state model (docs/static-state.md) whose state lives in buffers bound once to
+/// the session, both as each `past_*` input and as its `present_*` output, so that a run
+/// writes only its new rows and copies nothing; a step's ids, positions and logits have
+/// buffers of their own, bound once too (ONNX Runtime's I/O binding, on the host or the
+/// CUDA device, where a step may be captured as a CUDA graph and replayed).
+pub trait StaticSession {
+    /// Runtime name for reports.
+    fn name(&self) -> &str;
+    /// What the session does beyond running the file as it is (e.g. CUDA graphs), for
+    /// reports; `None` when nothing.
+    fn note(&self) -> Option<String>;
+    /// Runs `ids` [batch, T] at each sequence's `positions` [batch] (checked by the
+    /// caller: within the vocabulary, P + T ≤ n), writing the T new rows of every state
+    /// tensor in place and keeping the logits where the runtime put them. If a run fails,
+    /// rows after the sequences' positions may have been written; no run reads a row
+    /// before writing it, so the state stays valid for the positions fed so far.
+    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()>;
+    /// The last run's logits [batch, T, vocab], copied to the host.
+    fn logits(&mut self) -> Result<Array3<f32>>;
+    /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab] (one
+    /// copy of those rows only).
+    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>>;
+    /// The argmax of the last run's logits at its last row, per sequence, computed where
+    /// the logits are (an `ArgMax` on the CUDA device, so that only [batch] ids come
+    /// back); `None` when the logits are on the host already or the last run was not a
+    /// single step (the caller then picks from [`StaticSession::logits_at`]).
+    fn greedy(&mut self) -> Result<Option<Vec<i64>>>;
+    /// A host copy of every state tensor, by `past_*` name, in model order.
+    fn state(&mut self) -> Result<Vec<NamedTensor>>;
+    /// Sets the state to zeros (a new set of sequences).
+    fn reset(&mut self) -> Result<()>;
 }
 
 /// One value a [`CarriedState`] holds.

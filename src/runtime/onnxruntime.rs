@@ -19,11 +19,13 @@ use ort::value::{DynValue, TensorRef};
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, CarriedState, Placement, Runtime, RuntimeOptions, StateValue,
+    missing_output, Bound, CarriedState, Placement, Runtime, RuntimeOptions, StateValue,
+    StaticLayout,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
-mod in_place;
+mod bound;
+mod cuda_memory;
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -101,6 +103,8 @@ pub struct OrtRuntime {
     session: Session,
     name: &'static str,
     profiling: bool,
+    /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
+    cuda_graphs: bool,
     _environment: Environment,
 }
 
@@ -189,7 +193,7 @@ impl OrtRuntime {
                     .with_disable_cpu_fallback()
                     .map_err(|e| failed(name, e))?;
             }
-            builder = register_cuda(builder, options.cuda_tf32)?;
+            builder = register_cuda(builder, options.cuda_tf32, options.cuda_graphs)?;
         }
         let session = builder.commit_from_file(model).map_err(|e| {
             let message = e.to_string();
@@ -209,18 +213,38 @@ impl OrtRuntime {
             session,
             name,
             profiling: options.ort_profile_prefix.is_some(),
+            cuda_graphs: cuda && options.cuda_graphs,
             _environment: environment,
         })
     }
+}
+
+/// A session of the in-memory model `bytes` on the CUDA execution provider (the process's
+/// environment, no TF32, no CUDA graphs): the one-node helpers of device-resident decoding.
+fn cuda_session_from_memory(name: &'static str, bytes: &[u8]) -> Result<Session> {
+    let library = find_library(None)?;
+    let environment = environment_for(&library).map_err(|reason| Error::RuntimeUnavailable {
+        runtime: name.into(),
+        reason,
+    })?;
+    let builder = Session::builder(&environment)
+        .map_err(|e| failed(name, e))?
+        .with_log_level(ort::logging::LogLevel::Fatal)
+        .map_err(|e| failed(name, e))?;
+    register_cuda(builder, false, false)?
+        .commit_from_memory(bytes)
+        .map_err(|e| failed(name, e))
 }
 
 #[cfg(feature = "cuda")]
 fn register_cuda(
     builder: ort::session::builder::SessionBuilder,
     tf32: bool,
+    graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     let provider = ort::ep::CUDA::default()
         .with_tf32(tf32)
+        .with_cuda_graph(graphs)
         .build()
         .error_on_failure();
     builder.with_execution_providers([provider]).map_err(|e| Error::RuntimeUnavailable {
@@ -239,6 +263,7 @@ fn register_cuda(
 fn register_cuda(
     _builder: ort::session::builder::SessionBuilder,
     _tf32: bool,
+    _graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     Err(Error::RuntimeUnavailable {
         runtime: "ort-cuda".into(),
@@ -298,18 +323,10 @@ impl Runtime for OrtRuntime {
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
     }
 
-    fn run_in_place(
-        &mut self,
-        inputs: &[NamedTensor],
-        state: &mut CarriedState,
-        carry: &[(String, String)],
-    ) -> Result<Vec<NamedTensor>> {
-        let name = self.name;
-        contain_panic(name, || self.run_in_place_unguarded(inputs, state, carry))
-    }
-
-    fn writes_in_place(&self) -> bool {
-        true
+    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound> {
+        Ok(Bound::Static(Box::new(bound::BoundStatic::new(
+            *self, layout,
+        )?)))
     }
 }
 

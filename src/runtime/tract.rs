@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Result};
-use crate::runtime::Runtime;
+use crate::runtime::{Bound, Runtime, StaticLayout};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
@@ -116,6 +116,11 @@ impl Runtime for TractRuntime {
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
         contain_panic("tract", || self.run_unguarded(inputs))
+    }
+
+    /// tract has no bound buffers: its state is carried through host arrays.
+    fn bind_static(self: Box<Self>, _layout: &StaticLayout) -> Result<Bound> {
+        Ok(Bound::Unbound(self))
     }
 
     fn note(&self) -> Option<String> {

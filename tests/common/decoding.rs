@@ -11,6 +11,7 @@ use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::runtime::decoder::Decoder;
+use gmlp_onnx::runtime::generator::{Generator, Sampling};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};
@@ -144,38 +145,19 @@ pub fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
     )
 }
 
-/// Greedy continuation of every sequence: prompts fed together, then `steps` tokens.
+/// Greedy continuation of every sequence by the library's generation loop: prompts fed
+/// together, then `steps` tokens; with the logits of every pick and each sequence's
+/// position after it.
 pub fn greedy(
-    decoder: &mut Decoder,
+    decoder: Decoder,
     prompts: &[Vec<i64>],
     steps: usize,
-) -> (Vec<Vec<i64>>, Vec<Array2<f32>>) {
-    let mut logits = decoder.feed_prompts(prompts).unwrap();
-    let mut tokens = vec![Vec::new(); prompts.len()];
-    let mut all = vec![logits.clone()];
-    for k in 0..steps {
-        let next: Vec<i64> = logits
-            .outer_iter()
-            .map(|row| {
-                row.iter()
-                    .enumerate()
-                    .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
-                    .0 as i64
-            })
-            .collect();
-        for (t, n) in tokens.iter_mut().zip(&next) {
-            t.push(*n);
-        }
-        if k + 1 == steps {
-            break;
-        }
-        let ids = Array2::from_shape_vec((prompts.len(), 1), next).unwrap();
-        logits = decoder
-            .feed(ids.view())
-            .unwrap()
-            .index_axis(Axis(1), 0)
-            .to_owned();
-        all.push(logits.clone());
-    }
-    (tokens, all)
+) -> (Vec<Vec<i64>>, Vec<Array2<f32>>, Vec<usize>) {
+    let mut all = Vec::new();
+    let mut generator = Generator::new(decoder, Sampling::GREEDY).unwrap();
+    let generation = generator
+        .generate_observing(prompts, steps, &mut |logits| all.push(logits.to_owned()))
+        .unwrap();
+    let positions = generator.decoder().positions().to_vec();
+    (generation.tokens, all, positions)
 }

@@ -76,7 +76,7 @@ fn static_decoding_equals_the_whole_sequence_and_the_reference() {
                 );
                 let whole = decode(&mut decoder, &ids, &[12]);
                 let whole_state = decoder.state().unwrap();
-                decoder.reset();
+                decoder.reset().unwrap();
                 // From position 0: a prompt, single steps, chunks after a prefix.
                 let stepwise = decode(&mut decoder, &ids, &chunks);
                 let d = rel(&stepwise, &whole);
@@ -176,8 +176,8 @@ fn in_place_and_copying_runs_agree_exactly() {
         let ids = ids_for(2, 12, 50, 4);
         let mut results = Vec::new();
         for in_place in [true, false] {
-            let mut decoder = Decoder::open(RuntimeKind::OrtCpu, &path, &options(), 2).unwrap();
-            decoder.set_in_place(in_place);
+            let mut decoder =
+                Decoder::open_with(RuntimeKind::OrtCpu, &path, &options(), 2, in_place).unwrap();
             assert_eq!(decoder.in_place(), in_place);
             let logits = decode(&mut decoder, &ids, &[4, 1, 1, 1, 5]);
             results.push((logits, decoder.state().unwrap()));

@@ -196,7 +196,7 @@ fn token_variants_decode_with_state_in_pieces() {
             let mut decoder = Decoder::open(kind, &path, &options(), 2)
                 .unwrap_or_else(|e| panic!("{name} in {}: {e}", kind.name()));
             for chunks in [&[16][..], &[5, 1, 1, 3, 6], &[1; 16], &[7, 9]] {
-                decoder.reset();
+                decoder.reset().unwrap();
                 let out = decode(&mut decoder, &whole, chunks);
                 let d = rel(&out, &reference);
                 assert!(

@@ -1,22 +1,20 @@
-//! `generate --prompts-file`: several prompts decoded together as one batch. The prompts
-//! go in as one run (padded to the longest; see `Decoder::feed_prompts`), then every step
+//! `generate --prompts-file`: several prompts decoded together as one batch, by the same
+//! generation loop as one prompt (`Generator`). The prompts go in as one run (padded to
+//! the longest; see `Decoder::prefill`), then every step
 //! feeds each sequence its own next token at its own position. A static-state model
 //! (docs/static-state.md) takes prompts of different lengths; any other model needs them
 //! of one length. Each sequence samples with its own sampler seeded with `--seed`, so it
 //! gets the tokens it would get decoded alone.
 
 use std::path::Path;
-use std::time::Instant;
 
-use ndarray::Array2;
 use serde::Serialize;
 
-use gmlp_onnx::gmlp::sampling::Sampler;
-use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
+use gmlp_onnx::runtime::decoder::DecodingModel;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
-use super::{announce_note, parse_ids, runtime_options, show_tokens, GenerateArgs};
+use super::{generate_on, parse_ids, sampling, show_tokens, GenerateArgs};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -94,54 +92,21 @@ fn generate_batch_on(
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<BatchGeneration> {
-    let batch = prompts.len();
-    let mut decoder = Decoder::open(kind, &a.model, &runtime_options(a), batch)?;
-    decoder.set_in_place(!a.copy_state);
-    let note = announce_note(&decoder);
-    let mut samplers = (0..batch)
-        .map(|_| Sampler::new(a.temperature, a.top_k, a.seed))
-        .collect::<Result<Vec<_>, _>>()?;
-    let started = Instant::now();
-    let mut logits = decoder.feed_prompts(prompts)?;
-    let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
-    let mut tokens = vec![Vec::with_capacity(new_tokens); batch];
-    let mut step_ms = Vec::new();
-    for k in 0..new_tokens {
-        let next: Vec<i64> = logits
-            .outer_iter()
-            .zip(&mut samplers)
-            .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
-            .collect();
-        for (seq, &t) in tokens.iter_mut().zip(&next) {
-            seq.push(t);
-        }
-        if k + 1 == new_tokens {
-            break;
-        }
-        let step = Instant::now();
-        let ids = Array2::from_shape_vec((batch, 1), next)?;
-        logits = decoder
-            .feed(ids.view())?
-            .index_axis_move(ndarray::Axis(1), 0);
-        step_ms.push(step.elapsed().as_secs_f64() * 1e3);
-    }
-    let steps_ms: f64 = step_ms.iter().sum();
-    let mut sorted = step_ms.clone();
-    sorted.sort_by(f64::total_cmp);
+    let r = generate_on(kind, a, prompts, new_tokens)?;
+    let g = r.generation;
     Ok(BatchGeneration {
-        runtime: kind.name().to_string(),
-        mode: decoder.model().info.mode.as_str(),
-        state_in_place: decoder.in_place(),
-        batch,
-        prompt_tokens: prompts.iter().map(Vec::len).collect(),
-        tokens,
-        prefill_ms,
-        steps: step_ms.len(),
-        steps_ms,
-        step_median_ms: sorted.get(sorted.len() / 2).copied(),
-        step_tokens_per_s: (!step_ms.is_empty())
-            .then(|| (batch * step_ms.len()) as f64 / (steps_ms / 1e3)),
-        note,
+        runtime: r.runtime,
+        mode: r.mode,
+        state_in_place: r.state_in_place,
+        batch: prompts.len(),
+        prompt_tokens: g.prompt_tokens.clone(),
+        prefill_ms: g.prefill_ms,
+        steps: g.step_ms.len(),
+        steps_ms: g.steps_ms(),
+        step_median_ms: g.step_median_ms(),
+        step_tokens_per_s: g.step_tokens_per_s(),
+        tokens: g.tokens,
+        note: r.note,
     })
 }
 
@@ -167,7 +132,7 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
             "--runtime takes one runtime; use --compare to run several".into()
         ));
     }
-    Sampler::new(a.temperature, a.top_k, a.seed)?;
+    sampling(a).sampler()?;
     let mut results = Vec::new();
     for kind in kinds {
         results.push(generate_batch_on(kind, a, &prompts, new_tokens)?);

@@ -1,11 +1,11 @@
-//! Reductions: `ReduceMean` (axes as an attribute below opset 18, as an input from 18),
+//! Reductions: `ArgMax`, `ReduceMean` (axes as an attribute below opset 18, as an input from 18),
 //! `ReduceSum` (axes as an input from 13), and a mean spelled as a sum and a division
 //! where a target's consumers need it.
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::MeanForm;
-use crate::onnx::graph::{Attr, Dim, Value};
+use crate::onnx::graph::{Attr, Dim, ElemType, Value};
 use crate::onnx::shape::{normalize_axis, shape_error};
 
 /// The shape left by reducing `axes` (normalized) of `shape`: removed, or kept as 1.
@@ -22,6 +22,25 @@ pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keep: bool) -> Vec<Di
 }
 
 impl GraphBuilder {
+    /// `ArgMax` of `x` along `axis`, the axis removed: the i64 index of the first largest
+    /// element (`select_last_index` 0).
+    ///
+    /// [ArgMax](https://onnx.ai/onnx/operators/onnx__ArgMax.html): versions 1, 11 (negative axes), 12 (`select_last_index`), 13 (bfloat16); the same form in every opset here.
+    pub fn arg_max(&mut self, local: &str, x: &Value, axis: i64) -> Result<Value> {
+        let axis_index = normalize_axis("ArgMax", axis, x.shape.len())?;
+        Ok(self.single(
+            local,
+            "ArgMax",
+            &[x],
+            vec![
+                ("axis".to_string(), Attr::Int(axis)),
+                ("keepdims".to_string(), Attr::Int(0)),
+            ],
+            (ElemType::I64, reduced_shape(&x.shape, &[axis_index], false)),
+            0,
+        ))
+    }
+
     /// `ReduceMean` over `axes` without keeping them: `axes` is an attribute up to opset 17
     /// and an i64 input from opset 18.
     ///

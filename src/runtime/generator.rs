@@ -1,0 +1,362 @@
+//! The one generation loop (in the spirit of onnxruntime-genai's `Generator`: feed the
+//! prompts, then pick the next tokens and append them until done), used by `generate`,
+//! `generate --prompts-file`, validate's decoding check and the tests: prefill, pick,
+//! append, stop, over a [`Decoder`] of any runtime and state form. Each sequence has its
+//! own [`Sampler`] seeded with the same seed, so that it gets the tokens it would get
+//! decoded alone. Greedy picks happen where the logits are ([`Decoder::greedy_next`]: on
+//! the CUDA device only the ids come back).
+
+use std::time::Instant;
+
+use ndarray::{Array2, ArrayView2};
+
+use crate::error::{Error, Result};
+use crate::gmlp::sampling::Sampler;
+use crate::runtime::decoder::Decoder;
+
+/// How the next tokens are picked.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sampling {
+    /// Temperature; 0 = greedy [default: 0, or 1 with `top_k`].
+    pub temperature: Option<f64>,
+    /// Sample among the k most likely tokens.
+    pub top_k: Option<usize>,
+    /// Seed of every sequence's sampling stream.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// Greedy decoding.
+    pub const GREEDY: Sampling = Sampling {
+        temperature: None,
+        top_k: None,
+        seed: 0,
+    };
+
+    /// A sampler of this setting (checks it).
+    pub fn sampler(&self) -> Result<Sampler> {
+        Sampler::new(self.temperature, self.top_k, self.seed)
+    }
+}
+
+/// What one generation produced, with its timings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// Tokens of each prompt.
+    pub prompt_tokens: Vec<usize>,
+    /// The new tokens of each sequence.
+    pub tokens: Vec<Vec<i64>>,
+    /// Time to the first new tokens: the prompts' run and the first pick, ms.
+    pub prefill_ms: f64,
+    /// Each later step: feeding the previous tokens and picking the next, ms.
+    pub step_ms: Vec<f64>,
+}
+
+impl Generation {
+    /// Total time of the steps, ms.
+    pub fn steps_ms(&self) -> f64 {
+        self.step_ms.iter().sum()
+    }
+
+    /// Median step, ms (none without steps).
+    pub fn step_median_ms(&self) -> Option<f64> {
+        let mut sorted = self.step_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len() / 2).copied()
+    }
+
+    /// New tokens of all sequences per second of steps (none without steps).
+    pub fn step_tokens_per_s(&self) -> Option<f64> {
+        (!self.step_ms.is_empty())
+            .then(|| (self.tokens.len() * self.step_ms.len()) as f64 / (self.steps_ms() / 1e3))
+    }
+}
+
+/// Generates tokens with a [`Decoder`].
+pub struct Generator {
+    decoder: Decoder,
+    sampling: Sampling,
+}
+
+impl Generator {
+    /// A generator over `decoder` picking as `sampling` says (checked here).
+    pub fn new(decoder: Decoder, sampling: Sampling) -> Result<Generator> {
+        sampling.sampler()?;
+        Ok(Generator { decoder, sampling })
+    }
+
+    /// The decoder (its runtime, model and state).
+    pub fn decoder(&mut self) -> &mut Decoder {
+        &mut self.decoder
+    }
+
+    /// Feeds `prompts` (one per sequence of the decoder, from a fresh state) and generates
+    /// `new_tokens` tokens for each, calling `progress` with the count so far.
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<i64>],
+        new_tokens: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Generation> {
+        self.run(prompts, new_tokens, progress, None)
+    }
+
+    /// [`Generator::generate`], showing `observe` the logits [batch, vocab] every pick is
+    /// made from (copied to the host: no pick happens on the device).
+    pub fn generate_observing(
+        &mut self,
+        prompts: &[Vec<i64>],
+        new_tokens: usize,
+        observe: &mut dyn FnMut(ArrayView2<f32>),
+    ) -> Result<Generation> {
+        self.run(prompts, new_tokens, &mut |_| {}, Some(observe))
+    }
+
+    /// The loop: prefill, then pick / stop / append.
+    fn run(
+        &mut self,
+        prompts: &[Vec<i64>],
+        new_tokens: usize,
+        progress: &mut dyn FnMut(usize),
+        mut observe: Option<&mut dyn FnMut(ArrayView2<f32>)>,
+    ) -> Result<Generation> {
+        let batch = self.decoder.batch();
+        let n = self.decoder.model().info.max_sequence;
+        if let Some(longest) = prompts.iter().map(Vec::len).max() {
+            if longest + new_tokens > n {
+                return Err(Error::InvalidArgument(format!(
+                    "{new_tokens} new tokens after a prompt of {longest} would pass the model's {n} positions"
+                )));
+            }
+        }
+        let mut samplers = (0..batch)
+            .map(|_| self.sampling.sampler())
+            .collect::<Result<Vec<_>>>()?;
+        let greedy = samplers.iter().all(Sampler::is_greedy);
+        self.decoder.reset()?;
+        let mut tokens = vec![Vec::with_capacity(new_tokens); batch];
+        let mut step_ms = Vec::with_capacity(new_tokens.saturating_sub(1));
+        let started = Instant::now();
+        self.decoder.prefill(prompts)?;
+        let mut prefill_ms = None;
+        for k in 0..new_tokens {
+            let step = Instant::now();
+            if k > 0 {
+                let last: Vec<i64> = tokens.iter().map(|t: &Vec<i64>| t[k - 1]).collect();
+                let ids = Array2::from_shape_vec((batch, 1), last)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                self.decoder.advance(ids.view())?;
+            }
+            let next = match observe.as_mut() {
+                None if greedy => self.decoder.greedy_next()?,
+                _ => {
+                    let logits = self.decoder.next_logits()?;
+                    if let Some(observe) = observe.as_mut() {
+                        observe(logits.view());
+                    }
+                    logits
+                        .outer_iter()
+                        .zip(&mut samplers)
+                        .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
+                        .collect()
+                }
+            };
+            for (seq, t) in tokens.iter_mut().zip(next) {
+                seq.push(t);
+            }
+            let ms = step.elapsed().as_secs_f64() * 1e3;
+            match prefill_ms {
+                None => prefill_ms = Some(started.elapsed().as_secs_f64() * 1e3),
+                Some(_) => step_ms.push(ms),
+            }
+            progress(k + 1);
+        }
+        Ok(Generation {
+            prompt_tokens: prompts.iter().map(Vec::len).collect(),
+            tokens,
+            prefill_ms: prefill_ms.unwrap_or_else(|| started.elapsed().as_secs_f64() * 1e3),
+            step_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::gmlp::export::export_for;
+    use crate::gmlp::init::{InitScheme, SeededInit};
+    use crate::gmlp::sampling::argmax;
+    use crate::gmlp::targets::BuildTarget;
+    use crate::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};
+    use crate::onnx::writer::write_model;
+    use crate::runtime::{open, RuntimeKind, RuntimeOptions};
+    use crate::tensor::{NamedTensor, TensorValue};
+
+    /// A small causal aMLP (n = 12, vocabulary 50) with spread seeded weights, so that its
+    /// greedy continuations vary.
+    fn tiny() -> GmlpConfig {
+        GmlpConfig {
+            task: Task::Tokens {
+                vocab_size: 50,
+                seq_len: 12,
+                tied_embedding: false,
+            },
+            layers: 2,
+            d_model: 16,
+            d_ffn: 32,
+            attn_dim: Some(8),
+            causal: true,
+            heads: 1,
+            shift_tokens: 0,
+            spatial: SpatialForm::ToeplitzGather,
+            norm_eps: 1e-5,
+            sgu_norm_eps: 1e-5,
+            dtype: Precision::F32,
+            block: Default::default(),
+        }
+    }
+
+    fn write(dir: &std::path::Path, mode: SequenceMode) -> std::path::PathBuf {
+        let source = Arc::new(SeededInit {
+            seed: 3,
+            scheme: InitScheme::Spread,
+        });
+        let model = export_for(
+            &tiny(),
+            source,
+            "test",
+            None,
+            &BuildTarget::at_opset(17),
+            mode,
+        )
+        .unwrap();
+        let path = dir.join(format!("{}.onnx", mode.as_str()));
+        write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
+        path
+    }
+
+    /// The greedy continuation computed the slow way, independently of the decoder: the
+    /// variable-length model re-run on the whole prefix of each sequence, the argmax of
+    /// its last position appended.
+    fn rerun_greedy(path: &std::path::Path, prompt: &[i64], new: usize) -> Vec<i64> {
+        let mut rt = open(RuntimeKind::Tract, path, &RuntimeOptions::default()).unwrap();
+        let mut seq = prompt.to_vec();
+        for _ in 0..new {
+            let ids = Array2::from_shape_vec((1, seq.len()), seq.clone()).unwrap();
+            let out = rt
+                .run(&[NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(ids.into_dyn()),
+                }])
+                .unwrap();
+            let TensorValue::F32(logits) = &out[0].value else {
+                panic!("logits")
+            };
+            let last = logits.shape()[1] - 1;
+            let row: Vec<f32> = logits
+                .index_axis(ndarray::Axis(0), 0)
+                .index_axis(ndarray::Axis(0), last)
+                .iter()
+                .copied()
+                .collect();
+            seq.push(argmax(&row) as i64);
+        }
+        seq[prompt.len()..].to_vec()
+    }
+
+    #[test]
+    fn greedy_generation_with_state_equals_rerunning_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let variable = write(dir.path(), SequenceMode::Variable);
+        let prompts = vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]];
+        let new = 6;
+        let expected: Vec<Vec<i64>> = prompts
+            .iter()
+            .map(|p| rerun_greedy(&variable, p, new))
+            .collect();
+        let distinct: std::collections::BTreeSet<i64> =
+            expected.iter().flatten().copied().collect();
+        assert!(
+            distinct.len() >= 4,
+            "a continuation that varies: {expected:?}"
+        );
+        for mode in [
+            SequenceMode::Static,
+            SequenceMode::WithPast,
+            SequenceMode::Variable,
+        ] {
+            let path = write(dir.path(), mode);
+            // The static state batches prompts of different lengths; the others one at a time.
+            let batches: Vec<Vec<Vec<i64>>> = match mode {
+                SequenceMode::Static => vec![prompts.clone()],
+                _ => prompts.iter().map(|p| vec![p.clone()]).collect(),
+            };
+            let mut got = Vec::new();
+            for batch in batches {
+                let decoder = Decoder::open(
+                    RuntimeKind::Tract,
+                    &path,
+                    &RuntimeOptions::default(),
+                    batch.len(),
+                )
+                .unwrap();
+                let mut generator = Generator::new(decoder, Sampling::GREEDY).unwrap();
+                let mut counts = Vec::new();
+                let g = generator
+                    .generate(&batch, new, &mut |k| counts.push(k))
+                    .unwrap();
+                assert_eq!(counts, (1..=new).collect::<Vec<_>>());
+                assert_eq!(g.step_ms.len(), new - 1, "{mode:?}");
+                assert_eq!(
+                    g.prompt_tokens,
+                    batch.iter().map(Vec::len).collect::<Vec<_>>()
+                );
+                got.extend(g.tokens);
+            }
+            assert_eq!(got, expected, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn sampling_repeats_with_its_seed_and_refuses_what_cannot_decode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), SequenceMode::Static);
+        let run = |seed| {
+            let decoder =
+                Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 2).unwrap();
+            let sampling = Sampling {
+                temperature: Some(1.5),
+                top_k: Some(10),
+                seed,
+            };
+            Generator::new(decoder, sampling)
+                .unwrap()
+                .generate(&[vec![1, 2], vec![1, 2]], 8, &mut |_| {})
+                .unwrap()
+                .tokens
+        };
+        let a = run(4);
+        assert_eq!(a, run(4), "same seed, same tokens");
+        // Each sequence has its own stream from the same seed: equal prompts, equal tokens.
+        assert_eq!(a[0], a[1]);
+        let decoder =
+            Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 1).unwrap();
+        let mut g = Generator::new(decoder, Sampling::GREEDY).unwrap();
+        let err = g.generate(&[vec![1; 8]], 5, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string().contains("pass the model's 12 positions"),
+            "{err}"
+        );
+        let decoder =
+            Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 1).unwrap();
+        let bad = Sampling {
+            temperature: Some(-1.0),
+            ..Sampling::GREEDY
+        };
+        assert!(Generator::new(decoder, bad).is_err());
+    }
+}
