@@ -62,10 +62,11 @@ fn the_pip_wheel_installs_a_gmlp_onnx_that_finds_its_environments_onnxruntime() 
 
     let work = dir.path().join("work");
     std::fs::create_dir(&work).unwrap();
+    // The wheel packages the build of this checkout: the same version and commit.
     let o = installed(&venv, &work, &["--version"]);
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        format!("gmlp-onnx {}", env!("CARGO_PKG_VERSION"))
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&crate::common::gmlp(&["--version"]).stdout)
     );
 
     // Where ONNX Runtime comes from, and that it is the one pip put beside the binary.

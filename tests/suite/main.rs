@@ -34,4 +34,5 @@ mod targets;
 mod upstream;
 mod validate;
 mod variants;
+mod version;
 mod weight_only;
