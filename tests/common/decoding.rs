@@ -1,6 +1,6 @@
-//! Helpers of the static-state tests (tests/static_state.rs, tests/static_batch.rs):
-//! writing a model in a sequence mode, token ids, decoding in chunks, the small causal
-//! configurations, the trained fixtures.
+//! Helpers of the decoding tests (tests/suite/generation.rs, static_state.rs,
+//! static_batch.rs): writing a model in a sequence mode, token ids, decoding in chunks, the
+//! small causal configurations, the trained fixtures, greedy continuation.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -64,8 +64,8 @@ pub fn f32_of(t: &NamedTensor) -> &ArrayD<f32> {
     }
 }
 
-/// The small causal models of tests/generation.rs: gMLP and aMLP, the three spatial forms,
-/// heads 1 and 2, untied head, token shift 1 and 2.
+/// The small causal models of tests/suite/generation.rs: gMLP and aMLP, the three spatial
+/// forms, heads 1 and 2, untied head, token shift 1 and 2.
 pub fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
     let mut out = Vec::new();
     for (name, spatial, attn, heads, shift) in [
