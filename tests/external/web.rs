@@ -137,10 +137,6 @@ fn work_dir(name: &str) -> PathBuf {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_generates_the_bytes_of_gmlp_onnx_generate() {
     let dir = work_dir("fixture");
     // g-mlp-pytorch aMLP trained on bytes (fixtures/lucid_amlp_causal): n = 32, static
@@ -175,10 +171,6 @@ fn the_page_generates_the_bytes_of_gmlp_onnx_generate() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_generates_any_bytes_up_to_n() {
     let dir = work_dir("seeded");
     // A seeded 256-token aMLP (paper init, seed 5) whose greedy bytes vary and are not
@@ -226,10 +218,6 @@ fn the_page_generates_any_bytes_up_to_n() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_script_reads_metadata_and_refuses_what_it_cannot_drive() {
     let dir = work_dir("checks");
     let checkpoint = format!("{ROOT}/fixtures/lucid_amlp_causal/model.safetensors");

@@ -36,10 +36,6 @@ fn installed(venv: &Path, cwd: &Path, args: &[&str]) -> Output {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-wheel"),
-    ignore = "needs the pip wheel: scripts/test"
-)]
 fn the_pip_wheel_installs_a_gmlp_onnx_that_finds_its_environments_onnxruntime() {
     let wheel = PathBuf::from(
         std::env::var_os("GMLP_ONNX_WHEEL").expect("GMLP_ONNX_WHEEL (run scripts/test)"),
