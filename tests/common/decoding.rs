@@ -1,6 +1,6 @@
 //! Helpers of the decoding tests (tests/suite/generation.rs, static_state.rs,
 //! static_batch.rs): writing a model in a sequence mode, token ids, decoding in chunks, the
-//! small causal configurations, the trained fixtures, greedy continuation.
+//! small causal configurations, greedy continuation.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -14,9 +14,8 @@ use gmlp_onnx::runtime::decoder::Decoder;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};
-use safetensors::SafeTensors;
 
-use super::{fixture, rel_diff, safetensors_tensor, tiny_tokens, CPU_RUNTIMES};
+use super::{rel_diff, tiny_tokens, CPU_RUNTIMES};
 
 pub fn write_for(
     cfg: &GmlpConfig,
@@ -127,21 +126,6 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
             vec![RuntimeKind::OrtCpu],
         ),
     ]
-}
-
-pub fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
-    let bytes = std::fs::read(fixture(name).join("io.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let Some(TensorValue::I64(ids)) = safetensors_tensor(&st, "input_ids") else {
-        panic!("{name}: input_ids")
-    };
-    let Some(TensorValue::F32(logits)) = safetensors_tensor(&st, "logits") else {
-        panic!("{name}: logits")
-    };
-    (
-        ids.into_dimensionality().unwrap(),
-        logits.into_dimensionality().unwrap(),
-    )
 }
 
 /// Greedy continuation of every sequence: prompts fed together, then `steps` tokens.

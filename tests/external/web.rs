@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{gmlp, output_text, path_str};
+use crate::common::{gmlp, output_text, path_str, Amlp, Build};
 use gmlp_onnx::rng::SplitMix64;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -176,30 +176,9 @@ fn the_page_generates_any_bytes_up_to_n() {
     // A seeded 256-token aMLP (paper init, seed 5) whose greedy bytes vary and are not
     // UTF-8: the page compares bytes, not text, over n = 64 positions. Growing state here,
     // the static state (a plain --with-past) in the test above: the page drives both.
-    let model = build(
-        &dir.join("model.onnx"),
-        &[
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "2",
-            "--d-model",
-            "64",
-            "--d-ffn",
-            "256",
-            "--attn-dim",
-            "32",
-            "--seq-len",
-            "64",
-            "--vocab-size",
-            "256",
-            "--causal",
-            "--with-past",
-            "growing",
-            "--seed",
-            "5",
-        ],
-    );
+    let model = Build::amlp(2, Amlp::Medium)
+        .args(&["--causal", "--with-past", "growing", "--seed", "5"])
+        .write(&dir.join("model.onnx"));
     let prompt = "Über 10 €";
     let cli = cli_tokens(&model, prompt, &[]);
     assert_eq!(cli.len(), 64 - prompt.len());

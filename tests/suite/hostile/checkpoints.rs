@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{assert_refused, file, run_limited, s, HANG_LIMIT};
+use crate::common::{Amlp, Build};
 
 /// A safetensors file: little-endian u64 header length, the header text, the data.
 fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
@@ -27,31 +28,8 @@ fn refuse_weights(dir: &Path, weights: &Path, needle: &str) {
 /// A tiny native checkpoint written by gmlp-onnx itself, and its parsed header.
 fn native_checkpoint(dir: &Path) -> (PathBuf, serde_json::Map<String, serde_json::Value>) {
     let path = dir.join("native.safetensors");
-    let o = run_limited(
-        &[
-            "build",
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "1",
-            "--d-model",
-            "8",
-            "--d-ffn",
-            "16",
-            "--attn-dim",
-            "4",
-            "--seq-len",
-            "6",
-            "--vocab-size",
-            "11",
-            "-q",
-            "--save-weights",
-            s(&path),
-            "-o",
-            s(&dir.join("native.onnx")),
-        ],
-        HANG_LIMIT,
-    );
+    let build = Build::amlp(1, Amlp::Tiny).args(&["-q", "--save-weights", s(&path)]);
+    let o = run_limited(&build.argv(&dir.join("native.onnx")), HANG_LIMIT);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::remove_file(dir.join("native.onnx")).unwrap();
     let bytes = std::fs::read(&path).unwrap();
@@ -263,7 +241,7 @@ fn a_hostile_config_in_the_metadata_is_refused_before_allocation() {
     refuse_weights(
         d,
         &path,
-        "blocks.0.sgu.spatial.weight has shape [11], expected [199999999]",
+        "blocks.0.sgu.spatial.weight has shape [15], expected [199999999]",
     );
     std::fs::remove_file(path).unwrap();
     let path = edited(d, "garbled.safetensors", |h| {
@@ -273,45 +251,48 @@ fn a_hostile_config_in_the_metadata_is_refused_before_allocation() {
     refuse_weights(d, &path, "gmlp_onnx.config");
 }
 
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn hostile_npz_checkpoints_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // A real archive written by NumPy, then broken in several ways.
-    let good = d.join("good.npz");
-    crate::common::run_python(
-        "import numpy as np, sys\n\
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+
+    #[test]
+    fn hostile_npz_checkpoints_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // A real archive written by NumPy, then broken in several ways.
+        let good = d.join("good.npz");
+        crate::common::run_python(
+            "import numpy as np, sys\n\
          np.savez(sys.argv[1], w=np.ones((4, 4), np.float32))\n",
-        &[&good],
-    );
-    let bytes = std::fs::read(&good).unwrap();
-    std::fs::remove_file(&good).unwrap();
-    let cut = file(d, "cut.npz", &bytes[..bytes.len() / 2]);
-    refuse_weights(d, &cut, "cut.npz");
-    std::fs::remove_file(cut).unwrap();
+            &[&good],
+        );
+        let bytes = std::fs::read(&good).unwrap();
+        std::fs::remove_file(&good).unwrap();
+        let cut = file(d, "cut.npz", &bytes[..bytes.len() / 2]);
+        refuse_weights(d, &cut, "cut.npz");
+        std::fs::remove_file(cut).unwrap();
 
-    let object = d.join("object.npz");
-    crate::common::run_python(
-        "import numpy as np, sys\n\
+        let object = d.join("object.npz");
+        crate::common::run_python(
+            "import numpy as np, sys\n\
          np.savez(sys.argv[1], w=np.array([{'a': 1}], dtype=object))\n",
-        &[&object],
-    );
-    refuse_weights(d, &object, "object");
-    std::fs::remove_file(object).unwrap();
+            &[&object],
+        );
+        refuse_weights(d, &object, "object");
+        std::fs::remove_file(object).unwrap();
 
-    // A member whose .npy header claims 10^12 elements with 16 bytes of data.
-    let huge = d.join("huge.npz");
-    crate::common::run_python(
-        "import sys, zipfile\n\
+        // A member whose .npy header claims 10^12 elements with 16 bytes of data.
+        let huge = d.join("huge.npz");
+        crate::common::run_python(
+            "import sys, zipfile\n\
          h = \"{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }\"\n\
          h = h + ' ' * (118 - len(h)) + '\\n'\n\
          npy = b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h.encode() + bytes(16)\n\
          zipfile.ZipFile(sys.argv[1], 'w').writestr('w.npy', npy)\n",
-        &[&huge],
-    );
-    refuse_weights(d, &huge, "w");
+            &[&huge],
+        );
+        refuse_weights(d, &huge, "w");
+    }
 }
