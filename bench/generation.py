@@ -16,7 +16,7 @@ by side in one run:
                      (docs/quantization.md); their tokens are compared with the f32
                      rows', not required to equal them
 plus one whole-sequence forward at n = 512 (the variable-length file, `validate --bench`)
-to compare a step with, and the machine's read bandwidth (examples/read_bandwidth, same
+to compare a step with, and the machine's read bandwidth (examples/read_bandwidth.rs, same
 thread count) measured before and after the rows.
 
 Each row shows the bytes a step moves, estimated from the file (`inspect --json`): every
@@ -267,7 +267,7 @@ def main():
           f"`--threads {a.threads}`, prompt {a.prompt} tokens then {a.new_tokens} new tokens "
           f"(greedy), `gmlp-onnx generate --json`; \"step\" = median of the "
           f"{a.new_tokens - 1} single-token runs after the prompt. {a.rounds} rounds, each "
-          f"measuring the read bandwidth (`examples/read_bandwidth`, {a.threads} threads, "
+          f"measuring the read bandwidth (`examples/read_bandwidth.rs`, {a.threads} threads, "
           f"1 GiB, best of 10), one whole forward (the variable-length file at sequence = "
           f"512, batch 1, median of {a.forward_runs} `validate --bench` runs) and every row "
           f"once; ratios are taken within a round, the table shows medians over the rounds "

@@ -1,4 +1,4 @@
-"""Makes the torch.onnx.export peer for the speed comparison (bench/run.sh).
+"""Makes the torch.onnx.export peer for the speed comparison (bench/run.py, bench/speed.py).
 
 Builds g-mlp-pytorch's aMLP with the given sizes (weights moved off their init), saves
 the state_dict as safetensors (the input of `gmlp-onnx build --weights`), exports the

@@ -12,7 +12,7 @@ non-contiguous view among them):
   names/legacy/STEM.pt       torch.save(..., _use_new_zipfile_serialization=False)
   names/safetensors/STEM.safetensors  the same tensors made contiguous, by safetensors.torch
 
-tests/pytorch.rs reads every torch file and checks it equals its safetensors copy exactly.
+tests/suite/pytorch.rs reads every torch file and checks it equals its safetensors copy exactly.
 
 Regenerate with torch 2.15.0 and safetensors 0.8.0 (scripts/requirements-fixtures.txt):
   python scripts/make_pt_name_fixtures.py

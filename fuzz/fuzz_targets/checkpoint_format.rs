@@ -1,5 +1,6 @@
 //! Fuzz target: see `checkpoint_format` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/suite/hostile/, which replay fuzz/corpus/checkpoint_format and fuzz/regressions/checkpoint_format).
+//! tests/suite/hostile/, which replay fuzz/corpus/checkpoint_format and the crashers kept in
+//! fuzz/regressions/).
 #![no_main]
 
 #[path = "../bodies.rs"]

@@ -1,5 +1,6 @@
 //! Fuzz target: see `npz_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/suite/hostile/, which replay fuzz/corpus/npz_reader and fuzz/regressions/npz_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/npz_reader and the crashers kept in
+//! fuzz/regressions/).
 #![no_main]
 
 #[path = "../bodies.rs"]

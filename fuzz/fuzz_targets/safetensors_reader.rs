@@ -1,5 +1,6 @@
 //! Fuzz target: see `safetensors_reader` in fuzz/bodies.rs (shared with the regression tests in
-//! tests/suite/hostile/, which replay fuzz/corpus/safetensors_reader and fuzz/regressions/safetensors_reader).
+//! tests/suite/hostile/, which replay fuzz/corpus/safetensors_reader and the crashers kept in
+//! fuzz/regressions/).
 #![no_main]
 
 #[path = "../bodies.rs"]

@@ -163,12 +163,8 @@ impl Checkpoint {
 
     fn from_safetensors(path: &Path, map: Bytes) -> Result<Self> {
         let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
-        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
-            bad(format!(
-                "not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (as safetensors: {})",
-                one_line(format!("{e:?}"))
-            ))
-        })?;
+        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map)
+            .map_err(|e| bad(safetensors_refusal(&e, &map)))?;
         let mut entries = BTreeMap::new();
         for (name, info) in meta.tensors() {
             use safetensors::Dtype;
@@ -322,6 +318,69 @@ fn read_zip<R: std::io::Read + std::io::Seek>(
         return pytorch::read_torch_zip(&mut archive, &what);
     }
     crate::npz::read_npz_archive(&mut archive, &what)
+}
+
+/// Why `bytes` (at least 8 of them) could not be read as safetensors, in words, with the
+/// safetensors crate's name for the problem after them. A header that is not one (its
+/// length past the file, text that is not a safetensors header's JSON) means no checkpoint
+/// this tool reads; a header that does not fit the data after it means a damaged file.
+fn safetensors_refusal(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
+    use safetensors::SafeTensorError as E;
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[..8]);
+    let (n, len) = (u64::from_le_bytes(length), bytes.len());
+    let (damaged, reason) = match e {
+        E::HeaderTooLarge => (
+            false,
+            format!("its first 8 bytes give a header of {n} bytes, over the 100 MB safetensors allows"),
+        ),
+        E::HeaderTooSmall | E::InvalidHeaderLength => (
+            false,
+            format!("its first 8 bytes give a header of {n} bytes, past the end of the {len}-byte file"),
+        ),
+        E::InvalidHeader(_) => (false, "its header is not UTF-8 text".to_string()),
+        E::InvalidHeaderStart => (false, "its header does not start with '{'".to_string()),
+        E::InvalidHeaderDeserialization(json) => (
+            false,
+            format!("its header is not a safetensors header's JSON: {json}"),
+        ),
+        E::MetadataIncompleteBuffer => (
+            true,
+            format!(
+                "the tensors' data does not end where the {len}-byte file does: it was cut short or has bytes added"
+            ),
+        ),
+        E::InvalidOffset(name) => (
+            true,
+            format!(
+                "the data offsets of tensor {name} are out of order: each tensor's data must start where the one before it ends, the first at 0"
+            ),
+        ),
+        E::TensorInvalidInfo => (
+            true,
+            "a tensor's data offsets do not span its shape times its element size".to_string(),
+        ),
+        E::ValidationOverflow => (
+            true,
+            "a tensor's shape has more elements than can be counted".to_string(),
+        ),
+        E::MisalignedSlice => (
+            true,
+            "a tensor of sub-byte elements does not end on a byte boundary".to_string(),
+        ),
+        other => (true, other.to_string()),
+    };
+    // The variant's name alone: its fields (a JSON or UTF-8 error) are said above.
+    let debug = format!("{e:?}");
+    let name = debug.split('(').next().unwrap_or_default();
+    let reason = one_line(reason);
+    if damaged {
+        format!("a damaged safetensors file: {reason} (safetensors crate: {name})")
+    } else {
+        format!(
+            "not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (read as safetensors, {reason}; safetensors crate: {name})"
+        )
+    }
 }
 
 fn too_short(path: &Path, len: u64) -> Error {

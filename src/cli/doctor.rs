@@ -141,7 +141,7 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
     }
     say!(
         "gmlp-onnx {} at {}",
-        env!("CARGO_PKG_VERSION"),
+        super::VERSION,
         std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "?".into())

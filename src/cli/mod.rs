@@ -23,11 +23,21 @@ use clap::{Parser, Subcommand};
 
 use gmlp_onnx::Error;
 
+/// What `--version` prints after the name: the package version and the commit the binary
+/// was built from (build/commit.rs: its short hash, `-dirty` when the sources differed from
+/// it, "commit unknown" for a build outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("GMLP_ONNX_COMMIT"),
+    ")"
+);
+
 /// The command line.
 #[derive(Parser)]
 #[command(
     name = "gmlp-onnx",
-    version,
+    version = VERSION,
     about = "Compile gMLP / aMLP (Pay Attention to MLPs) to ONNX and check it in tract and ONNX Runtime"
 )]
 pub struct Cli {

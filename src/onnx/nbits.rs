@@ -1,5 +1,5 @@
 //! Block-quantized weights in the layout of ONNX Runtime's `com.microsoft.MatMulNBits`
-//! (docs/ContribOperators.md in the onnxruntime repository): `Y = A · dequant(B)` with a
+//! (the onnxruntime repository's docs/ContribOperators.md): `Y = A · dequant(B)` with a
 //! constant weight of K input and N output features, quantized in blocks of `block_size`
 //! consecutive values along K, one scale per (output column, block), codes of `bits` bits.
 //!

@@ -1,6 +1,6 @@
-//! Helpers of the static-state tests (tests/static_state.rs, tests/static_batch.rs):
-//! writing a model in a sequence mode, token ids, decoding in chunks, the small causal
-//! configurations, the trained fixtures.
+//! Helpers of the decoding tests (tests/suite/generation.rs, static_state.rs,
+//! static_batch.rs): writing a model in a sequence mode, token ids, decoding in chunks, the
+//! small causal configurations, greedy continuation.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -15,9 +15,8 @@ use gmlp_onnx::runtime::generator::{Generator, Sampling};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};
-use safetensors::SafeTensors;
 
-use super::{fixture, rel_diff, safetensors_tensor, tiny_tokens, CPU_RUNTIMES};
+use super::{rel_diff, tiny_tokens, CPU_RUNTIMES};
 
 pub fn write_for(
     cfg: &GmlpConfig,
@@ -65,8 +64,8 @@ pub fn f32_of(t: &NamedTensor) -> &ArrayD<f32> {
     }
 }
 
-/// The small causal models of tests/generation.rs: gMLP and aMLP, the three spatial forms,
-/// heads 1 and 2, untied head, token shift 1 and 2.
+/// The small causal models of tests/suite/generation.rs: gMLP and aMLP, the three spatial
+/// forms, heads 1 and 2, untied head, token shift 1 and 2.
 pub fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
     let mut out = Vec::new();
     for (name, spatial, attn, heads, shift) in [
@@ -128,21 +127,6 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
             vec![RuntimeKind::OrtCpu],
         ),
     ]
-}
-
-pub fn fixture_io(name: &str) -> (Array2<i64>, Array3<f32>) {
-    let bytes = std::fs::read(fixture(name).join("io.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let Some(TensorValue::I64(ids)) = safetensors_tensor(&st, "input_ids") else {
-        panic!("{name}: input_ids")
-    };
-    let Some(TensorValue::F32(logits)) = safetensors_tensor(&st, "logits") else {
-        panic!("{name}: logits")
-    };
-    (
-        ids.into_dimensionality().unwrap(),
-        logits.into_dimensionality().unwrap(),
-    )
 }
 
 /// Greedy continuation of every sequence by the library's generation loop: prompts fed

@@ -2,6 +2,11 @@
 #![allow(dead_code)]
 
 pub mod decoding;
+pub mod fixture;
+
+// The fixtures are read by tests of the test-onnxruntime tier only.
+#[allow(unused_imports)]
+pub use fixture::{Fixture, PYTORCH_RTOL};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -180,45 +185,118 @@ pub fn run_python(script: &str, args: &[&Path]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn build_small(path: PathBuf, args: &[&str]) -> PathBuf {
-    let mut all = vec!["build"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--init", "spread", "-q", "-o", path_str(&path)]);
-    let o = gmlp(&all);
-    assert!(o.status.success(), "{}", output_text(&o));
-    path
+/// The sizes of the small aMLPs the tests build from `--preset amlp-base`.
+#[derive(Clone, Copy, Debug)]
+pub enum Amlp {
+    /// d_model 16, d_ffn 32, attn_dim 4, n = 8, vocabulary 20: builds and runs in
+    /// milliseconds.
+    Tiny,
+    /// The preset's widths with n = 32 and a vocabulary of 300.
+    Short,
+    /// d_model 64, d_ffn 256, attn_dim 32, n = 64, vocabulary 256: the docs' decoding
+    /// loops and the examples/web page.
+    Medium,
+}
+
+impl Amlp {
+    /// The build flags after `--preset amlp-base --layers L`.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Amlp::Tiny => &[
+                "--d-model",
+                "16",
+                "--d-ffn",
+                "32",
+                "--attn-dim",
+                "4",
+                "--seq-len",
+                "8",
+                "--vocab-size",
+                "20",
+            ],
+            Amlp::Short => &["--seq-len", "32", "--vocab-size", "300"],
+            Amlp::Medium => &[
+                "--d-model",
+                "64",
+                "--d-ffn",
+                "256",
+                "--attn-dim",
+                "32",
+                "--seq-len",
+                "64",
+                "--vocab-size",
+                "256",
+            ],
+        }
+    }
+}
+
+/// A `gmlp-onnx build` command line: a preset (or [`Build::amlp`]'s small sizes) or a
+/// checkpoint, and the test's own flags; [`Build::write`] runs it and asserts success,
+/// [`Build::run`] returns what happened.
+#[derive(Clone, Debug)]
+pub struct Build(Vec<String>);
+
+impl Build {
+    /// `build --preset NAME`.
+    pub fn preset(name: &str) -> Build {
+        Build(vec!["build".into(), "--preset".into(), name.into()])
+    }
+
+    /// `build --weights CHECKPOINT`.
+    pub fn weights(checkpoint: &Path) -> Build {
+        Build(vec![
+            "build".into(),
+            "--weights".into(),
+            path_str(checkpoint).into(),
+        ])
+    }
+
+    /// `build --preset amlp-base --layers LAYERS` at one of the tests' small sizes.
+    pub fn amlp(layers: usize, size: Amlp) -> Build {
+        Build::preset("amlp-base")
+            .args(&["--layers", &layers.to_string()])
+            .args(size.flags())
+    }
+
+    /// The command line with `args` appended.
+    pub fn args(mut self, args: &[&str]) -> Build {
+        self.0.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// The arguments of `gmlp-onnx`, then `-o OUT`.
+    pub fn argv<'a>(&'a self, out: &'a Path) -> Vec<&'a str> {
+        let mut argv: Vec<&str> = self.0.iter().map(String::as_str).collect();
+        argv.extend(["-o", path_str(out)]);
+        argv
+    }
+
+    /// Runs `gmlp-onnx` with the arguments and `-o OUT`.
+    pub fn run(&self, out: &Path) -> Output {
+        gmlp(&self.argv(out))
+    }
+
+    /// Runs it quietly (`-q -o OUT`), asserts success and returns OUT.
+    pub fn write(&self, out: &Path) -> PathBuf {
+        let o = self.clone().args(&["-q"]).run(out);
+        assert!(o.status.success(), "{:?}: {}", self.0, output_text(&o));
+        out.to_path_buf()
+    }
 }
 
 /// `dir/v.onnx`: gmlp-ti16 with one block on 32x32 images (pixel_values [batch, 3, 32, 32]).
 pub fn small_vision_model(dir: &Path) -> PathBuf {
-    build_small(
-        dir.join("v.onnx"),
-        &[
-            "--preset",
-            "gmlp-ti16",
-            "--layers",
-            "1",
-            "--image-size",
-            "32",
-        ],
-    )
+    Build::preset("gmlp-ti16")
+        .args(&["--layers", "1", "--image-size", "32", "--init", "spread"])
+        .write(&dir.join("v.onnx"))
 }
 
 /// `dir/t.onnx`: amlp-base with one block, n = 32, vocabulary 300 (input_ids [batch, 32]).
 pub fn small_token_model(dir: &Path) -> PathBuf {
-    build_small(
-        dir.join("t.onnx"),
-        &[
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "1",
-            "--seq-len",
-            "32",
-            "--vocab-size",
-            "300",
-        ],
-    )
+    Build::amlp(1, Amlp::Short)
+        .args(&["--init", "spread"])
+        .write(&dir.join("t.onnx"))
 }
 
 /// A tensor of a safetensors file written by the fixture scripts (F32 or I64), `None` when

@@ -13,10 +13,6 @@
 use std::process::Command;
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs the consumer matrix: scripts/test"
-)]
 fn every_consumer_agrees_with_onnx_runtime_or_fails_as_recorded() {
     assert!(
         std::env::var_os("GMLP_CONSUMER_CANDLE").is_some(),

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{gmlp, output_text, path_str};
+use crate::common::{gmlp, output_text, path_str, Amlp, Build};
 use gmlp_onnx::rng::SplitMix64;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -137,10 +137,6 @@ fn work_dir(name: &str) -> PathBuf {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_generates_the_bytes_of_gmlp_onnx_generate() {
     let dir = work_dir("fixture");
     // g-mlp-pytorch aMLP trained on bytes (fixtures/lucid_amlp_causal): n = 32, static
@@ -175,39 +171,14 @@ fn the_page_generates_the_bytes_of_gmlp_onnx_generate() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_generates_any_bytes_up_to_n() {
     let dir = work_dir("seeded");
     // A seeded 256-token aMLP (paper init, seed 5) whose greedy bytes vary and are not
     // UTF-8: the page compares bytes, not text, over n = 64 positions. Growing state here,
     // the static state (a plain --with-past) in the test above: the page drives both.
-    let model = build(
-        &dir.join("model.onnx"),
-        &[
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "2",
-            "--d-model",
-            "64",
-            "--d-ffn",
-            "256",
-            "--attn-dim",
-            "32",
-            "--seq-len",
-            "64",
-            "--vocab-size",
-            "256",
-            "--causal",
-            "--with-past",
-            "growing",
-            "--seed",
-            "5",
-        ],
-    );
+    let model = Build::amlp(2, Amlp::Medium)
+        .args(&["--causal", "--with-past", "growing", "--seed", "5"])
+        .write(&dir.join("model.onnx"));
     let prompt = "Über 10 €";
     let cli = cli_tokens(&model, prompt, &[]);
     assert_eq!(cli.len(), 64 - prompt.len());
@@ -226,10 +197,6 @@ fn the_page_generates_any_bytes_up_to_n() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-consumers"),
-    ignore = "needs onnxruntime-web, puppeteer-core and Chromium: scripts/test"
-)]
 fn the_page_script_reads_metadata_and_refuses_what_it_cannot_drive() {
     let dir = work_dir("checks");
     let checkpoint = format!("{ROOT}/fixtures/lucid_amlp_causal/model.safetensors");

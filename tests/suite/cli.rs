@@ -14,106 +14,6 @@ fn stdout(o: &Output) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn build_then_validate_a_small_amlp() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("a.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "--init",
-        "spread",
-        "-o",
-        out.to_str().unwrap(),
-        "--validate",
-        "--quiet",
-    ]);
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    let text = stdout(&o);
-    assert!(
-        text.contains("tract vs ort-cpu") && text.contains("PASS"),
-        "{text}"
-    );
-    let o = gmlp(&["validate", out.to_str().unwrap(), "--batch", "3"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("input_ids int64 [3, 32]"),
-        "{}",
-        stdout(&o)
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn validate_writes_a_json_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = small_vision_model(dir.path());
-    let report = dir.path().join("r.json");
-    let o = gmlp(&[
-        "validate",
-        out.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(json["pass"], true);
-    assert_eq!(json["pairs"][0]["reference"], "tract");
-    assert_eq!(json["pairs"][0]["other"], "ort-cpu");
-    assert_eq!(
-        json["inputs"][0]["shape"],
-        serde_json::json!([2, 3, 32, 32])
-    );
-}
-
-/// Precondition, checked: the ONNX Runtime the tests load (scripts/test: PyPI's CPU
-/// `onnxruntime` wheel) has no CUDA execution provider beside it, so registering CUDA must
-/// fail. With onnxruntime-gpu on a GPU machine this test does not apply.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
-    let library = gmlp_onnx::runtime::onnxruntime::find_library(None)
-        .expect("the ONNX Runtime library (run scripts/test)");
-    let capi = library.parent().unwrap();
-    assert!(
-        !capi.join("libonnxruntime_providers_cuda.so").exists(),
-        "{} ships the CUDA execution provider: this test needs the CPU-only onnxruntime wheel",
-        library.display()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let out = small_vision_model(dir.path());
-    let o = gmlp(&[
-        "validate",
-        out.to_str().unwrap(),
-        "--runtimes",
-        "tract,ort-cuda",
-    ]);
-    assert_fails(&o, 3, &["ort-cuda is unavailable"]);
-    assert!(
-        stderr(&o).contains("CUDA execution provider"),
-        "{}",
-        stderr(&o)
-    );
-}
-
-#[test]
 fn missing_onnxruntime_library_says_how_to_get_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = small_vision_model(dir.path());
@@ -153,5 +53,87 @@ fn presets_lists_every_preset() {
         "gmlp-xlarge",
     ] {
         assert!(text.contains(name), "{name} missing from {text}");
+    }
+}
+
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+    use crate::common::{Amlp, Build};
+
+    #[test]
+    fn build_then_validate_a_small_amlp() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a.onnx");
+        let o = Build::amlp(2, Amlp::Short)
+            .args(&["--init", "spread", "--validate", "--quiet"])
+            .run(&out);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        let text = stdout(&o);
+        assert!(
+            text.contains("tract vs ort-cpu") && text.contains("PASS"),
+            "{text}"
+        );
+        let o = gmlp(&["validate", out.to_str().unwrap(), "--batch", "3"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            stdout(&o).contains("input_ids int64 [3, 32]"),
+            "{}",
+            stdout(&o)
+        );
+    }
+
+    #[test]
+    fn validate_writes_a_json_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = small_vision_model(dir.path());
+        let report = dir.path().join("r.json");
+        let o = gmlp(&[
+            "validate",
+            out.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(json["pass"], true);
+        assert_eq!(json["pairs"][0]["reference"], "tract");
+        assert_eq!(json["pairs"][0]["other"], "ort-cpu");
+        assert_eq!(
+            json["inputs"][0]["shape"],
+            serde_json::json!([2, 3, 32, 32])
+        );
+    }
+
+    /// Precondition, checked: the ONNX Runtime the tests load (scripts/test: PyPI's CPU
+    /// `onnxruntime` wheel) has no CUDA execution provider beside it, so registering CUDA must
+    /// fail. With onnxruntime-gpu on a GPU machine this test does not apply.
+    #[test]
+    fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
+        let library = gmlp_onnx::runtime::onnxruntime::find_library(None)
+            .expect("the ONNX Runtime library (run scripts/test)");
+        let capi = library.parent().unwrap();
+        assert!(
+            !capi.join("libonnxruntime_providers_cuda.so").exists(),
+            "{} ships the CUDA execution provider: this test needs the CPU-only onnxruntime wheel",
+            library.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = small_vision_model(dir.path());
+        let o = gmlp(&[
+            "validate",
+            out.to_str().unwrap(),
+            "--runtimes",
+            "tract,ort-cuda",
+        ]);
+        assert_fails(&o, 3, &["ort-cuda is unavailable"]);
+        assert!(
+            stderr(&o).contains("CUDA execution provider"),
+            "{}",
+            stderr(&o)
+        );
     }
 }

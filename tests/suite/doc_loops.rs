@@ -9,7 +9,7 @@ use std::path::Path;
 
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 
-use crate::common::{gmlp, output_text, path_str, python};
+use crate::common::{gmlp, output_text, path_str, python, Amlp, Build};
 
 /// The ```python blocks of `page` (under docs/), in order.
 fn python_blocks(page: &str) -> Vec<String> {
@@ -39,32 +39,10 @@ fn python_blocks(page: &str) -> Vec<String> {
 /// A seeded byte-level aMLP (2 blocks, d 64, n = 64; paper init with `seed`, whose greedy
 /// continuations of the docs' prompts vary) built with `past` flags into `dir/name`.
 fn build(dir: &Path, name: &str, seed: &str, past: &[&str]) -> std::path::PathBuf {
-    let out = dir.join(name);
-    let mut args = vec![
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--d-model",
-        "64",
-        "--d-ffn",
-        "256",
-        "--attn-dim",
-        "32",
-        "--seq-len",
-        "64",
-        "--vocab-size",
-        "256",
-        "--causal",
-        "--seed",
-        seed,
-    ];
-    args.extend_from_slice(past);
-    args.extend_from_slice(&["-q", "-o", path_str(&out)]);
-    let o = gmlp(&args);
-    assert!(o.status.success(), "{}", output_text(&o));
-    out
+    Build::amlp(2, Amlp::Medium)
+        .args(&["--causal", "--seed", seed])
+        .args(past)
+        .write(&dir.join(name))
 }
 
 /// `generate`'s tokens, checked to vary enough that a loop feeding the wrong position or
@@ -118,10 +96,6 @@ fn list(line: &str) -> Vec<i64> {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn the_static_state_loops_of_the_docs_run_as_written() {
     let blocks = python_blocks("static-state.md");
     assert_eq!(blocks.len(), 2, "the plain loop and the I/O-binding loop");
@@ -138,10 +112,6 @@ fn the_static_state_loops_of_the_docs_run_as_written() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn the_growing_state_loop_of_the_docs_runs_as_written() {
     let blocks = python_blocks("generation.md");
     assert_eq!(blocks.len(), 1, "the growing-state loop");

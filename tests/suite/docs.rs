@@ -1,9 +1,11 @@
 //! The documentation holds together: every relative link in README.md, BENCHMARKS.md and
 //! docs/*.md points at a file that exists (and, into a Markdown file, at a heading that
 //! exists, by GitHub's anchor rule); README.md stays a short front page that links every
-//! page of docs/; and no source, test, script or document cites a text a reader of the
-//! repository does not have (the project's issue tracker, or a specification outside the
-//! repository) — they cite the paper, the upstream sources, or docs/design.md.
+//! page of docs/; every repository path a document, source comment, test or script names
+//! (`tests/suite/docs.rs`, `fuzz/corpus/`) exists; and no source, test, script or document
+//! cites a text a reader of the repository does not have (the project's issue tracker, or
+//! a specification outside the repository) — they cite the paper, the upstream sources, or
+//! docs/design.md.
 //!
 //! docs/cli.md's freshness is checked where the command-line definitions live
 //! (src/cli/reference.rs, a unit test of the binary).
@@ -241,23 +243,31 @@ fn outside_citation(line: &str) -> Option<&'static str> {
     None
 }
 
-#[test]
-fn nothing_cites_a_text_outside_the_repository() {
+/// The repository's own text: sources, tests, scripts, documents and the files at the top
+/// (not proto/onnx.proto, a copy of the ONNX project's file that names its own paths).
+fn own_text_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in [
-        "src", "tests", "bench", "scripts", "fuzz", "examples", "docs", ".ci",
+        "src", "tests", "bench", "scripts", "fuzz", "examples", "docs", ".ci", "fixtures",
     ] {
         text_files(&root().join(dir), &mut files);
     }
     for file in [
         "README.md",
         "BENCHMARKS.md",
+        "CHANGELOG.md",
         "build.rs",
         "Cargo.toml",
         "pyproject.toml",
     ] {
         files.push(root().join(file));
     }
+    files
+}
+
+#[test]
+fn nothing_cites_a_text_outside_the_repository() {
+    let files = own_text_files();
     let mut found = Vec::new();
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -292,4 +302,128 @@ fn the_citation_check_can_fail() {
     assert!(outside_citation(&["see ", "SPEC", ".md"].concat()).is_some());
     assert!(outside_citation("a known issue with OpenCV").is_none());
     assert!(outside_citation("paper §4 and appendix C").is_none());
+}
+
+/// The repository paths `line` names: each word that starts with one of `folders` (the
+/// repository's top-level folders) and a `/`, as `tests/suite/docs.rs` or `fuzz/corpus/`.
+/// Not counted: a path inside a longer one or a URL (`ggml/src/…`), a shell variable's
+/// (`$dir/src/…`), another project's (`onnxruntime's docs/…`), and patterns with a
+/// placeholder (`fixtures/NAME/meta.json`, `tests/suite/*.rs`, `fuzz/corpus/<target>`).
+fn named_paths<'a>(line: &'a str, folders: &[String]) -> Vec<&'a str> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+    let mut found = Vec::new();
+    for (at, _) in line.char_indices() {
+        let before = &line[..at];
+        if before.ends_with(|c: char| is_path_char(c) || "$~\\".contains(c))
+            || before.ends_with("'s ")
+        {
+            continue;
+        }
+        let rest = &line[at..];
+        if !folders
+            .iter()
+            .any(|f| rest.starts_with(f.as_str()) && rest[f.len()..].starts_with('/'))
+        {
+            continue;
+        }
+        let end = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
+        let path = rest[..end].trim_end_matches(['.', '-']);
+        let next = rest[end..].chars().next();
+        let placeholder = path.split('/').any(|part| {
+            part.len() > 1
+                && part.contains(|c: char| c.is_ascii_uppercase())
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        });
+        if placeholder || next.is_some_and(|c| "*<{$…".contains(c)) {
+            continue;
+        }
+        found.push(path);
+    }
+    found
+}
+
+/// The repository's top-level folders.
+fn top_folders() -> Vec<String> {
+    let skip = ["target", ".git", ".venv", "node_modules", "proto"];
+    let mut folders: Vec<String> = std::fs::read_dir(root())
+        .expect("read the repository root")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !skip.contains(&name.as_str()) && !name.starts_with(".venv"))
+        .collect();
+    folders.sort();
+    folders
+}
+
+#[test]
+fn every_repository_path_named_exists() {
+    let folders = top_folders();
+    assert!(
+        folders.iter().any(|f| f == "tests") && folders.iter().any(|f| f == ".ci"),
+        "{folders:?}"
+    );
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for file in own_text_files() {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            for path in named_paths(line, &folders) {
+                checked += 1;
+                if !root().join(path).exists() {
+                    missing.push(format!(
+                        "{}:{}: {path}",
+                        file.strip_prefix(root()).unwrap_or(&file).display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} paths found: the scan is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths named but not in the repository (moved or removed?):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_path_scan_finds_paths_and_skips_the_rest() {
+    let folders = ["tests".to_string(), "src".to_string(), "fuzz".to_string()];
+    assert_eq!(
+        named_paths(
+            "see tests/suite/docs.rs, (src/cli/) and `fuzz/corpus/onnx_reader`.",
+            &folders
+        ),
+        ["tests/suite/docs.rs", "src/cli/", "fuzz/corpus/onnx_reader"]
+    );
+    assert_eq!(
+        named_paths("ends a sentence at tests/suite/docs.rs.", &folders),
+        ["tests/suite/docs.rs"]
+    );
+    for skipped in [
+        "https://github.com/ggml-org/llama.cpp/blob/master/src/llama.cpp",
+        "ggml/src/ggml-quants.c",
+        "\"$src/Cargo.toml\"",
+        "onnxruntime's src/contrib_ops",
+        "tests/suite/*.rs",
+        "fuzz/corpus/TARGET",
+        "fuzz/corpus/<target>",
+        "tests/suite/{a,b}.rs",
+        "contests/x",
+    ] {
+        assert!(
+            named_paths(skipped, &folders).is_empty(),
+            "{skipped}: {:?}",
+            named_paths(skipped, &folders)
+        );
+    }
 }

@@ -12,19 +12,10 @@ use std::sync::Arc;
 
 use crate::common::decoding::*;
 use crate::common::*;
-use gmlp_onnx::checkpoint::{Import, ImportHints};
-use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
-use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
-use gmlp_onnx::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, WeightSource};
-use gmlp_onnx::runtime::decoder::Decoder;
-use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use gmlp_onnx::validate::Tolerance;
+use gmlp_onnx::gmlp::reference::forward_tokens;
+use gmlp_onnx::gmlp::targets::BuildTarget;
+use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode, SpatialForm, WeightSource};
 use ndarray::{s, Array2};
-
-/// max|ours − PyTorch| / max|PyTorch| allowed (expect ~1e-6; measured: docs/generation.md).
-const PYTORCH_RTOL: f64 = 1e-4;
-/// Runtimes against the f64 reference (f32 rounding only).
-const REFERENCE_RTOL: f64 = 1e-5;
 
 fn write_in(
     cfg: &GmlpConfig,
@@ -34,396 +25,6 @@ fn write_in(
     name: &str,
 ) -> PathBuf {
     write_for(cfg, source, mode, &BuildTarget::at_opset(17), dir, name)
-}
-
-fn ids_input(ids: &Array2<i64>) -> Vec<NamedTensor> {
-    vec![NamedTensor {
-        name: "input_ids".into(),
-        value: TensorValue::I64(ids.clone().into_dyn()),
-    }]
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn variable_length_models_equal_the_fixed_models_first_positions() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut shifted = tiny_tokens(SpatialForm::Dense, None, true);
-    shifted.shift_tokens = 3;
-    let mut configs = causal_configs();
-    configs.push(("gmlp-dense-shift3", shifted));
-    for (name, cfg) in configs {
-        let source: Arc<dyn WeightSource> = Arc::new(spread(5));
-        let fixed = write_in(
-            &cfg,
-            source.clone(),
-            SequenceMode::Fixed,
-            dir.path(),
-            "f.onnx",
-        );
-        let variable = write_in(
-            &cfg,
-            source.clone(),
-            SequenceMode::Variable,
-            dir.path(),
-            "v.onnx",
-        );
-        onnx_check(std::slice::from_ref(&variable));
-        let ids = ids_for(2, 12, 50, 1);
-        let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
-        for kind in CPU_RUNTIMES {
-            let whole = f32_output(&run(kind, &fixed, &ids_input(&ids)));
-            for len in [1, 5, 12] {
-                let prefix = ids.slice(s![.., ..len]).to_owned();
-                let out = f32_output(&run(kind, &variable, &ids_input(&prefix)));
-                let expected = whole.slice(s![.., ..len, ..]).to_owned().into_dyn();
-                let d = rel_diff(&out, &expected);
-                assert!(d <= 1e-6, "{name} {} length {len}: {d:e}", kind.name());
-                let r = reference.slice(s![.., ..len, ..]).to_owned().into_dyn();
-                let d = rel_diff(&out, &r);
-                assert!(
-                    d <= REFERENCE_RTOL,
-                    "{name} {} vs reference: {d:e}",
-                    kind.name()
-                );
-            }
-        }
-    }
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
-    let dir = tempfile::tempdir().unwrap();
-    // Today's graph, and the portable target (opset 13: Shape without start/end,
-    // primitive LayerNorm, Toeplitz W expanded).
-    let portable = BuildTarget::resolve(Target::Portable, None).unwrap();
-    let configs = causal_configs().into_iter().flat_map(|(name, cfg)| {
-        let mut p = cfg.clone();
-        p.spatial = Target::Portable.spatial_for(p.spatial);
-        [
-            (name.to_string(), cfg, BuildTarget::at_opset(17)),
-            (format!("{name}-portable"), p, portable),
-        ]
-    });
-    for (name, cfg, target) in configs {
-        let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-        let path = write_for(
-            &cfg,
-            source.clone(),
-            SequenceMode::WithPast,
-            &target,
-            dir.path(),
-            "p.onnx",
-        );
-        onnx_check(std::slice::from_ref(&path));
-        let ids = ids_for(2, 12, 50, 2);
-        let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
-        let chunks = [5, 1, 1, 3, 2];
-        let stepwise_reference =
-            forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
-        assert!(rel(&stepwise_reference, &reference) <= 1e-6, "{name}");
-        let mut states = Vec::new();
-        for kind in CPU_RUNTIMES {
-            let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
-            // One run on the whole sequence (past empty) ...
-            let whole = decode(&mut decoder, &ids, &[12]);
-            let whole_state = decoder.state().unwrap();
-            // ... and the same tokens fed in pieces, present fed back as past.
-            decoder.reset().unwrap();
-            let stepwise = decode(&mut decoder, &ids, &chunks);
-            let d = rel(&stepwise, &whole);
-            assert!(d <= 1e-5, "{name} {}: stepwise vs whole {d:e}", kind.name());
-            let d = rel(&stepwise, &reference);
-            assert!(
-                d <= REFERENCE_RTOL,
-                "{name} {} vs reference: {d:e}",
-                kind.name()
-            );
-            let described = decoder.model().info.state.clone();
-            assert_eq!(described.len(), whole_state.len());
-            for ((a, b), info) in decoder
-                .state()
-                .unwrap()
-                .iter()
-                .zip(&whole_state)
-                .zip(&described)
-            {
-                let (TensorValue::F32(a), TensorValue::F32(b)) = (&a.value, &b.value) else {
-                    panic!("f32 state")
-                };
-                // 12 positions, or the last s of them for a token-shift window.
-                let rows = info.window.map_or(12, |w| w.min(12));
-                assert_eq!(a.shape()[1], rows, "{name} {}: {}", info.past, b.shape()[1]);
-                let d = rel_diff(a, b);
-                assert!(d <= 1e-5, "{name} {} state: {d:e}", kind.name());
-            }
-            // n positions are all there is.
-            let err = decoder.feed(ids.slice(s![.., ..1])).unwrap_err();
-            assert!(
-                err.to_string()
-                    .contains("would pass the model's 12 positions"),
-                "{err}"
-            );
-            states.push(decoder.state().unwrap());
-        }
-        // tract and ONNX Runtime end in the same state.
-        for (a, b) in states[0].iter().zip(&states[1]) {
-            let (TensorValue::F32(a), TensorValue::F32(b)) = (&a.value, &b.value) else {
-                panic!("f32 state")
-            };
-            assert!(rel_diff(a, b) <= 1e-5, "{name}: {}", a.len());
-        }
-    }
-}
-
-/// int8 with-past graphs (the spatial MatMul too: Wᵀ's columns P..P+T−1 gathered from the
-/// int8 matrix) decode step by step within the int8 tolerance of the f64 reference, and
-/// tract and ONNX Runtime agree. Not bit-equal to the whole-sequence run: dynamic
-/// quantization picks its activation scale from each run's own values.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn int8_with_past_decoding_tracks_the_reference_in_both_runtimes() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, cfg) in causal_configs() {
-        let mut q = cfg.clone();
-        q.dtype = Precision::Int8;
-        let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-        let path = write_in(
-            &q,
-            source.clone(),
-            SequenceMode::WithPast,
-            dir.path(),
-            "q.onnx",
-        );
-        onnx_check(std::slice::from_ref(&path));
-        let ids = ids_for(2, 12, 50, 3);
-        let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
-        let mut outs = Vec::new();
-        for kind in CPU_RUNTIMES {
-            let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
-            let stepwise = decode(&mut decoder, &ids, &[5, 1, 1, 3, 2]);
-            let d = rel(&stepwise, &reference);
-            eprintln!(
-                "{name} int8 {}: stepwise vs f64 reference {d:.2e}",
-                kind.name()
-            );
-            assert!(d <= Tolerance::INT8.rtol, "{name} {}: {d:e}", kind.name());
-            outs.push(stepwise);
-        }
-        let d = rel(&outs[0], &outs[1]);
-        assert!(
-            d <= Tolerance::INT8.rtol,
-            "{name} tract vs ONNX Runtime: {d:e}"
-        );
-    }
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position() {
-    let dir = tempfile::tempdir().unwrap();
-    // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
-    // import is told, as `--shift-tokens 2` tells the CLI).
-    for (name, shift_tokens) in [
-        ("lucid_tokens_causal", 0),
-        ("lucid_amlp_causal", 0),
-        ("lucid_shift_causal", 2),
-    ] {
-        let hints = ImportHints {
-            causal: true,
-            shift_tokens,
-            ..ImportHints::default()
-        };
-        let import = Import::open(&fixture(name).join("model.safetensors"), &hints).unwrap();
-        let cfg = import.config.clone();
-        let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
-        let path = write_in(
-            &cfg,
-            weights.clone(),
-            SequenceMode::WithPast,
-            dir.path(),
-            "p.onnx",
-        );
-        let (ids, pytorch) = fixture_io(name);
-        let (batch, n) = ids.dim();
-        // Prefill half, single steps, then the rest as one chunk.
-        let mut chunks = vec![n / 2];
-        chunks.extend(std::iter::repeat_n(1, 8));
-        chunks.push(n - n / 2 - 8);
-        let reference =
-            forward_tokens_stepwise(&cfg, weights.as_ref(), ids.view(), &chunks).unwrap();
-        let d = rel(&reference, &pytorch);
-        assert!(
-            d <= PYTORCH_RTOL,
-            "{name}: stepwise reference vs PyTorch {d:e}"
-        );
-        for kind in CPU_RUNTIMES {
-            let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
-            let logits = decode(&mut decoder, &ids, &chunks);
-            let d = rel(&logits, &pytorch);
-            eprintln!("{name}: {} step by step vs PyTorch: {d:.2e}", kind.name());
-            assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
-            // Every single position on its own, too.
-            for t in 0..n {
-                let d = rel_diff(
-                    &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
-                    &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
-                );
-                assert!(
-                    d <= PYTORCH_RTOL,
-                    "{name} {} position {t}: {d:e}",
-                    kind.name()
-                );
-            }
-        }
-    }
-}
-
-/// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past growing`: validate's
-/// whole-sequence run and decoding check (the window state starts empty too), inspect's
-/// window line, and generate in both runtimes.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn cli_validates_and_generates_a_token_shift_model_with_past() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("shift-past.onnx");
-    let checkpoint = fixture("lucid_shift_causal").join("model.safetensors");
-    let o = gmlp(&[
-        "build",
-        "--weights",
-        path_str(&checkpoint),
-        "--causal",
-        "--shift-tokens",
-        "2",
-        "--with-past",
-        "growing",
-        "-q",
-        "-o",
-        path_str(&model),
-    ]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&["validate", path_str(&model), "--decode-steps", "3"]);
-    let text = output_text(&o);
-    assert!(o.status.success(), "{text}");
-    assert!(
-        text.contains("decode prefill 16 + 3 single steps"),
-        "{text}"
-    );
-    let o = gmlp(&["inspect", path_str(&model)]);
-    let text = output_text(&o);
-    // d = 24: the window keeps 2 rows of 24 floats per block.
-    assert!(
-        text.contains("past_shift.0 [batch, min(past_sequence, 2), 24]")
-            && text.contains("token-shift window: 192 bytes per block"),
-        "{text}"
-    );
-    let o = gmlp(&[
-        "generate",
-        path_str(&model),
-        "--prompt-text",
-        "Permission is",
-        "--max-new-tokens",
-        "8",
-        "--compare",
-        "tract,ort-cpu",
-    ]);
-    assert!(o.status.success(), "{}", output_text(&o));
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn cli_builds_validates_and_generates_with_past() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("past.onnx");
-    let report = dir.path().join("report.json");
-    let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
-    let o = gmlp(&[
-        "build",
-        "--weights",
-        path_str(&checkpoint),
-        "--causal",
-        "--with-past",
-        "growing",
-        "-q",
-        "-o",
-        path_str(&model),
-    ]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&[
-        "validate",
-        path_str(&model),
-        "--decode-steps",
-        "5",
-        "--report",
-        path_str(&report),
-    ]);
-    let text = output_text(&o);
-    assert!(o.status.success(), "{text}");
-    assert!(
-        text.contains("decode prefill 16 + 5 single steps + a chunk of 4"),
-        "{text}"
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let decoding = &json["decoding"];
-    assert_eq!(decoding["pass"], true);
-    assert_eq!(decoding["plan"]["prefill"], 16);
-    let runtimes = decoding["runtimes"].as_array().unwrap();
-    assert_eq!(runtimes.len(), 2);
-    // prefill + 5 steps + chunk, then 3 state tensors per block for 2 blocks.
-    assert_eq!(
-        runtimes[0]["against_whole"].as_array().unwrap().len(),
-        7 + 6
-    );
-    assert_eq!(decoding["pairs"][0]["pass"], true);
-    let o = gmlp(&["inspect", path_str(&model)]);
-    let text = output_text(&o);
-    assert!(
-        text.contains("sequence    with-past, up to 32 positions"),
-        "{text}"
-    );
-    // e = 48, a = 16: (48 + 2·16)·4 = 320 bytes per token per block.
-    assert!(text.contains("320 bytes per token per block"), "{text}");
-    for sampling in [
-        &[][..],
-        &["--temperature", "0.9", "--top-k", "5", "--seed", "3"],
-    ] {
-        let mut args = vec![
-            "generate",
-            path_str(&model),
-            "--prompt-text",
-            "Permission is",
-            "--max-new-tokens",
-            "12",
-            "--compare",
-            "tract,ort-cpu",
-        ];
-        args.extend_from_slice(sampling);
-        let o = gmlp(&args);
-        let text = output_text(&o);
-        assert!(o.status.success(), "{text}");
-        assert!(text.contains("same tokens in tract, ort-cpu"), "{text}");
-        assert!(text.contains("prefill: 13 tokens"), "{text}");
-        assert!(text.contains("steps:   11 tokens"), "{text}");
-    }
 }
 
 #[test]
@@ -469,5 +70,388 @@ fn greedy_generation_equals_the_argmax_of_the_reference() {
             .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
             .0;
         assert_eq!(best as i64, t, "token {k}");
+    }
+}
+
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+    use gmlp_onnx::checkpoint::Import;
+    use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
+    use gmlp_onnx::gmlp::targets::Target;
+    use gmlp_onnx::gmlp::Precision;
+    use gmlp_onnx::runtime::decoder::Decoder;
+    use gmlp_onnx::tensor::{NamedTensor, TensorValue};
+    use gmlp_onnx::validate::Tolerance;
+    use ndarray::Array3;
+
+    /// Runtimes against the f64 reference (f32 rounding only).
+    const REFERENCE_RTOL: f64 = 1e-5;
+
+    fn ids_input(ids: &Array2<i64>) -> Vec<NamedTensor> {
+        vec![NamedTensor {
+            name: "input_ids".into(),
+            value: TensorValue::I64(ids.clone().into_dyn()),
+        }]
+    }
+
+    #[test]
+    fn variable_length_models_equal_the_fixed_models_first_positions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut shifted = tiny_tokens(SpatialForm::Dense, None, true);
+        shifted.shift_tokens = 3;
+        let mut configs = causal_configs();
+        configs.push(("gmlp-dense-shift3", shifted));
+        for (name, cfg) in configs {
+            let source: Arc<dyn WeightSource> = Arc::new(spread(5));
+            let fixed = write_in(
+                &cfg,
+                source.clone(),
+                SequenceMode::Fixed,
+                dir.path(),
+                "f.onnx",
+            );
+            let variable = write_in(
+                &cfg,
+                source.clone(),
+                SequenceMode::Variable,
+                dir.path(),
+                "v.onnx",
+            );
+            onnx_check(std::slice::from_ref(&variable));
+            let ids = ids_for(2, 12, 50, 1);
+            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            for kind in CPU_RUNTIMES {
+                let whole = f32_output(&run(kind, &fixed, &ids_input(&ids)));
+                for len in [1, 5, 12] {
+                    let prefix = ids.slice(s![.., ..len]).to_owned();
+                    let out = f32_output(&run(kind, &variable, &ids_input(&prefix)));
+                    let expected = whole.slice(s![.., ..len, ..]).to_owned().into_dyn();
+                    let d = rel_diff(&out, &expected);
+                    assert!(d <= 1e-6, "{name} {} length {len}: {d:e}", kind.name());
+                    let r = reference.slice(s![.., ..len, ..]).to_owned().into_dyn();
+                    let d = rel_diff(&out, &r);
+                    assert!(
+                        d <= REFERENCE_RTOL,
+                        "{name} {} vs reference: {d:e}",
+                        kind.name()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_past_decoding_equals_the_whole_sequence_in_both_runtimes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Today's graph, and the portable target (opset 13: Shape without start/end,
+        // primitive LayerNorm, Toeplitz W expanded).
+        let portable = BuildTarget::resolve(Target::Portable, None).unwrap();
+        let configs = causal_configs().into_iter().flat_map(|(name, cfg)| {
+            let mut p = cfg.clone();
+            p.spatial = Target::Portable.spatial_for(p.spatial);
+            [
+                (name.to_string(), cfg, BuildTarget::at_opset(17)),
+                (format!("{name}-portable"), p, portable),
+            ]
+        });
+        for (name, cfg, target) in configs {
+            let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::WithPast,
+                &target,
+                dir.path(),
+                "p.onnx",
+            );
+            onnx_check(std::slice::from_ref(&path));
+            let ids = ids_for(2, 12, 50, 2);
+            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            let chunks = [5, 1, 1, 3, 2];
+            let stepwise_reference =
+                forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
+            assert!(rel(&stepwise_reference, &reference) <= 1e-6, "{name}");
+            let mut states = Vec::new();
+            for kind in CPU_RUNTIMES {
+                let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
+                // One run on the whole sequence (past empty) ...
+                let whole = decode(&mut decoder, &ids, &[12]);
+                let whole_state = decoder.state().unwrap();
+                // ... and the same tokens fed in pieces, present fed back as past.
+                decoder.reset().unwrap();
+                let stepwise = decode(&mut decoder, &ids, &chunks);
+                let d = rel(&stepwise, &whole);
+                assert!(d <= 1e-5, "{name} {}: stepwise vs whole {d:e}", kind.name());
+                let d = rel(&stepwise, &reference);
+                assert!(
+                    d <= REFERENCE_RTOL,
+                    "{name} {} vs reference: {d:e}",
+                    kind.name()
+                );
+                let described = decoder.model().info.state.clone();
+                assert_eq!(described.len(), whole_state.len());
+                for ((a, b), info) in decoder
+                    .state()
+                    .unwrap()
+                    .iter()
+                    .zip(&whole_state)
+                    .zip(&described)
+                {
+                    let (TensorValue::F32(a), TensorValue::F32(b)) = (&a.value, &b.value) else {
+                        panic!("f32 state")
+                    };
+                    // 12 positions, or the last s of them for a token-shift window.
+                    let rows = info.window.map_or(12, |w| w.min(12));
+                    assert_eq!(a.shape()[1], rows, "{name} {}: {}", info.past, b.shape()[1]);
+                    let d = rel_diff(a, b);
+                    assert!(d <= 1e-5, "{name} {} state: {d:e}", kind.name());
+                }
+                // n positions are all there is.
+                let err = decoder.feed(ids.slice(s![.., ..1])).unwrap_err();
+                assert!(
+                    err.to_string()
+                        .contains("would pass the model's 12 positions"),
+                    "{err}"
+                );
+                states.push(decoder.state().unwrap());
+            }
+            // tract and ONNX Runtime end in the same state.
+            for (a, b) in states[0].iter().zip(&states[1]) {
+                let (TensorValue::F32(a), TensorValue::F32(b)) = (&a.value, &b.value) else {
+                    panic!("f32 state")
+                };
+                assert!(rel_diff(a, b) <= 1e-5, "{name}: {}", a.len());
+            }
+        }
+    }
+
+    /// int8 with-past graphs (the spatial MatMul too: Wᵀ's columns P..P+T−1 gathered from the
+    /// int8 matrix) decode step by step within the int8 tolerance of the f64 reference, and
+    /// tract and ONNX Runtime agree. Not bit-equal to the whole-sequence run: dynamic
+    /// quantization picks its activation scale from each run's own values.
+    #[test]
+    fn int8_with_past_decoding_tracks_the_reference_in_both_runtimes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, cfg) in causal_configs() {
+            let mut q = cfg.clone();
+            q.dtype = Precision::Int8;
+            let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+            let path = write_in(
+                &q,
+                source.clone(),
+                SequenceMode::WithPast,
+                dir.path(),
+                "q.onnx",
+            );
+            onnx_check(std::slice::from_ref(&path));
+            let ids = ids_for(2, 12, 50, 3);
+            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            let mut outs = Vec::new();
+            for kind in CPU_RUNTIMES {
+                let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
+                let stepwise = decode(&mut decoder, &ids, &[5, 1, 1, 3, 2]);
+                let d = rel(&stepwise, &reference);
+                eprintln!(
+                    "{name} int8 {}: stepwise vs f64 reference {d:.2e}",
+                    kind.name()
+                );
+                assert!(d <= Tolerance::INT8.rtol, "{name} {}: {d:e}", kind.name());
+                outs.push(stepwise);
+            }
+            let d = rel(&outs[0], &outs[1]);
+            assert!(
+                d <= Tolerance::INT8.rtol,
+                "{name} tract vs ONNX Runtime: {d:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn causal_pytorch_fixtures_decoded_step_by_step_match_pytorch_at_every_position() {
+        let dir = tempfile::tempdir().unwrap();
+        // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
+        // import is told by the fixture's flags, as `--shift-tokens 2` tells the CLI).
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "lucid_shift_causal",
+        ] {
+            let fx = Fixture::open(name);
+            let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
+            let cfg = import.config.clone();
+            let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
+            let path = write_in(
+                &cfg,
+                weights.clone(),
+                SequenceMode::WithPast,
+                dir.path(),
+                "p.onnx",
+            );
+            let (ids, pytorch): (_, Array3<f32>) = (
+                fx.ids("input_ids"),
+                fx.logits().into_dimensionality().unwrap(),
+            );
+            let (batch, n) = ids.dim();
+            // Prefill half, single steps, then the rest as one chunk.
+            let mut chunks = vec![n / 2];
+            chunks.extend(std::iter::repeat_n(1, 8));
+            chunks.push(n - n / 2 - 8);
+            let reference =
+                forward_tokens_stepwise(&cfg, weights.as_ref(), ids.view(), &chunks).unwrap();
+            let d = rel(&reference, &pytorch);
+            assert!(
+                d <= PYTORCH_RTOL,
+                "{name}: stepwise reference vs PyTorch {d:e}"
+            );
+            for kind in CPU_RUNTIMES {
+                let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
+                let logits = decode(&mut decoder, &ids, &chunks);
+                let d = rel(&logits, &pytorch);
+                eprintln!("{name}: {} step by step vs PyTorch: {d:.2e}", kind.name());
+                assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
+                // Every single position on its own, too.
+                for t in 0..n {
+                    let d = rel_diff(
+                        &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
+                        &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
+                    );
+                    assert!(
+                        d <= PYTORCH_RTOL,
+                        "{name} {} position {t}: {d:e}",
+                        kind.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past growing`: validate's
+    /// whole-sequence run and decoding check (the window state starts empty too), inspect's
+    /// window line, and generate in both runtimes.
+    #[test]
+    fn cli_validates_and_generates_a_token_shift_model_with_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("shift-past.onnx");
+        let checkpoint = fixture("lucid_shift_causal").join("model.safetensors");
+        let o = gmlp(&[
+            "build",
+            "--weights",
+            path_str(&checkpoint),
+            "--causal",
+            "--shift-tokens",
+            "2",
+            "--with-past",
+            "growing",
+            "-q",
+            "-o",
+            path_str(&model),
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let o = gmlp(&["validate", path_str(&model), "--decode-steps", "3"]);
+        let text = output_text(&o);
+        assert!(o.status.success(), "{text}");
+        assert!(
+            text.contains("decode prefill 16 + 3 single steps"),
+            "{text}"
+        );
+        let o = gmlp(&["inspect", path_str(&model)]);
+        let text = output_text(&o);
+        // d = 24: the window keeps 2 rows of 24 floats per block.
+        assert!(
+            text.contains("past_shift.0 [batch, min(past_sequence, 2), 24]")
+                && text.contains("token-shift window: 192 bytes per block"),
+            "{text}"
+        );
+        let o = gmlp(&[
+            "generate",
+            path_str(&model),
+            "--prompt-text",
+            "Permission is",
+            "--max-new-tokens",
+            "8",
+            "--compare",
+            "tract,ort-cpu",
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+    }
+
+    #[test]
+    fn cli_builds_validates_and_generates_with_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("past.onnx");
+        let report = dir.path().join("report.json");
+        let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
+        let o = gmlp(&[
+            "build",
+            "--weights",
+            path_str(&checkpoint),
+            "--causal",
+            "--with-past",
+            "growing",
+            "-q",
+            "-o",
+            path_str(&model),
+        ]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let o = gmlp(&[
+            "validate",
+            path_str(&model),
+            "--decode-steps",
+            "5",
+            "--report",
+            path_str(&report),
+        ]);
+        let text = output_text(&o);
+        assert!(o.status.success(), "{text}");
+        assert!(
+            text.contains("decode prefill 16 + 5 single steps + a chunk of 4"),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let decoding = &json["decoding"];
+        assert_eq!(decoding["pass"], true);
+        assert_eq!(decoding["plan"]["prefill"], 16);
+        let runtimes = decoding["runtimes"].as_array().unwrap();
+        assert_eq!(runtimes.len(), 2);
+        // prefill + 5 steps + chunk, then 3 state tensors per block for 2 blocks.
+        assert_eq!(
+            runtimes[0]["against_whole"].as_array().unwrap().len(),
+            7 + 6
+        );
+        assert_eq!(decoding["pairs"][0]["pass"], true);
+        let o = gmlp(&["inspect", path_str(&model)]);
+        let text = output_text(&o);
+        assert!(
+            text.contains("sequence    with-past, up to 32 positions"),
+            "{text}"
+        );
+        // e = 48, a = 16: (48 + 2·16)·4 = 320 bytes per token per block.
+        assert!(text.contains("320 bytes per token per block"), "{text}");
+        for sampling in [
+            &[][..],
+            &["--temperature", "0.9", "--top-k", "5", "--seed", "3"],
+        ] {
+            let mut args = vec![
+                "generate",
+                path_str(&model),
+                "--prompt-text",
+                "Permission is",
+                "--max-new-tokens",
+                "12",
+                "--compare",
+                "tract,ort-cpu",
+            ];
+            args.extend_from_slice(sampling);
+            let o = gmlp(&args);
+            let text = output_text(&o);
+            assert!(o.status.success(), "{text}");
+            assert!(text.contains("same tokens in tract, ort-cpu"), "{text}");
+            assert!(text.contains("prefill: 13 tokens"), "{text}");
+            assert!(text.contains("steps:   11 tokens"), "{text}");
+        }
     }
 }

@@ -3,16 +3,12 @@
 
 use crate::common::{
     gmlp, inspect_json, output_text as text, path_str as s, run_python as py,
-    small_token_model as amlp,
+    small_token_model as amlp, Amlp, Build,
 };
 
 use gmlp_onnx::onnx::reader::{read_model, stored_f32_count};
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn inspect_reports_parameters_ops_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let path = amlp(dir.path());
@@ -75,10 +71,6 @@ fn inspect_reports_parameters_ops_and_metadata() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn inspect_lists_external_data_files() {
     let dir = tempfile::tempdir().unwrap();
     let path = amlp(dir.path());
@@ -115,33 +107,13 @@ fn inspect_lists_external_data_files() {
 /// the f32 file; the int8 copy of the tied embedding (the vocabulary head) and the scales
 /// are stored values, not parameters.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn int8_files_count_the_parameters_of_their_f32_file() {
     let dir = tempfile::tempdir().unwrap();
     let f32_path = amlp(dir.path());
     let int8_path = dir.path().join("t8.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "1",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "--init",
-        "spread",
-        "--dtype",
-        "int8",
-        "-q",
-        "-o",
-        s(&int8_path),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    Build::amlp(1, Amlp::Short)
+        .args(&["--init", "spread", "--dtype", "int8"])
+        .write(&int8_path);
     let qd_path = dir.path().join("qd.onnx");
     // The onnx package's reading of the files: parameters of the f32 file, and of the int8
     // file every initializer, the head's int8 copy and the scales by the names our build uses.

@@ -11,67 +11,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::common::*;
-use gmlp_onnx::checkpoint::{Import, ImportHints};
+use gmlp_onnx::checkpoint::Import;
 use gmlp_onnx::gmlp::export::export;
 use gmlp_onnx::gmlp::{GmlpConfig, ParamSpec, Precision, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::runtime::RuntimeKind;
-use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use gmlp_onnx::validate::Tolerance;
-use ndarray::{ArrayD, IxDyn};
-use safetensors::tensor::Dtype;
-use safetensors::SafeTensors;
 
 const MAX_REL_VS_F32: f64 = 5e-2;
 const MIN_TOP1_AGREEMENT: f64 = 0.97;
 const MAX_ACCURACY_DROP: f64 = 0.015;
-
-fn array_of(st: &SafeTensors, name: &str) -> Option<TensorValue> {
-    let t = st.tensor(name).ok()?;
-    let shape = IxDyn(t.shape());
-    let d = t.data();
-    Some(match t.dtype() {
-        Dtype::F32 => TensorValue::F32(
-            ArrayD::from_shape_vec(
-                shape,
-                d.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-        Dtype::I64 => TensorValue::I64(
-            ArrayD::from_shape_vec(
-                shape,
-                d.chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-            )
-            .unwrap(),
-        ),
-        other => panic!("{name}: unexpected {other:?}"),
-    })
-}
-
-/// The fixture's inputs and, for classifiers, its labels.
-fn fixture_io(name: &str) -> (serde_json::Value, Vec<NamedTensor>, Option<Vec<i64>>) {
-    let dir = fixture(name);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    let bytes = std::fs::read(dir.join("io.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let input = meta["input_name"].as_str().unwrap().to_string();
-    let inputs = vec![NamedTensor {
-        name: input.clone(),
-        value: array_of(&st, &input).unwrap(),
-    }];
-    let labels = array_of(&st, "labels").map(|v| match v {
-        TensorValue::I64(a) => a.iter().copied().collect(),
-        _ => panic!("labels"),
-    });
-    (meta, inputs, labels)
-}
 
 fn write(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64, path: &Path) {
     let model = export(cfg, source, "test", None, opset).expect("export");
@@ -84,15 +34,9 @@ fn agreement(a: &[usize], b: &[usize]) -> f64 {
 
 /// Builds the fixture in f32 and int8, runs both in tract and ONNX Runtime, checks the bounds.
 fn check_fixture(name: &str) {
-    let (meta, inputs, labels) = fixture_io(name);
-    let flags = &meta["flags"];
-    let hints = ImportHints {
-        causal: flags["causal"].as_bool().unwrap_or(false),
-        shift_tokens: flags["shift_tokens"].as_u64().unwrap_or(0) as usize,
-        in_chans: flags["in_chans"].as_u64().map(|c| c as usize),
-        ..ImportHints::default()
-    };
-    let import = Import::open(&fixture(name).join("model.safetensors"), &hints).unwrap();
+    let fx = Fixture::open(name);
+    let (inputs, labels) = (fx.inputs(), fx.labels());
+    let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
     let mut cfg = import.config.clone();
     let source: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
     let dir = tempfile::tempdir().unwrap();
@@ -138,28 +82,16 @@ fn check_fixture(name: &str) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn int8_timm_classifier_keeps_its_test_accuracy() {
     check_fixture("timm_gmlp_vision");
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn int8_lucidrains_classifier_keeps_its_test_accuracy() {
     check_fixture("lucid_vision");
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn int8_byte_language_models_keep_their_next_token_predictions() {
     for name in [
         "lucid_tokens",
@@ -172,10 +104,6 @@ fn int8_byte_language_models_keep_their_next_token_predictions() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn int8_graphs_use_the_dynamic_form_pass_the_checker_and_track_f32() {
     let dir = tempfile::tempdir().unwrap();
     let mut paths = Vec::new();
@@ -246,10 +174,6 @@ impl WeightSource for Zeroed {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn all_zero_weight_columns_get_scale_one_and_no_nan() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny_tokens(SpatialForm::Dense, Some(8), false);
@@ -298,30 +222,12 @@ fn all_zero_weight_columns_get_scale_one_and_no_nan() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn validate_uses_int8_tolerances_from_the_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "--dtype",
-        "int8",
-        "-q",
-        "-o",
-        path_str(&path),
-    ]);
-    assert!(o.status.success(), "{}", output_text(&o));
+    Build::amlp(2, Amlp::Short)
+        .args(&["--dtype", "int8"])
+        .write(&path);
     let report = dir.path().join("r.json");
     let o = gmlp(&["validate", path_str(&path), "--report", path_str(&report)]);
     assert!(o.status.success(), "{}", output_text(&o));

@@ -3,10 +3,10 @@
 //! with the defaults; a closed pipe that ends the program quietly; one-line messages that say
 //! things once.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::{output_text, path_str as s, python, small_token_model, small_vision_model};
+use crate::common::{output_text, path_str as s, small_vision_model, Build};
 
 /// The binary under test with an empty environment but for PATH and HOME (nothing
 /// exported: no ORT_DYLIB_PATH, no VIRTUAL_ENV, no GMLP_ONNX_PYTHON) plus `env`, run in `cwd`.
@@ -26,82 +26,6 @@ fn gmlp_bare(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
 
 fn gmlp(args: &[&str]) -> Output {
     crate::common::gmlp(args)
-}
-
-/// The virtual environment that holds the tests' onnxruntime (GMLP_ONNX_PYTHON is its
-/// `bin/python`, as scripts/test sets it).
-fn test_venv() -> PathBuf {
-    let python = PathBuf::from(python());
-    let venv = python
-        .parent()
-        .and_then(Path::parent)
-        .expect("GMLP_ONNX_PYTHON is <venv>/bin/python (run scripts/test)")
-        .to_path_buf();
-    assert!(
-        venv.join("pyvenv.cfg").is_file(),
-        "{} is not a virtual environment (run scripts/test)",
-        venv.display()
-    );
-    venv
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn validate_finds_onnxruntime_in_the_active_virtual_environment() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = small_vision_model(dir.path());
-    let venv = test_venv();
-    let o = gmlp_bare(
-        dir.path(),
-        &[("VIRTUAL_ENV", s(&venv))],
-        &["validate", s(&model), "--batch", "1"],
-    );
-    assert!(o.status.success(), "{}", output_text(&o));
-    assert!(output_text(&o).contains("PASS"));
-    let o = gmlp_bare(dir.path(), &[("VIRTUAL_ENV", s(&venv))], &["doctor"]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let text = output_text(&o);
-    assert!(
-        text.contains(&format!("$VIRTUAL_ENV ({}): ", venv.display()))
-            && text.contains("(from $VIRTUAL_ENV)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("ort-cpu   ok: ran the check model, agrees with tract"),
-        "{text}"
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn validate_finds_onnxruntime_in_dot_venv_of_the_current_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = small_vision_model(dir.path());
-    std::os::unix::fs::symlink(test_venv(), dir.path().join(".venv")).unwrap();
-    let o = gmlp_bare(dir.path(), &[], &["validate", s(&model), "--batch", "1"]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp_bare(dir.path(), &[], &["doctor"]);
-    let text = output_text(&o);
-    assert!(o.status.success(), "{text}");
-    let order = [
-        "--ort-lib: not given",
-        "ORT_DYLIB_PATH: not set",
-        "$VIRTUAL_ENV: not set",
-        "the environment gmlp-onnx is installed in",
-        "./.venv (",
-        "(from ./.venv)",
-    ];
-    let positions: Vec<usize> = order
-        .iter()
-        .map(|p| text.find(p).unwrap_or_else(|| panic!("{p} not in {text}")))
-        .collect();
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{text}");
 }
 
 #[test]
@@ -144,150 +68,14 @@ fn without_onnxruntime_anywhere_the_error_lists_every_place_looked() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn a_wrong_explicit_library_is_an_error_not_a_silent_fallback() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = small_vision_model(dir.path());
-    std::os::unix::fs::symlink(test_venv(), dir.path().join(".venv")).unwrap();
-    // What `export ORT_DYLIB_PATH=$PWD/.venv/lib/python3.*/...` leaves in bash.
-    let unexpanded = format!(
-        "{}/.venv/lib/python3.*/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1",
-        dir.path().display()
-    );
-    let o = gmlp_bare(
-        dir.path(),
-        &[("ORT_DYLIB_PATH", &unexpanded)],
-        &["validate", s(&model)],
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", output_text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains(&format!(
-            "ORT_DYLIB_PATH ({unexpanded}): the path set is not a file"
-        )),
-        "{err}"
-    );
-}
-
-/// `max_rel` of every compared output in a JSON report.
-fn max_rel(report: &Path) -> f64 {
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
-    json["pairs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["outputs"].as_array().unwrap().clone())
-        .map(|o| o["max_rel"].as_f64().unwrap())
-        .fold(0.0, f64::max)
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn f16_models_validate_with_the_defaults_in_build_and_validate() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, preset, extra) in [
-        (
-            "t16.onnx",
-            "amlp-base",
-            &["--layers", "2", "--seq-len", "32", "--vocab-size", "300"][..],
-        ),
-        (
-            "v16.onnx",
-            "gmlp-ti16",
-            &["--layers", "2", "--image-size", "32"][..],
-        ),
-    ] {
-        let path = dir.path().join(name);
-        let mut args = vec![
-            "build", "--preset", preset, "--dtype", "f16", "--init", "spread",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["-q", "-o", s(&path), "--validate"]);
-        let o = gmlp(&args);
-        let text = output_text(&o);
-        assert!(o.status.success(), "{text}");
-        assert!(
-            text.contains("atol 1e-4 + rtol 1e-2 * max|reference| (model precision f16)"),
-            "{text}"
-        );
-
-        // validate: the JSON report names the precision and the bounds it chose.
-        let report = dir.path().join(format!("{name}.json"));
-        let o = gmlp(&["validate", s(&path), "--report", s(&report)]);
-        assert!(o.status.success(), "{}", output_text(&o));
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        assert_eq!(json["precision"], "f16");
-        assert_eq!(
-            json["tolerance"],
-            serde_json::json!({"rtol": 0.01, "atol": 0.0001})
-        );
-        let rel = max_rel(&report);
-        if preset != "gmlp-ti16" {
-            continue;
-        }
-        // The vision model's runtimes differ by more than the f32 bound: the default is
-        // what makes it pass, and the f32 bound given explicitly still fails it, in
-        // validate and in build.
-        assert!(rel > 1e-4, "{name}: max_rel {rel}");
-        let o = gmlp(&["validate", s(&path), "--rtol", "1e-4", "--atol", "1e-6"]);
-        assert_eq!(o.status.code(), Some(1), "{}", output_text(&o));
-        let strict = dir.path().join(format!("strict-{name}"));
-        let mut args = vec![
-            "build", "--preset", preset, "--dtype", "f16", "--init", "spread",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["-q", "-o", s(&strict), "--validate", "--rtol", "1e-4"]);
-        let o = gmlp(&args);
-        assert_eq!(o.status.code(), Some(1), "{}", output_text(&o));
-    }
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn f32_models_keep_the_f32_defaults() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = small_token_model(dir.path());
-    let report = dir.path().join("r.json");
-    let o = gmlp(&["validate", s(&model), "--report", s(&report)]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(json["precision"], "f32");
-    assert_eq!(
-        json["tolerance"],
-        serde_json::json!({"rtol": 0.0001, "atol": 1e-6})
-    );
-}
-
-#[test]
 fn build_tolerances_need_validate_and_bad_ones_are_refused_before_writing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.onnx");
-    let base = [
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "-q",
-        "-o",
-        s(&out),
-    ];
-    let o = gmlp(&[&base[..], &["--rtol", "1e-3"]].concat());
+    let base = Build::preset("gmlp-ti16").args(&["--layers", "1", "-q"]);
+    let o = base.clone().args(&["--rtol", "1e-3"]).run(&out);
     assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--validate"));
-    let o = gmlp(&[&base[..], &["--validate", "--atol=-1"]].concat());
+    let o = base.args(&["--validate", "--atol=-1"]).run(&out);
     assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--atol must be a finite number >= 0"));
     assert!(!out.exists());
@@ -366,19 +154,16 @@ fn small_things_say_things_once_and_in_one_unit() {
     );
     // Small models show their FLOPs; external data gets one pair of parentheses per file.
     let out = dir.path().join("x.onnx");
-    let o = gmlp(&[
-        "build",
-        "--preset",
-        "gmlp-ti16",
-        "--layers",
-        "1",
-        "--image-size",
-        "32",
-        "--external-data",
-        "-q",
-        "-o",
-        s(&out),
-    ]);
+    let o = Build::preset("gmlp-ti16")
+        .args(&[
+            "-q",
+            "--layers",
+            "1",
+            "--image-size",
+            "32",
+            "--external-data",
+        ])
+        .run(&out);
     let text = output_text(&o);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("1.98 MFLOPs per example"), "{text}");
@@ -406,4 +191,182 @@ fn small_things_say_things_once_and_in_one_unit() {
         );
     }
     assert!(text.contains("(1.98 MFLOPs)"), "{text}");
+}
+
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+    use crate::common::{python, small_token_model, Amlp};
+    use std::path::PathBuf;
+
+    /// The virtual environment that holds the tests' onnxruntime (GMLP_ONNX_PYTHON is its
+    /// `bin/python`, as scripts/test sets it).
+    fn test_venv() -> PathBuf {
+        let python = PathBuf::from(python());
+        let venv = python
+            .parent()
+            .and_then(Path::parent)
+            .expect("GMLP_ONNX_PYTHON is <venv>/bin/python (run scripts/test)")
+            .to_path_buf();
+        assert!(
+            venv.join("pyvenv.cfg").is_file(),
+            "{} is not a virtual environment (run scripts/test)",
+            venv.display()
+        );
+        venv
+    }
+
+    #[test]
+    fn validate_finds_onnxruntime_in_the_active_virtual_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = small_vision_model(dir.path());
+        let venv = test_venv();
+        let o = gmlp_bare(
+            dir.path(),
+            &[("VIRTUAL_ENV", s(&venv))],
+            &["validate", s(&model), "--batch", "1"],
+        );
+        assert!(o.status.success(), "{}", output_text(&o));
+        assert!(output_text(&o).contains("PASS"));
+        let o = gmlp_bare(dir.path(), &[("VIRTUAL_ENV", s(&venv))], &["doctor"]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let text = output_text(&o);
+        assert!(
+            text.contains(&format!("$VIRTUAL_ENV ({}): ", venv.display()))
+                && text.contains("(from $VIRTUAL_ENV)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ort-cpu   ok: ran the check model, agrees with tract"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn validate_finds_onnxruntime_in_dot_venv_of_the_current_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = small_vision_model(dir.path());
+        std::os::unix::fs::symlink(test_venv(), dir.path().join(".venv")).unwrap();
+        let o = gmlp_bare(dir.path(), &[], &["validate", s(&model), "--batch", "1"]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let o = gmlp_bare(dir.path(), &[], &["doctor"]);
+        let text = output_text(&o);
+        assert!(o.status.success(), "{text}");
+        let order = [
+            "--ort-lib: not given",
+            "ORT_DYLIB_PATH: not set",
+            "$VIRTUAL_ENV: not set",
+            "the environment gmlp-onnx is installed in",
+            "./.venv (",
+            "(from ./.venv)",
+        ];
+        let positions: Vec<usize> = order
+            .iter()
+            .map(|p| text.find(p).unwrap_or_else(|| panic!("{p} not in {text}")))
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{text}");
+    }
+
+    #[test]
+    fn a_wrong_explicit_library_is_an_error_not_a_silent_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = small_vision_model(dir.path());
+        std::os::unix::fs::symlink(test_venv(), dir.path().join(".venv")).unwrap();
+        // What `export ORT_DYLIB_PATH=$PWD/.venv/lib/python3.*/...` leaves in bash.
+        let unexpanded = format!(
+            "{}/.venv/lib/python3.*/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1",
+            dir.path().display()
+        );
+        let o = gmlp_bare(
+            dir.path(),
+            &[("ORT_DYLIB_PATH", &unexpanded)],
+            &["validate", s(&model)],
+        );
+        assert_eq!(o.status.code(), Some(3), "{}", output_text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "ORT_DYLIB_PATH ({unexpanded}): the path set is not a file"
+            )),
+            "{err}"
+        );
+    }
+
+    /// `max_rel` of every compared output in a JSON report.
+    fn max_rel(report: &Path) -> f64 {
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        json["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["outputs"].as_array().unwrap().clone())
+            .map(|o| o["max_rel"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn f16_models_validate_with_the_defaults_in_build_and_validate() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, model) in [
+            ("t16.onnx", Build::amlp(2, Amlp::Short)),
+            (
+                "v16.onnx",
+                Build::preset("gmlp-ti16").args(&["--layers", "2", "--image-size", "32"]),
+            ),
+        ] {
+            let model = model.args(&["--dtype", "f16", "--init", "spread", "-q"]);
+            let path = dir.path().join(name);
+            let o = model.clone().args(&["--validate"]).run(&path);
+            let text = output_text(&o);
+            assert!(o.status.success(), "{text}");
+            assert!(
+                text.contains("atol 1e-4 + rtol 1e-2 * max|reference| (model precision f16)"),
+                "{text}"
+            );
+
+            // validate: the JSON report names the precision and the bounds it chose.
+            let report = dir.path().join(format!("{name}.json"));
+            let o = gmlp(&["validate", s(&path), "--report", s(&report)]);
+            assert!(o.status.success(), "{}", output_text(&o));
+            let json: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            assert_eq!(json["precision"], "f16");
+            assert_eq!(
+                json["tolerance"],
+                serde_json::json!({"rtol": 0.01, "atol": 0.0001})
+            );
+            let rel = max_rel(&report);
+            if name != "v16.onnx" {
+                continue;
+            }
+            // The vision model's runtimes differ by more than the f32 bound: the default is
+            // what makes it pass, and the f32 bound given explicitly still fails it, in
+            // validate and in build.
+            assert!(rel > 1e-4, "{name}: max_rel {rel}");
+            let o = gmlp(&["validate", s(&path), "--rtol", "1e-4", "--atol", "1e-6"]);
+            assert_eq!(o.status.code(), Some(1), "{}", output_text(&o));
+            let strict = dir.path().join(format!("strict-{name}"));
+            let o = model.args(&["--validate", "--rtol", "1e-4"]).run(&strict);
+            assert_eq!(o.status.code(), Some(1), "{}", output_text(&o));
+        }
+    }
+
+    #[test]
+    fn f32_models_keep_the_f32_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = small_token_model(dir.path());
+        let report = dir.path().join("r.json");
+        let o = gmlp(&["validate", s(&model), "--report", s(&report)]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(json["precision"], "f32");
+        assert_eq!(
+            json["tolerance"],
+            serde_json::json!({"rtol": 0.0001, "atol": 1e-6})
+        );
+    }
 }

@@ -41,10 +41,6 @@ fn tensors() -> Vec<NamedTensor> {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn numpy_reads_what_we_write() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.npz");
@@ -64,10 +60,6 @@ fn numpy_reads_what_we_write() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn we_read_what_numpy_writes_stored_and_compressed() {
     let dir = tempfile::tempdir().unwrap();
     for (name, func) in [("s.npz", "savez"), ("c.npz", "savez_compressed")] {

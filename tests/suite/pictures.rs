@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::common::{gmlp, output_text as text, path_str as s, run_python as py};
+use crate::common::{gmlp, output_text as text, path_str as s, run_python as py, Build};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -176,10 +176,6 @@ fn assert_close(ours: &[f64], reference: &[f64], tol: f64) {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn trained_timm_and_g_mlp_pytorch_checkpoints_give_one_picture_per_block_and_an_overview() {
     let dir = tempfile::tempdir().unwrap();
     // (fixture, import flags, tensor name suffix of W upstream, causal)
@@ -227,10 +223,6 @@ fn trained_timm_and_g_mlp_pytorch_checkpoints_give_one_picture_per_block_and_an_
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn a_toeplitz_model_scores_one_and_a_dense_random_one_well_below() {
     let dir = tempfile::tempdir().unwrap();
     let small = [
@@ -288,10 +280,6 @@ fn a_toeplitz_model_scores_one_and_a_dense_random_one_well_below() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn int8_f16_and_windowed_files_read_back_the_w_they_store() {
     let dir = tempfile::tempdir().unwrap();
     let checkpoint = fixture("lucid_heads2");
@@ -361,18 +349,11 @@ print(json.dumps(out))
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn validate_plot_writes_one_histogram_per_output_and_pair() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("past.onnx");
-    build(
-        &model,
-        &[
-            "--preset",
-            "amlp-base",
+    Build::preset("amlp-base")
+        .args(&[
             "--layers",
             "2",
             "--d-model",
@@ -387,8 +368,8 @@ fn validate_plot_writes_one_histogram_per_output_and_pair() {
             "40",
             "--causal",
             "--with-past",
-        ],
-    );
+        ])
+        .write(&model);
     let outputs: Vec<String> = inspect_json(&model, None)["outputs"]
         .as_array()
         .unwrap()
@@ -432,10 +413,6 @@ fn validate_plot_writes_one_histogram_per_output_and_pair() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn plot_requests_that_cannot_be_met_fail_cleanly_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let pictures = dir.path().join("pictures");
@@ -452,17 +429,9 @@ fn plot_requests_that_cannot_be_met_fail_cleanly_and_write_nothing() {
     assert!(!pictures.exists());
     // A file without the recorded configuration: plain inspect still works.
     let model = dir.path().join("m.onnx");
-    build(
-        &model,
-        &[
-            "--preset",
-            "gmlp-ti16",
-            "--layers",
-            "1",
-            "--image-size",
-            "32",
-        ],
-    );
+    Build::preset("gmlp-ti16")
+        .args(&["--layers", "1", "--image-size", "32"])
+        .write(&model);
     let bare = dir.path().join("bare.onnx");
     py(
         "import sys, onnx\n\
@@ -495,18 +464,11 @@ fn plot_requests_that_cannot_be_met_fail_cleanly_and_write_nothing() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx, numpy): scripts/test"
-)]
 fn hostile_sizes_are_refused_before_anything_large_is_allocated() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.onnx");
-    build(
-        &model,
-        &[
-            "--preset",
-            "gmlp-base",
+    Build::preset("gmlp-base")
+        .args(&[
             "--layers",
             "1",
             "--d-model",
@@ -519,8 +481,8 @@ fn hostile_sizes_are_refused_before_anything_large_is_allocated() {
             "20",
             "--spatial",
             "toeplitz-gather",
-        ],
-    );
+        ])
+        .write(&model);
     // The recorded n raised to 40000: W's 79999-value vector (320 KB) would expand to
     // 1.6e9 values for a picture. And a dense W that declares [65536, 65536] but holds 4 bytes.
     let (vector, dense) = (

@@ -5,119 +5,18 @@
 //! tract and ONNX Runtime; synthetic files of every dtype and of strided / shared views
 //! read back exactly the values NumPy wrote next to them. Hostile files: tests/suite/hostile/.
 
-use std::path::{Path, PathBuf};
-
 use crate::common::*;
 use gmlp_onnx::checkpoint::{pytorch, Checkpoint};
-use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::ArrayD;
+use gmlp_onnx::tensor::NamedTensor;
 use safetensors::SafeTensors;
-
-/// max|ours − PyTorch| / max|PyTorch| allowed (as for the safetensors fixtures).
-const PYTORCH_RTOL: f64 = 1e-4;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-/// The inputs and PyTorch's logits of a fixture (io.safetensors, written by the library).
-fn io(name: &str) -> (Vec<NamedTensor>, ArrayD<f32>) {
-    let dir = fixtures().join(name);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    let input_name = meta["input_name"].as_str().unwrap();
-    let bytes = std::fs::read(dir.join("io.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let read = |name: &str| safetensors_tensor(&st, name).unwrap();
-    let TensorValue::F32(logits) = read("logits") else {
-        panic!("f32 logits")
-    };
-    let inputs = vec![NamedTensor {
-        name: input_name.to_string(),
-        value: read(input_name),
-    }];
-    (inputs, logits)
-}
-
-/// Converts `fixtures/NAME/FILE` with `gmlp-onnx build --weights` and compares both CPU
-/// runtimes with PyTorch's logits; also checks that every tensor read from the `.pt`
-/// equals the one in the fixture's model.safetensors bit for bit.
-fn check_conversion(name: &str, file: &str, flags: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
-    let weights = fixtures().join(name).join(file);
-    let out = dir.path().join("model.onnx");
-    let mut args = vec![
-        "build",
-        "-q",
-        "--weights",
-        path_str(&weights),
-        "-o",
-        path_str(&out),
-    ];
-    args.extend(flags);
-    let o = gmlp(&args);
-    assert!(o.status.success(), "{name}/{file}: {}", output_text(&o));
-
-    let (inputs, logits) = io(name);
-    for kind in CPU_RUNTIMES {
-        let d = rel_diff(&f32_output(&run(kind, &out, &inputs)), &logits);
-        eprintln!(
-            "{name}/{file}: {} vs PyTorch: max|diff|/max|ref| = {d:.2e}",
-            kind.name()
-        );
-        assert!(d <= PYTORCH_RTOL, "{name}/{file}: {} {d:e}", kind.name());
-    }
-
-    let pt = Checkpoint::open(&weights).unwrap();
-    let st = Checkpoint::open(&fixtures().join(name).join("model.safetensors")).unwrap();
-    let pt_keys: Vec<&str> = pt.keys().collect();
-    let st_keys: Vec<&str> = st.keys().collect();
-    assert_eq!(pt_keys, st_keys, "{name}/{file}: tensor names");
-    for key in st_keys {
-        assert_eq!(pt.shape(key), st.shape(key), "{name}/{file}: {key}");
-        assert_eq!(
-            pt.f32(key).unwrap(),
-            st.f32(key).unwrap(),
-            "{name}/{file}: {key}"
-        );
-    }
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn timm_state_dict_from_torch_save_matches_pytorch() {
-    check_conversion("timm_gmlp_vision", "model.pt", &[]);
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn g_mlp_pytorch_checkpoints_nested_lightning_and_legacy_match_pytorch() {
-    // {"model": state_dict, "optimizer": Adam state, "epoch": 3}
-    check_conversion("lucid_vision", "model.ckpt.pt", &["--in-chans", "1"]);
-    // Lightning: {"state_dict": ..., "epoch", "global_step", "hyper_parameters", ...}
-    check_conversion("lucid_amlp_causal", "model.lightning.pt", &["--causal"]);
-    // torch.save(..., _use_new_zipfile_serialization=False)
-    check_conversion("lucid_tokens", "model.legacy.pt", &[]);
-}
 
 /// The arrays NumPy saved next to a synthetic file (float64, contiguous).
 fn expected(stem: &str) -> Vec<NamedTensor> {
-    gmlp_onnx::npz::read_npz(
-        &fixtures()
-            .join("pytorch")
-            .join(format!("{stem}.expected.npz")),
-    )
-    .unwrap()
+    gmlp_onnx::npz::read_npz(&fixture("pytorch").join(format!("{stem}.expected.npz"))).unwrap()
 }
 
 fn check_synthetic(file: &str, stem: &str) {
-    let path = fixtures().join("pytorch").join(file);
+    let path = fixture("pytorch").join(file);
     let got = pytorch::read_file(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
     let want = expected(stem);
     let mut got_names: Vec<&str> = got.iter().map(|t| t.name.as_str()).collect();
@@ -145,7 +44,7 @@ fn every_dtype_reads_back_exactly_in_both_formats() {
     check_synthetic("dtypes.pt", "dtypes");
     check_synthetic("dtypes.legacy.pt", "dtypes");
     // Integer tensors are kept, but refused as weights by name.
-    let ck = Checkpoint::open(&fixtures().join("pytorch").join("dtypes.pt")).unwrap();
+    let ck = Checkpoint::open(&fixture("pytorch").join("dtypes.pt")).unwrap();
     let e = ck.f32("i64").unwrap_err().to_string();
     assert!(
         e.contains("i64: element type int64 is not supported"),
@@ -211,7 +110,7 @@ fn safetensors_values(t: &safetensors::tensor::TensorView<'_>) -> (&'static str,
 /// safetensors.torch from the same tensors; and open as a checkpoint as `build` does.
 #[test]
 fn files_saved_under_names_of_every_length_equal_their_safetensors_copies() {
-    let root = fixtures().join("pytorch").join("names");
+    let root = fixture("pytorch").join("names");
     let mut lengths = std::collections::BTreeSet::new();
     let mut checked = 0;
     for entry in std::fs::read_dir(root.join("safetensors")).unwrap() {
@@ -245,4 +144,71 @@ fn files_saved_under_names_of_every_length_equal_their_safetensors_copies() {
     }
     assert_eq!(lengths, (1..=64).collect(), "a stem of every length 1..=64");
     assert_eq!(checked, 3 * 64);
+}
+
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+
+    /// Converts `fixtures/NAME/FILE` with `gmlp-onnx build --weights` and compares both CPU
+    /// runtimes with PyTorch's logits; also checks that every tensor read from the `.pt`
+    /// equals the one in the fixture's model.safetensors bit for bit.
+    fn check_conversion(name: &str, file: &str, flags: &[&str]) {
+        let dir = tempfile::tempdir().unwrap();
+        let weights = fixture(name).join(file);
+        let out = dir.path().join("model.onnx");
+        let mut args = vec![
+            "build",
+            "-q",
+            "--weights",
+            path_str(&weights),
+            "-o",
+            path_str(&out),
+        ];
+        args.extend(flags);
+        let o = gmlp(&args);
+        assert!(o.status.success(), "{name}/{file}: {}", output_text(&o));
+
+        let fx = Fixture::open(name);
+        let (inputs, logits) = (fx.inputs(), fx.logits());
+        for kind in CPU_RUNTIMES {
+            let d = rel_diff(&f32_output(&run(kind, &out, &inputs)), &logits);
+            eprintln!(
+                "{name}/{file}: {} vs PyTorch: max|diff|/max|ref| = {d:.2e}",
+                kind.name()
+            );
+            assert!(d <= PYTORCH_RTOL, "{name}/{file}: {} {d:e}", kind.name());
+        }
+
+        let pt = Checkpoint::open(&weights).unwrap();
+        let st = Checkpoint::open(&fx.checkpoint()).unwrap();
+        let pt_keys: Vec<&str> = pt.keys().collect();
+        let st_keys: Vec<&str> = st.keys().collect();
+        assert_eq!(pt_keys, st_keys, "{name}/{file}: tensor names");
+        for key in st_keys {
+            assert_eq!(pt.shape(key), st.shape(key), "{name}/{file}: {key}");
+            assert_eq!(
+                pt.f32(key).unwrap(),
+                st.f32(key).unwrap(),
+                "{name}/{file}: {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn timm_state_dict_from_torch_save_matches_pytorch() {
+        check_conversion("timm_gmlp_vision", "model.pt", &[]);
+    }
+
+    #[test]
+    fn g_mlp_pytorch_checkpoints_nested_lightning_and_legacy_match_pytorch() {
+        // {"model": state_dict, "optimizer": Adam state, "epoch": 3}
+        check_conversion("lucid_vision", "model.ckpt.pt", &["--in-chans", "1"]);
+        // Lightning: {"state_dict": ..., "epoch", "global_step", "hyper_parameters", ...}
+        check_conversion("lucid_amlp_causal", "model.lightning.pt", &["--causal"]);
+        // torch.save(..., _use_new_zipfile_serialization=False)
+        check_conversion("lucid_tokens", "model.legacy.pt", &[]);
+    }
 }

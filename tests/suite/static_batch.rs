@@ -23,10 +23,6 @@ const RTOL: f64 = 1e-5;
 /// Prompts of different lengths decoded together (one state batch, each sequence at its
 /// own position) give each sequence the logits and greedy tokens it gets alone.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn batched_sequences_at_different_positions_equal_each_alone() {
     let dir = tempfile::tempdir().unwrap();
     for (name, cfg) in causal_configs() {
@@ -100,10 +96,6 @@ fn batched_sequences_at_different_positions_equal_each_alone() {
 /// A growing-state model has one position for the whole batch: prompts of different
 /// lengths are refused with a one-line message, prompts of one length decode.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn growing_state_refuses_prompts_of_different_lengths() {
     let dir = tempfile::tempdir().unwrap();
     let (_, cfg) = causal_configs().swap_remove(1);
@@ -138,10 +130,6 @@ fn growing_state_refuses_prompts_of_different_lengths() {
 /// `generate --prompts-file` decodes prompts of different lengths together with the
 /// tokens each gets alone, in both runtimes.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn cli_builds_validates_and_generates_a_batch_with_static_state() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("static.onnx");
@@ -253,40 +241,15 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
 
 /// Bad input to the batch path: one line, exit 2.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let model = d.join("s.onnx");
     let growing = d.join("g.onnx");
     for (path, form) in [(&model, "static"), (&growing, "growing")] {
-        let o = gmlp(&[
-            "build",
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "1",
-            "--d-model",
-            "16",
-            "--d-ffn",
-            "32",
-            "--attn-dim",
-            "4",
-            "--seq-len",
-            "8",
-            "--vocab-size",
-            "20",
-            "--causal",
-            "--with-past",
-            form,
-            "-q",
-            "-o",
-            path_str(path),
-        ]);
-        assert!(o.status.success(), "{}", output_text(&o));
+        Build::amlp(1, Amlp::Tiny)
+            .args(&["--causal", "--with-past", form])
+            .write(path);
     }
     let write = |name: &str, text: &str| {
         let p = d.join(name);
@@ -397,10 +360,6 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
 /// Inputs given to `validate` for a static file: a position that leaves 0..n and a state of
 /// the wrong size are refused before any run, in one line, exit 2.
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn validate_refuses_bad_positions_and_state_sizes_in_given_inputs() {
     let dir = tempfile::tempdir().unwrap();
     let (_, cfg) = causal_configs().swap_remove(1);

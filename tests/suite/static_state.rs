@@ -10,244 +10,9 @@ use std::sync::Arc;
 
 use crate::common::decoding::*;
 use crate::common::*;
-use gmlp_onnx::checkpoint::{Import, ImportHints};
-use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
 use gmlp_onnx::gmlp::targets::BuildTarget;
-use gmlp_onnx::gmlp::{Precision, SequenceMode, WeightSource};
+use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
 use gmlp_onnx::onnx::reader::{read_model, updates_in_place};
-use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
-use gmlp_onnx::runtime::{self, RuntimeKind};
-use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use gmlp_onnx::validate::Tolerance;
-use ndarray::{s, Array1, Array2, ArrayD, IxDyn};
-
-/// max|ours − PyTorch| / max|PyTorch| allowed (expect ~1e-6).
-const PYTORCH_RTOL: f64 = 1e-4;
-/// Runtimes against the f64 reference, and decoding against the whole run (f32 rounding).
-const RTOL: f64 = 1e-5;
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn static_decoding_equals_the_whole_sequence_and_the_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, cfg) in causal_configs() {
-        for (target_name, cfg, target, kinds) in targets(&cfg) {
-            let name = format!("{name} {target_name}");
-            let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-            let path = write_for(
-                &cfg,
-                source.clone(),
-                SequenceMode::Static,
-                &target,
-                dir.path(),
-                "s.onnx",
-            );
-            onnx_check(std::slice::from_ref(&path));
-            let model = read_model(&path).unwrap();
-            let op = if target.opset >= 24 {
-                "TensorScatter"
-            } else {
-                "ScatterND"
-            };
-            let graph = model.graph.as_ref().unwrap();
-            assert!(graph.node.iter().any(|n| n.op_type() == op), "{name}");
-            assert!(
-                !graph.node.iter().any(|n| n.op_type() == "Concat"
-                    && n.output.iter().any(|o| o.starts_with("present_"))),
-                "{name}: the state is not concatenated"
-            );
-            assert!(DecodingModel::of(&model).unwrap().in_place, "{name}");
-            let ids = ids_for(2, 12, 50, 2);
-            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
-            let chunks = [5, 1, 1, 3, 2];
-            let stepwise_reference =
-                forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
-            let mut states = Vec::new();
-            for &kind in &kinds {
-                let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
-                assert_eq!(
-                    decoder.in_place(),
-                    kind == RuntimeKind::OrtCpu,
-                    "{name} {}",
-                    kind.name()
-                );
-                let whole = decode(&mut decoder, &ids, &[12]);
-                let whole_state = decoder.state().unwrap();
-                decoder.reset().unwrap();
-                // From position 0: a prompt, single steps, chunks after a prefix.
-                let stepwise = decode(&mut decoder, &ids, &chunks);
-                let d = rel(&stepwise, &whole);
-                assert!(d <= RTOL, "{name} {}: stepwise vs whole {d:e}", kind.name());
-                let d = rel(&stepwise, &reference);
-                assert!(d <= RTOL, "{name} {} vs reference: {d:e}", kind.name());
-                let d = rel(&stepwise, &stepwise_reference);
-                assert!(
-                    d <= RTOL,
-                    "{name} {} vs stepwise reference: {d:e}",
-                    kind.name()
-                );
-                let state = decoder.state().unwrap();
-                assert_eq!(state.len(), whole_state.len());
-                for (a, b) in state.iter().zip(&whole_state) {
-                    // Every state keeps all n = 12 rows.
-                    assert_eq!(f32_of(a).shape(), &[2, 12, f32_of(a).shape()[2]]);
-                    let d = rel_diff(f32_of(a), f32_of(b));
-                    assert!(d <= RTOL, "{name} {} state {}: {d:e}", kind.name(), a.name);
-                }
-                let err = decoder.feed(ids.slice(s![.., ..1])).unwrap_err();
-                assert!(
-                    err.to_string()
-                        .contains("would pass the model's 12 positions"),
-                    "{err}"
-                );
-                states.push(state);
-            }
-            if states.len() == 2 {
-                for (a, b) in states[0].iter().zip(&states[1]) {
-                    let d = rel_diff(f32_of(a), f32_of(b));
-                    assert!(d <= RTOL, "{name}: tract vs ONNX Runtime state {d:e}");
-                }
-            }
-        }
-    }
-}
-
-/// int8 static graphs (projections and head int8, spatial W in f32) track the f64
-/// reference within the int8 tolerance; f16 ones within f16's.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn int8_and_f16_static_graphs_track_the_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, cfg) in causal_configs() {
-        for (dtype, tolerance) in [
-            (Precision::Int8, Tolerance::INT8.rtol),
-            (Precision::F16, 2e-2),
-        ] {
-            let mut q = cfg.clone();
-            q.dtype = dtype;
-            let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-            let path = write_for(
-                &q,
-                source.clone(),
-                SequenceMode::Static,
-                &BuildTarget::at_opset(17),
-                dir.path(),
-                "q.onnx",
-            );
-            onnx_check(std::slice::from_ref(&path));
-            let ids = ids_for(2, 12, 50, 3);
-            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
-            for kind in CPU_RUNTIMES {
-                let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
-                let stepwise = decode(&mut decoder, &ids, &[5, 1, 1, 3, 2]);
-                let d = rel(&stepwise, &reference);
-                assert!(d <= tolerance, "{name} {dtype:?} {}: {d:e}", kind.name());
-            }
-        }
-    }
-}
-
-/// Writing the state in place (ONNX Runtime's I/O binding) and letting ONNX Runtime copy
-/// it every run give the same logits and state, bit for bit.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn in_place_and_copying_runs_agree_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, cfg) = causal_configs().swap_remove(4);
-    let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-    for opset in [17, 24] {
-        let path = write_for(
-            &cfg,
-            source.clone(),
-            SequenceMode::Static,
-            &BuildTarget::at_opset(opset),
-            dir.path(),
-            "s.onnx",
-        );
-        let ids = ids_for(2, 12, 50, 4);
-        let mut results = Vec::new();
-        for in_place in [true, false] {
-            let mut decoder =
-                Decoder::open_with(RuntimeKind::OrtCpu, &path, &options(), 2, in_place).unwrap();
-            assert_eq!(decoder.in_place(), in_place);
-            let logits = decode(&mut decoder, &ids, &[4, 1, 1, 1, 5]);
-            results.push((logits, decoder.state().unwrap()));
-        }
-        assert_eq!(results[0].0, results[1].0, "opset {opset}");
-        for (a, b) in results[0].1.iter().zip(&results[1].1) {
-            assert_eq!(f32_of(a), f32_of(b), "opset {opset} {}", a.name);
-        }
-    }
-}
-
-/// A position outside 0..n, or one whose T rows would pass n, fails at the graph's
-/// checking `Gather` in both runtimes (an error, no out-of-bounds read or write).
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn positions_outside_the_state_fail_in_the_graph() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, cfg) = causal_configs().swap_remove(1);
-    let path = write_for(
-        &cfg,
-        Arc::new(spread(3)),
-        SequenceMode::Static,
-        &BuildTarget::at_opset(17),
-        dir.path(),
-        "p.onnx",
-    );
-    let info = DecodingModel::read(&path).unwrap().info;
-    let state: Vec<NamedTensor> = info
-        .state
-        .iter()
-        .map(|s| NamedTensor {
-            name: s.past.clone(),
-            value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, 12, s.width]))),
-        })
-        .collect();
-    for kind in CPU_RUNTIMES {
-        let mut rt = runtime::open(kind, &path, &options()).unwrap();
-        for (positions, tokens) in [([0, 12], 1), ([-1, 0], 1), ([0, 10], 3), ([-100, 0], 1)] {
-            let mut feed = vec![
-                NamedTensor {
-                    name: "input_ids".into(),
-                    value: TensorValue::I64(Array2::<i64>::ones((2, tokens)).into_dyn()),
-                },
-                NamedTensor {
-                    name: "position".into(),
-                    value: TensorValue::I64(Array1::from(positions.to_vec()).into_dyn()),
-                },
-            ];
-            feed.extend(state.iter().cloned());
-            let err = rt.run(&feed);
-            assert!(err.is_err(), "{} positions {positions:?}", kind.name());
-        }
-        // In range, the same file runs.
-        let mut feed = vec![
-            NamedTensor {
-                name: "input_ids".into(),
-                value: TensorValue::I64(Array2::<i64>::ones((2, 2)).into_dyn()),
-            },
-            NamedTensor {
-                name: "position".into(),
-                value: TensorValue::I64(Array1::from(vec![0i64, 10]).into_dyn()),
-            },
-        ];
-        feed.extend(state.iter().cloned());
-        rt.run(&feed).unwrap();
-    }
-}
 
 /// The in-place check reads the graph: each past_* input of a static file is read only by
 /// the scatter that makes its present_* output; a growing file's is read by a Concat.
@@ -281,62 +46,284 @@ fn the_in_place_check_reads_the_graph() {
     assert!(!updates_in_place(&g, "past_sgu.0", "present_sgu.0"));
 }
 
-/// The trained causal g-mlp-pytorch fixtures through the static form, prefill, single
-/// steps and a last chunk, equal PyTorch's stored logits at every position (both
-/// runtimes at opset 17, ONNX Runtime at opset 24).
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, shift_tokens) in [
-        ("lucid_tokens_causal", 0),
-        ("lucid_amlp_causal", 0),
-        ("lucid_shift_causal", 2),
-    ] {
-        let hints = ImportHints {
-            causal: true,
-            shift_tokens,
-            ..ImportHints::default()
-        };
-        let import = Import::open(&fixture(name).join("model.safetensors"), &hints).unwrap();
-        let cfg = import.config.clone();
-        let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
-        let (ids, pytorch) = fixture_io(name);
-        let (batch, n) = ids.dim();
-        let mut chunks = vec![n / 2];
-        chunks.extend(std::iter::repeat_n(1, 8));
-        chunks.push(n - n / 2 - 8);
-        for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
+    use gmlp_onnx::checkpoint::Import;
+    use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
+    use gmlp_onnx::gmlp::Precision;
+    use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
+    use gmlp_onnx::runtime::{self, RuntimeKind};
+    use gmlp_onnx::tensor::{NamedTensor, TensorValue};
+    use gmlp_onnx::validate::Tolerance;
+    use ndarray::s;
+    use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+
+    /// Runtimes against the f64 reference, and decoding against the whole run (f32 rounding).
+    const RTOL: f64 = 1e-5;
+
+    #[test]
+    fn static_decoding_equals_the_whole_sequence_and_the_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, cfg) in causal_configs() {
+            for (target_name, cfg, target, kinds) in targets(&cfg) {
+                let name = format!("{name} {target_name}");
+                let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+                let path = write_for(
+                    &cfg,
+                    source.clone(),
+                    SequenceMode::Static,
+                    &target,
+                    dir.path(),
+                    "s.onnx",
+                );
+                onnx_check(std::slice::from_ref(&path));
+                let model = read_model(&path).unwrap();
+                let op = if target.opset >= 24 {
+                    "TensorScatter"
+                } else {
+                    "ScatterND"
+                };
+                let graph = model.graph.as_ref().unwrap();
+                assert!(graph.node.iter().any(|n| n.op_type() == op), "{name}");
+                assert!(
+                    !graph.node.iter().any(|n| n.op_type() == "Concat"
+                        && n.output.iter().any(|o| o.starts_with("present_"))),
+                    "{name}: the state is not concatenated"
+                );
+                assert!(DecodingModel::of(&model).unwrap().in_place, "{name}");
+                let ids = ids_for(2, 12, 50, 2);
+                let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+                let chunks = [5, 1, 1, 3, 2];
+                let stepwise_reference =
+                    forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
+                let mut states = Vec::new();
+                for &kind in &kinds {
+                    let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
+                    assert_eq!(
+                        decoder.in_place(),
+                        kind == RuntimeKind::OrtCpu,
+                        "{name} {}",
+                        kind.name()
+                    );
+                    let whole = decode(&mut decoder, &ids, &[12]);
+                    let whole_state = decoder.state().unwrap();
+                    decoder.reset().unwrap();
+                    // From position 0: a prompt, single steps, chunks after a prefix.
+                    let stepwise = decode(&mut decoder, &ids, &chunks);
+                    let d = rel(&stepwise, &whole);
+                    assert!(d <= RTOL, "{name} {}: stepwise vs whole {d:e}", kind.name());
+                    let d = rel(&stepwise, &reference);
+                    assert!(d <= RTOL, "{name} {} vs reference: {d:e}", kind.name());
+                    let d = rel(&stepwise, &stepwise_reference);
+                    assert!(
+                        d <= RTOL,
+                        "{name} {} vs stepwise reference: {d:e}",
+                        kind.name()
+                    );
+                    let state = decoder.state().unwrap();
+                    assert_eq!(state.len(), whole_state.len());
+                    for (a, b) in state.iter().zip(&whole_state) {
+                        // Every state keeps all n = 12 rows.
+                        assert_eq!(f32_of(a).shape(), &[2, 12, f32_of(a).shape()[2]]);
+                        let d = rel_diff(f32_of(a), f32_of(b));
+                        assert!(d <= RTOL, "{name} {} state {}: {d:e}", kind.name(), a.name);
+                    }
+                    let err = decoder.feed(ids.slice(s![.., ..1])).unwrap_err();
+                    assert!(
+                        err.to_string()
+                            .contains("would pass the model's 12 positions"),
+                        "{err}"
+                    );
+                    states.push(state);
+                }
+                if states.len() == 2 {
+                    for (a, b) in states[0].iter().zip(&states[1]) {
+                        let d = rel_diff(f32_of(a), f32_of(b));
+                        assert!(d <= RTOL, "{name}: tract vs ONNX Runtime state {d:e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// int8 static graphs (projections and head int8, spatial W in f32) track the f64
+    /// reference within the int8 tolerance; f16 ones within f16's.
+    #[test]
+    fn int8_and_f16_static_graphs_track_the_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, cfg) in causal_configs() {
+            for (dtype, tolerance) in [
+                (Precision::Int8, Tolerance::INT8.rtol),
+                (Precision::F16, 2e-2),
+            ] {
+                let mut q = cfg.clone();
+                q.dtype = dtype;
+                let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+                let path = write_for(
+                    &q,
+                    source.clone(),
+                    SequenceMode::Static,
+                    &BuildTarget::at_opset(17),
+                    dir.path(),
+                    "q.onnx",
+                );
+                onnx_check(std::slice::from_ref(&path));
+                let ids = ids_for(2, 12, 50, 3);
+                let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+                for kind in CPU_RUNTIMES {
+                    let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
+                    let stepwise = decode(&mut decoder, &ids, &[5, 1, 1, 3, 2]);
+                    let d = rel(&stepwise, &reference);
+                    assert!(d <= tolerance, "{name} {dtype:?} {}: {d:e}", kind.name());
+                }
+            }
+        }
+    }
+
+    /// Writing the state in place (ONNX Runtime's I/O binding) and letting ONNX Runtime copy
+    /// it every run give the same logits and state, bit for bit.
+    #[test]
+    fn in_place_and_copying_runs_agree_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, cfg) = causal_configs().swap_remove(4);
+        let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+        for opset in [17, 24] {
             let path = write_for(
                 &cfg,
-                weights.clone(),
+                source.clone(),
                 SequenceMode::Static,
                 &BuildTarget::at_opset(opset),
                 dir.path(),
-                "f.onnx",
+                "s.onnx",
             );
-            for kind in kinds {
-                let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
-                let logits = decode(&mut decoder, &ids, &chunks);
-                let d = rel(&logits, &pytorch);
-                eprintln!(
-                    "{name} opset {opset}: {} static vs PyTorch: {d:.2e}",
-                    kind.name()
+            let ids = ids_for(2, 12, 50, 4);
+            let mut results = Vec::new();
+            for in_place in [true, false] {
+                let mut decoder =
+                    Decoder::open_with(RuntimeKind::OrtCpu, &path, &options(), 2, in_place)
+                        .unwrap();
+                assert_eq!(decoder.in_place(), in_place);
+                let logits = decode(&mut decoder, &ids, &[4, 1, 1, 1, 5]);
+                results.push((logits, decoder.state().unwrap()));
+            }
+            assert_eq!(results[0].0, results[1].0, "opset {opset}");
+            for (a, b) in results[0].1.iter().zip(&results[1].1) {
+                assert_eq!(f32_of(a), f32_of(b), "opset {opset} {}", a.name);
+            }
+        }
+    }
+
+    /// A position outside 0..n, or one whose T rows would pass n, fails at the graph's
+    /// checking `Gather` in both runtimes (an error, no out-of-bounds read or write).
+    #[test]
+    fn positions_outside_the_state_fail_in_the_graph() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, cfg) = causal_configs().swap_remove(1);
+        let path = write_for(
+            &cfg,
+            Arc::new(spread(3)),
+            SequenceMode::Static,
+            &BuildTarget::at_opset(17),
+            dir.path(),
+            "p.onnx",
+        );
+        let info = DecodingModel::read(&path).unwrap().info;
+        let state: Vec<NamedTensor> = info
+            .state
+            .iter()
+            .map(|s| NamedTensor {
+                name: s.past.clone(),
+                value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, 12, s.width]))),
+            })
+            .collect();
+        for kind in CPU_RUNTIMES {
+            let mut rt = runtime::open(kind, &path, &options()).unwrap();
+            for (positions, tokens) in [([0, 12], 1), ([-1, 0], 1), ([0, 10], 3), ([-100, 0], 1)] {
+                let mut feed = vec![
+                    NamedTensor {
+                        name: "input_ids".into(),
+                        value: TensorValue::I64(Array2::<i64>::ones((2, tokens)).into_dyn()),
+                    },
+                    NamedTensor {
+                        name: "position".into(),
+                        value: TensorValue::I64(Array1::from(positions.to_vec()).into_dyn()),
+                    },
+                ];
+                feed.extend(state.iter().cloned());
+                let err = rt.run(&feed);
+                assert!(err.is_err(), "{} positions {positions:?}", kind.name());
+            }
+            // In range, the same file runs.
+            let mut feed = vec![
+                NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(Array2::<i64>::ones((2, 2)).into_dyn()),
+                },
+                NamedTensor {
+                    name: "position".into(),
+                    value: TensorValue::I64(Array1::from(vec![0i64, 10]).into_dyn()),
+                },
+            ];
+            feed.extend(state.iter().cloned());
+            rt.run(&feed).unwrap();
+        }
+    }
+
+    /// The trained causal g-mlp-pytorch fixtures through the static form, prefill, single
+    /// steps and a last chunk, equal PyTorch's stored logits at every position (both
+    /// runtimes at opset 17, ONNX Runtime at opset 24).
+    #[test]
+    fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "lucid_shift_causal",
+        ] {
+            let fx = Fixture::open(name);
+            let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
+            let cfg = import.config.clone();
+            let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
+            let (ids, pytorch): (_, Array3<f32>) = (
+                fx.ids("input_ids"),
+                fx.logits().into_dimensionality().unwrap(),
+            );
+            let (batch, n) = ids.dim();
+            let mut chunks = vec![n / 2];
+            chunks.extend(std::iter::repeat_n(1, 8));
+            chunks.push(n - n / 2 - 8);
+            for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
+                let path = write_for(
+                    &cfg,
+                    weights.clone(),
+                    SequenceMode::Static,
+                    &BuildTarget::at_opset(opset),
+                    dir.path(),
+                    "f.onnx",
                 );
-                assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
-                for t in 0..n {
-                    let d = rel_diff(
-                        &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
-                        &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
-                    );
-                    assert!(
-                        d <= PYTORCH_RTOL,
-                        "{name} {} position {t}: {d:e}",
+                for kind in kinds {
+                    let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
+                    let logits = decode(&mut decoder, &ids, &chunks);
+                    let d = rel(&logits, &pytorch);
+                    eprintln!(
+                        "{name} opset {opset}: {} static vs PyTorch: {d:.2e}",
                         kind.name()
                     );
+                    assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
+                    for t in 0..n {
+                        let d = rel_diff(
+                            &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
+                            &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
+                        );
+                        assert!(
+                            d <= PYTORCH_RTOL,
+                            "{name} {} position {t}: {d:e}",
+                            kind.name()
+                        );
+                    }
                 }
             }
         }

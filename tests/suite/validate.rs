@@ -5,491 +5,9 @@
 //! Longer than ~500 lines: one module for `validate`, its cases sharing the Python
 //! ONNX Runtime and NumPy helpers.
 
-use crate::common::{
-    assert_fails, gmlp, output_text as text, path_str as s, run_python as py,
-    small_token_model as token_model, small_vision_model as vision_model,
-};
-
-use std::path::Path;
-use std::process::Command;
-
 use gmlp_onnx::runtime::onnxruntime::parse_profile;
 use gmlp_onnx::runtime::{Placement, RuntimeKind};
 use gmlp_onnx::validate::check_placement;
-
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn numpy_inputs_and_python_onnxruntime_outputs_check_tract() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = vision_model(dir.path());
-    let inputs = dir.path().join("in.npz");
-    let expected = dir.path().join("py_out.npz");
-    // Inputs from NumPy (batch 3, not the default 2), reference outputs from the
-    // Python ONNX Runtime package: neither goes through this crate.
-    py(
-        "import sys, numpy as np, onnxruntime as ort\n\
-         x = np.random.default_rng(7).uniform(-1, 1, (3, 3, 32, 32)).astype(np.float32)\n\
-         np.savez(sys.argv[2], pixel_values=x)\n\
-         s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n\
-         np.savez(sys.argv[3], logits=s.run(['logits'], {'pixel_values': x})[0])\n",
-        &[&model, &inputs, &expected],
-    );
-    let report = dir.path().join("r.json");
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--runtimes",
-        "tract",
-        "--inputs",
-        s(&inputs),
-        "--expected",
-        s(&expected),
-        "--report",
-        s(&report),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("pixel_values float32 [3, 3, 32, 32]"),
-        "{}",
-        text(&o)
-    );
-    assert!(
-        text(&o).contains("expected vs tract: logits"),
-        "{}",
-        text(&o)
-    );
-    let json = read_json(&report);
-    assert_eq!(json["schema"], "gmlp-onnx.validate/1");
-    assert_eq!(json["inputs_source"], s(&inputs));
-    assert_eq!(json["seed"], serde_json::Value::Null);
-    assert_eq!(json["pairs"][0]["reference"], "expected");
-    assert_eq!(json["pairs"][0]["other"], "tract");
-    assert_eq!(json["pairs"][0]["outputs"][0]["elements"], 3000);
-    assert_eq!(json["pairs"][0]["pass"], true);
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn saved_outputs_catch_a_perturbed_expected_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = token_model(dir.path());
-    let saved = dir.path().join("ort.npz");
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--runtimes",
-        "ort-cpu",
-        "--save-outputs",
-        s(&saved),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    // tract against ONNX Runtime's saved outputs: agrees.
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--runtimes",
-        "tract",
-        "--expected",
-        s(&saved),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    // NumPy changes one logit by 1% of the largest magnitude: caught, exit 1.
-    let perturbed = dir.path().join("bad.npz");
-    py(
-        "import sys, numpy as np\n\
-         z = dict(np.load(sys.argv[1]))\n\
-         l = z['logits']; assert l.dtype == np.float32 and l.shape == (2, 32, 300), (l.dtype, l.shape)\n\
-         l[1, 5, 7] += 0.01 * np.abs(l).max()\n\
-         np.savez(sys.argv[2], **z)\n",
-        &[&saved, &perturbed],
-    );
-    let report = dir.path().join("r.json");
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--expected",
-        s(&perturbed),
-        "--report",
-        s(&report),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("DIFFER  expected vs tract: logits"),
-        "{}",
-        text(&o)
-    );
-    let json = read_json(&report);
-    assert_eq!(json["pass"], false);
-    let pairs = json["pairs"].as_array().unwrap();
-    assert_eq!(
-        pairs.len(),
-        3,
-        "tract/ort-cpu, expected/tract, expected/ort-cpu"
-    );
-    assert_eq!(pairs[0]["pass"], true);
-    for p in &pairs[1..] {
-        assert_eq!(p["reference"], "expected");
-        assert_eq!(p["outputs"][0]["mismatched"], 1);
-        assert!(p["outputs"][0]["max_rel"].as_f64().unwrap() > 0.009);
-    }
-    // An array that is not an output of the model is an input error.
-    let wrong = dir.path().join("wrong.npz");
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], scores=np.zeros((2, 32, 300), np.float32))\n",
-        &[&wrong],
-    );
-    assert_fails(
-        &gmlp(&["validate", s(&model), "--expected", s(&wrong)]),
-        2,
-        &["array 'scores' is not an output of the model (outputs: logits)"],
-    );
-    // A reference of the wrong shape is an input error too, naming the output.
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], logits=np.zeros((2, 31, 300), np.float32))\n",
-        &[&wrong],
-    );
-    assert_fails(
-        &gmlp(&[
-            "validate",
-            s(&model),
-            "--runtimes",
-            "tract",
-            "--expected",
-            s(&wrong),
-        ]),
-        2,
-        &["output logits: shapes differ"],
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn inputs_that_do_not_fit_the_model_are_refused_naming_the_input() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = token_model(dir.path());
-    let f = dir.path().join("in.npz");
-    let check = |script: &str, needles: &[&str]| {
-        py(
-            &format!("import sys, numpy as np\np = sys.argv[1]\n{script}\n"),
-            &[&f],
-        );
-        assert_fails(
-            &gmlp(&[
-                "validate",
-                s(&model),
-                "--runtimes",
-                "tract",
-                "--inputs",
-                s(&f),
-            ]),
-            2,
-            needles,
-        );
-    };
-    check(
-        "np.savez(p, input_ids=np.zeros((2, 32), np.int32))",
-        &["input input_ids: the model declares int64, the file holds int32"],
-    );
-    check(
-        "np.savez(p, input_ids=np.zeros((2, 33), np.int64))",
-        &["input input_ids: the model declares shape [batch, 32], the file holds shape [2, 33]"],
-    );
-    check(
-        "np.savez(p, input_ids=np.zeros((2, 32, 1), np.int64))",
-        &["input input_ids", "[2, 32, 1]"],
-    );
-    check(
-        "np.savez(p, ids=np.zeros((2, 32), np.int64))",
-        &["array 'ids' is not an input of the model (inputs: input_ids)"],
-    );
-    check(
-        "np.savez(p, input_ids=np.zeros((2, 32), np.float16))",
-        &["array 'input_ids'", "dtype '<f2' is not supported"],
-    );
-    check(
-        "np.savez(p, input_ids=np.asfortranarray(np.zeros((2, 32), np.int64)))",
-        &["Fortran-order"],
-    );
-    check("np.savez(p)", &["the archive holds no array"]);
-    // --batch and friends describe generated inputs only.
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], input_ids=np.zeros((2, 32), np.int64))",
-        &[&f],
-    );
-    assert_fails(
-        &gmlp(&["validate", s(&model), "--inputs", s(&f), "--batch", "3"]),
-        2,
-        &["cannot be combined with --inputs"],
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn malformed_npz_files_are_refused_without_panic() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = vision_model(dir.path());
-    let f = dir.path().join("bad.npz");
-    let run = |flag: &str| gmlp(&["validate", s(&model), "--runtimes", "tract", flag, s(&f)]);
-    // Garbage.
-    std::fs::write(&f, [0x5au8; 300]).unwrap();
-    assert_fails(
-        &run("--inputs"),
-        2,
-        &["bad.npz", "not a readable .npz (zip) archive"],
-    );
-    assert_fails(
-        &run("--expected"),
-        2,
-        &["not a readable .npz (zip) archive"],
-    );
-    // Missing file.
-    let missing = dir.path().join("missing.npz");
-    assert_fails(
-        &gmlp(&["validate", s(&model), "--inputs", s(&missing)]),
-        2,
-        &["missing.npz"],
-    );
-    // A real archive cut short.
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], pixel_values=np.ones((2, 3, 32, 32), np.float32))",
-        &[&f],
-    );
-    let bytes = std::fs::read(&f).unwrap();
-    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
-    assert_fails(&run("--inputs"), 2, &["not a readable .npz (zip) archive"]);
-    // Entries that are not .npy arrays, or .npy entries that are not arrays.
-    py(
-        "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('notes.txt', 'hello')",
-        &[&f],
-    );
-    assert_fails(
-        &run("--inputs"),
-        2,
-        &["entry 'notes.txt' is not a .npy array"],
-    );
-    py(
-        "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', b'hello world, not numpy')",
-        &[&f],
-    );
-    assert_fails(&run("--inputs"), 2, &["array 'pixel_values'", "bad magic"]);
-    // A pickled object array (np.save of dtype=object).
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], pixel_values=np.array([{'a': 1}], dtype=object))",
-        &[&f],
-    );
-    assert_fails(&run("--inputs"), 2, &["dtype '|O' is not supported"]);
-    // A hostile header claiming a huge shape over 64 bytes of data, stored and deflated.
-    for compression in ["ZIP_STORED", "ZIP_DEFLATED"] {
-        py(
-            &format!(
-                "import sys, zipfile\n\
-                 h = \"{{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1048576, 3, 32), }}\"\n\
-                 h = h + ' ' * (118 - len(h)) + '\\n'\n\
-                 npy = b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h.encode() + bytes(64)\n\
-                 with zipfile.ZipFile(sys.argv[1], 'w', zipfile.{compression}) as z: z.writestr('pixel_values.npy', npy)\n"
-            ),
-            &[&f],
-        );
-        assert_fails(&run("--inputs"), 2, &["array 'pixel_values'", "overflows"]);
-    }
-    py(
-        "import sys, zipfile\n\
-         h = \"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }\"\n\
-         h = h + ' ' * (118 - len(h)) + '\\n'\n\
-         npy = b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h.encode() + bytes(64)\n\
-         with zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', npy)\n",
-        &[&f],
-    );
-    assert_fails(
-        &run("--inputs"),
-        2,
-        &["the member declares 64 bytes of data, shape [100000, 100000] of dtype <f4 needs 40000000000"],
-    );
-    // A header length past the end of the entry.
-    py(
-        "import sys, zipfile\n\
-         npy = b'\\x93NUMPY\\x01\\x00' + (60000).to_bytes(2, 'little') + b'{}'\n\
-         with zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', npy)\n",
-        &[&f],
-    );
-    assert_fails(&run("--inputs"), 2, &["header runs past the end"]);
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn any_onnx_model_with_int32_and_float64_inputs_validates() {
-    // A model this crate did not write (onnx.helper), with a symbolic dimension N,
-    // float64 and int32 inputs and outputs.
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("mixed.onnx");
-    py(
-        "import sys, onnx\nfrom onnx import helper as h, TensorProto as T\n\
-         g = h.make_graph([\n\
-           h.make_node('Mul', ['x', 'x'], ['sq']),\n\
-           h.make_node('Cast', ['ids'], ['idsf'], to=T.DOUBLE),\n\
-           h.make_node('Add', ['sq', 'idsf'], ['y']),\n\
-           h.make_node('Mul', ['ids', 'ids'], ['ids2'])],\n\
-           'mixed',\n\
-           [h.make_tensor_value_info('x', T.DOUBLE, ['N', 4]), h.make_tensor_value_info('ids', T.INT32, ['N', 4])],\n\
-           [h.make_tensor_value_info('y', T.DOUBLE, ['N', 4]), h.make_tensor_value_info('ids2', T.INT32, ['N', 4])])\n\
-         m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)], ir_version=9)\n\
-         onnx.checker.check_model(m)\n\
-         onnx.save(m, sys.argv[1])\n",
-        &[&model],
-    );
-    let o = gmlp(&["validate", s(&model)]);
-    assert_fails(
-        &o,
-        2,
-        &["input x: symbolic dimension 'N' needs a value (--dim N=N)"],
-    );
-    let report = dir.path().join("r.json");
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--dim",
-        "N=5",
-        "--report",
-        s(&report),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("x float64 [5, 4]") && text(&o).contains("ids int32 [5, 4]"),
-        "{}",
-        text(&o)
-    );
-    assert_eq!(
-        read_json(&report)["pairs"][0]["outputs"]
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
-    // From NumPy, with the expected outputs computed by NumPy.
-    let inputs = dir.path().join("in.npz");
-    let expected = dir.path().join("out.npz");
-    py(
-        "import sys, numpy as np\n\
-         x = np.linspace(-2, 2, 12).reshape(3, 4); ids = np.arange(12, dtype=np.int32).reshape(3, 4)\n\
-         np.savez(sys.argv[1], ids=ids, x=x)\n\
-         np.savez(sys.argv[2], y=x * x + ids, ids2=ids * ids)\n",
-        &[&inputs, &expected],
-    );
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--inputs",
-        s(&inputs),
-        "--expected",
-        s(&expected),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("expected vs ort-cpu: ids2 max_abs 0.000e0"),
-        "{}",
-        text(&o)
-    );
-    // Mismatched symbolic dimension across inputs.
-    py(
-        "import sys, numpy as np\nnp.savez(sys.argv[1], x=np.zeros((3, 4)), ids=np.zeros((2, 4), np.int32))\n",
-        &[&inputs],
-    );
-    assert_fails(
-        &gmlp(&["validate", s(&model), "--inputs", s(&inputs)]),
-        2,
-        &["dimension 'N' is 2 here but 3 in input x"],
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn report_names_runtimes_with_placement_and_bench() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = vision_model(dir.path());
-    let report = dir.path().join("r.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args([
-            "validate",
-            s(&model),
-            "--bench",
-            "3",
-            "--report",
-            s(&report),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let out = text(&o);
-    assert!(
-        out.contains("placed ort-cpu   nodes per provider: CPUExecutionProvider "),
-        "{out}"
-    );
-    assert!(
-        out.contains("bench  tract     median ") && out.contains("over 3 runs"),
-        "{out}"
-    );
-    let json = read_json(&report);
-    assert_eq!(json["schema"], "gmlp-onnx.validate/1");
-    assert_eq!(json["seed"], 0);
-    let rts = json["runtimes"].as_array().unwrap();
-    assert_eq!(rts.len(), 2);
-    assert_eq!(rts[0]["name"], "tract");
-    assert_eq!(rts[0]["providers"], serde_json::Value::Null);
-    assert_eq!(rts[1]["name"], "ort-cpu");
-    let providers = rts[1]["providers"].as_object().unwrap();
-    assert_eq!(
-        providers.keys().collect::<Vec<_>>(),
-        ["CPUExecutionProvider"]
-    );
-    // Every node of the optimized graph, counted once: at least the model's MatMuls.
-    assert!(
-        providers["CPUExecutionProvider"].as_u64().unwrap() >= 4,
-        "{providers:?}"
-    );
-    for r in rts {
-        let b = &r["bench"];
-        assert_eq!(b["runs"], 3);
-        let (median, min) = (
-            b["median_ms"].as_f64().unwrap(),
-            b["min_ms"].as_f64().unwrap(),
-        );
-        assert!(min > 0.0 && median >= min, "{b}");
-    }
-    // No profile file of that process is left behind in the temp directory.
-    let prefix = format!("gmlp-onnx-profile-{pid}-");
-    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
-}
 
 #[test]
 fn profile_parsing_and_the_cuda_placement_rule() {
@@ -528,51 +46,509 @@ fn profile_parsing_and_the_cuda_placement_rule() {
     assert!(parse_profile("{not json").is_err());
 }
 
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn a_failing_onnxruntime_run_is_one_line_and_leaves_no_profile() {
-    // Declared [N, 4] but reshaped to a fixed [3, 4]: any N other than 3 fails at run time.
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("reshape.onnx");
-    py(
-        "import sys, onnx, numpy as np\nfrom onnx import helper as h, TensorProto as T, numpy_helper as nh\n\
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use crate::common::{
+        assert_fails, gmlp, output_text as text, path_str as s, run_python as py,
+        small_token_model as token_model, small_vision_model as vision_model,
+    };
+    use std::path::Path;
+    use std::process::Command;
+
+    fn read_json(path: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn numpy_inputs_and_python_onnxruntime_outputs_check_tract() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = vision_model(dir.path());
+        let inputs = dir.path().join("in.npz");
+        let expected = dir.path().join("py_out.npz");
+        // Inputs from NumPy (batch 3, not the default 2), reference outputs from the
+        // Python ONNX Runtime package: neither goes through this crate.
+        py(
+            "import sys, numpy as np, onnxruntime as ort\n\
+         x = np.random.default_rng(7).uniform(-1, 1, (3, 3, 32, 32)).astype(np.float32)\n\
+         np.savez(sys.argv[2], pixel_values=x)\n\
+         s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n\
+         np.savez(sys.argv[3], logits=s.run(['logits'], {'pixel_values': x})[0])\n",
+            &[&model, &inputs, &expected],
+        );
+        let report = dir.path().join("r.json");
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--runtimes",
+            "tract",
+            "--inputs",
+            s(&inputs),
+            "--expected",
+            s(&expected),
+            "--report",
+            s(&report),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("pixel_values float32 [3, 3, 32, 32]"),
+            "{}",
+            text(&o)
+        );
+        assert!(
+            text(&o).contains("expected vs tract: logits"),
+            "{}",
+            text(&o)
+        );
+        let json = read_json(&report);
+        assert_eq!(json["schema"], "gmlp-onnx.validate/1");
+        assert_eq!(json["inputs_source"], s(&inputs));
+        assert_eq!(json["seed"], serde_json::Value::Null);
+        assert_eq!(json["pairs"][0]["reference"], "expected");
+        assert_eq!(json["pairs"][0]["other"], "tract");
+        assert_eq!(json["pairs"][0]["outputs"][0]["elements"], 3000);
+        assert_eq!(json["pairs"][0]["pass"], true);
+    }
+
+    #[test]
+    fn saved_outputs_catch_a_perturbed_expected_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = token_model(dir.path());
+        let saved = dir.path().join("ort.npz");
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--runtimes",
+            "ort-cpu",
+            "--save-outputs",
+            s(&saved),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        // tract against ONNX Runtime's saved outputs: agrees.
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--runtimes",
+            "tract",
+            "--expected",
+            s(&saved),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        // NumPy changes one logit by 1% of the largest magnitude: caught, exit 1.
+        let perturbed = dir.path().join("bad.npz");
+        py(
+            "import sys, numpy as np\n\
+         z = dict(np.load(sys.argv[1]))\n\
+         l = z['logits']; assert l.dtype == np.float32 and l.shape == (2, 32, 300), (l.dtype, l.shape)\n\
+         l[1, 5, 7] += 0.01 * np.abs(l).max()\n\
+         np.savez(sys.argv[2], **z)\n",
+            &[&saved, &perturbed],
+        );
+        let report = dir.path().join("r.json");
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--expected",
+            s(&perturbed),
+            "--report",
+            s(&report),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            text(&o).contains("DIFFER  expected vs tract: logits"),
+            "{}",
+            text(&o)
+        );
+        let json = read_json(&report);
+        assert_eq!(json["pass"], false);
+        let pairs = json["pairs"].as_array().unwrap();
+        assert_eq!(
+            pairs.len(),
+            3,
+            "tract/ort-cpu, expected/tract, expected/ort-cpu"
+        );
+        assert_eq!(pairs[0]["pass"], true);
+        for p in &pairs[1..] {
+            assert_eq!(p["reference"], "expected");
+            assert_eq!(p["outputs"][0]["mismatched"], 1);
+            assert!(p["outputs"][0]["max_rel"].as_f64().unwrap() > 0.009);
+        }
+        // An array that is not an output of the model is an input error.
+        let wrong = dir.path().join("wrong.npz");
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], scores=np.zeros((2, 32, 300), np.float32))\n",
+            &[&wrong],
+        );
+        assert_fails(
+            &gmlp(&["validate", s(&model), "--expected", s(&wrong)]),
+            2,
+            &["array 'scores' is not an output of the model (outputs: logits)"],
+        );
+        // A reference of the wrong shape is an input error too, naming the output.
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], logits=np.zeros((2, 31, 300), np.float32))\n",
+            &[&wrong],
+        );
+        assert_fails(
+            &gmlp(&[
+                "validate",
+                s(&model),
+                "--runtimes",
+                "tract",
+                "--expected",
+                s(&wrong),
+            ]),
+            2,
+            &["output logits: shapes differ"],
+        );
+    }
+
+    #[test]
+    fn inputs_that_do_not_fit_the_model_are_refused_naming_the_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = token_model(dir.path());
+        let f = dir.path().join("in.npz");
+        let check = |script: &str, needles: &[&str]| {
+            py(
+                &format!("import sys, numpy as np\np = sys.argv[1]\n{script}\n"),
+                &[&f],
+            );
+            assert_fails(
+                &gmlp(&[
+                    "validate",
+                    s(&model),
+                    "--runtimes",
+                    "tract",
+                    "--inputs",
+                    s(&f),
+                ]),
+                2,
+                needles,
+            );
+        };
+        check(
+            "np.savez(p, input_ids=np.zeros((2, 32), np.int32))",
+            &["input input_ids: the model declares int64, the file holds int32"],
+        );
+        check(
+            "np.savez(p, input_ids=np.zeros((2, 33), np.int64))",
+            &["input input_ids: the model declares shape [batch, 32], the file holds shape [2, 33]"],
+        );
+        check(
+            "np.savez(p, input_ids=np.zeros((2, 32, 1), np.int64))",
+            &["input input_ids", "[2, 32, 1]"],
+        );
+        check(
+            "np.savez(p, ids=np.zeros((2, 32), np.int64))",
+            &["array 'ids' is not an input of the model (inputs: input_ids)"],
+        );
+        check(
+            "np.savez(p, input_ids=np.zeros((2, 32), np.float16))",
+            &["array 'input_ids'", "dtype '<f2' is not supported"],
+        );
+        check(
+            "np.savez(p, input_ids=np.asfortranarray(np.zeros((2, 32), np.int64)))",
+            &["Fortran-order"],
+        );
+        check("np.savez(p)", &["the archive holds no array"]);
+        // --batch and friends describe generated inputs only.
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], input_ids=np.zeros((2, 32), np.int64))",
+            &[&f],
+        );
+        assert_fails(
+            &gmlp(&["validate", s(&model), "--inputs", s(&f), "--batch", "3"]),
+            2,
+            &["cannot be combined with --inputs"],
+        );
+    }
+
+    #[test]
+    fn malformed_npz_files_are_refused_without_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = vision_model(dir.path());
+        let f = dir.path().join("bad.npz");
+        let run = |flag: &str| gmlp(&["validate", s(&model), "--runtimes", "tract", flag, s(&f)]);
+        // Garbage.
+        std::fs::write(&f, [0x5au8; 300]).unwrap();
+        assert_fails(
+            &run("--inputs"),
+            2,
+            &["bad.npz", "not a readable .npz (zip) archive"],
+        );
+        assert_fails(
+            &run("--expected"),
+            2,
+            &["not a readable .npz (zip) archive"],
+        );
+        // Missing file.
+        let missing = dir.path().join("missing.npz");
+        assert_fails(
+            &gmlp(&["validate", s(&model), "--inputs", s(&missing)]),
+            2,
+            &["missing.npz"],
+        );
+        // A real archive cut short.
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], pixel_values=np.ones((2, 3, 32, 32), np.float32))",
+            &[&f],
+        );
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+        assert_fails(&run("--inputs"), 2, &["not a readable .npz (zip) archive"]);
+        // Entries that are not .npy arrays, or .npy entries that are not arrays.
+        py(
+            "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('notes.txt', 'hello')",
+            &[&f],
+        );
+        assert_fails(
+            &run("--inputs"),
+            2,
+            &["entry 'notes.txt' is not a .npy array"],
+        );
+        py(
+            "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', b'hello world, not numpy')",
+            &[&f],
+        );
+        assert_fails(&run("--inputs"), 2, &["array 'pixel_values'", "bad magic"]);
+        // A pickled object array (np.save of dtype=object).
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], pixel_values=np.array([{'a': 1}], dtype=object))",
+            &[&f],
+        );
+        assert_fails(&run("--inputs"), 2, &["dtype '|O' is not supported"]);
+        // A hostile header claiming a huge shape over 64 bytes of data, stored and deflated.
+        for compression in ["ZIP_STORED", "ZIP_DEFLATED"] {
+            py(
+                &format!(
+                    "import sys, zipfile\n\
+                 h = \"{{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1048576, 3, 32), }}\"\n\
+                 h = h + ' ' * (118 - len(h)) + '\\n'\n\
+                 npy = b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h.encode() + bytes(64)\n\
+                 with zipfile.ZipFile(sys.argv[1], 'w', zipfile.{compression}) as z: z.writestr('pixel_values.npy', npy)\n"
+                ),
+                &[&f],
+            );
+            assert_fails(&run("--inputs"), 2, &["array 'pixel_values'", "overflows"]);
+        }
+        py(
+            "import sys, zipfile\n\
+         h = \"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000), }\"\n\
+         h = h + ' ' * (118 - len(h)) + '\\n'\n\
+         npy = b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h.encode() + bytes(64)\n\
+         with zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', npy)\n",
+            &[&f],
+        );
+        assert_fails(
+            &run("--inputs"),
+            2,
+            &["the member declares 64 bytes of data, shape [100000, 100000] of dtype <f4 needs 40000000000"],
+        );
+        // A header length past the end of the entry.
+        py(
+            "import sys, zipfile\n\
+         npy = b'\\x93NUMPY\\x01\\x00' + (60000).to_bytes(2, 'little') + b'{}'\n\
+         with zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pixel_values.npy', npy)\n",
+            &[&f],
+        );
+        assert_fails(&run("--inputs"), 2, &["header runs past the end"]);
+    }
+
+    #[test]
+    fn any_onnx_model_with_int32_and_float64_inputs_validates() {
+        // A model this crate did not write (onnx.helper), with a symbolic dimension N,
+        // float64 and int32 inputs and outputs.
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("mixed.onnx");
+        py(
+            "import sys, onnx\nfrom onnx import helper as h, TensorProto as T\n\
+         g = h.make_graph([\n\
+           h.make_node('Mul', ['x', 'x'], ['sq']),\n\
+           h.make_node('Cast', ['ids'], ['idsf'], to=T.DOUBLE),\n\
+           h.make_node('Add', ['sq', 'idsf'], ['y']),\n\
+           h.make_node('Mul', ['ids', 'ids'], ['ids2'])],\n\
+           'mixed',\n\
+           [h.make_tensor_value_info('x', T.DOUBLE, ['N', 4]), h.make_tensor_value_info('ids', T.INT32, ['N', 4])],\n\
+           [h.make_tensor_value_info('y', T.DOUBLE, ['N', 4]), h.make_tensor_value_info('ids2', T.INT32, ['N', 4])])\n\
+         m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)], ir_version=9)\n\
+         onnx.checker.check_model(m)\n\
+         onnx.save(m, sys.argv[1])\n",
+            &[&model],
+        );
+        let o = gmlp(&["validate", s(&model)]);
+        assert_fails(
+            &o,
+            2,
+            &["input x: symbolic dimension 'N' needs a value (--dim N=N)"],
+        );
+        let report = dir.path().join("r.json");
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--dim",
+            "N=5",
+            "--report",
+            s(&report),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("x float64 [5, 4]") && text(&o).contains("ids int32 [5, 4]"),
+            "{}",
+            text(&o)
+        );
+        assert_eq!(
+            read_json(&report)["pairs"][0]["outputs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        // From NumPy, with the expected outputs computed by NumPy.
+        let inputs = dir.path().join("in.npz");
+        let expected = dir.path().join("out.npz");
+        py(
+            "import sys, numpy as np\n\
+         x = np.linspace(-2, 2, 12).reshape(3, 4); ids = np.arange(12, dtype=np.int32).reshape(3, 4)\n\
+         np.savez(sys.argv[1], ids=ids, x=x)\n\
+         np.savez(sys.argv[2], y=x * x + ids, ids2=ids * ids)\n",
+            &[&inputs, &expected],
+        );
+        let o = gmlp(&[
+            "validate",
+            s(&model),
+            "--inputs",
+            s(&inputs),
+            "--expected",
+            s(&expected),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("expected vs ort-cpu: ids2 max_abs 0.000e0"),
+            "{}",
+            text(&o)
+        );
+        // Mismatched symbolic dimension across inputs.
+        py(
+            "import sys, numpy as np\nnp.savez(sys.argv[1], x=np.zeros((3, 4)), ids=np.zeros((2, 4), np.int32))\n",
+            &[&inputs],
+        );
+        assert_fails(
+            &gmlp(&["validate", s(&model), "--inputs", s(&inputs)]),
+            2,
+            &["dimension 'N' is 2 here but 3 in input x"],
+        );
+    }
+
+    #[test]
+    fn report_names_runtimes_with_placement_and_bench() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = vision_model(dir.path());
+        let report = dir.path().join("r.json");
+        let child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
+            .args([
+                "validate",
+                s(&model),
+                "--bench",
+                "3",
+                "--report",
+                s(&report),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let out = text(&o);
+        assert!(
+            out.contains("placed ort-cpu   nodes per provider: CPUExecutionProvider "),
+            "{out}"
+        );
+        assert!(
+            out.contains("bench  tract     median ") && out.contains("over 3 runs"),
+            "{out}"
+        );
+        let json = read_json(&report);
+        assert_eq!(json["schema"], "gmlp-onnx.validate/1");
+        assert_eq!(json["seed"], 0);
+        let rts = json["runtimes"].as_array().unwrap();
+        assert_eq!(rts.len(), 2);
+        assert_eq!(rts[0]["name"], "tract");
+        assert_eq!(rts[0]["providers"], serde_json::Value::Null);
+        assert_eq!(rts[1]["name"], "ort-cpu");
+        let providers = rts[1]["providers"].as_object().unwrap();
+        assert_eq!(
+            providers.keys().collect::<Vec<_>>(),
+            ["CPUExecutionProvider"]
+        );
+        // Every node of the optimized graph, counted once: at least the model's MatMuls.
+        assert!(
+            providers["CPUExecutionProvider"].as_u64().unwrap() >= 4,
+            "{providers:?}"
+        );
+        for r in rts {
+            let b = &r["bench"];
+            assert_eq!(b["runs"], 3);
+            let (median, min) = (
+                b["median_ms"].as_f64().unwrap(),
+                b["min_ms"].as_f64().unwrap(),
+            );
+            assert!(min > 0.0 && median >= min, "{b}");
+        }
+        // No profile file of that process is left behind in the temp directory.
+        let prefix = format!("gmlp-onnx-profile-{pid}-");
+        let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_failing_onnxruntime_run_is_one_line_and_leaves_no_profile() {
+        // Declared [N, 4] but reshaped to a fixed [3, 4]: any N other than 3 fails at run time.
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("reshape.onnx");
+        py(
+            "import sys, onnx, numpy as np\nfrom onnx import helper as h, TensorProto as T, numpy_helper as nh\n\
          g = h.make_graph([h.make_node('Reshape', ['x', 's'], ['y'])], 'r',\n\
            [h.make_tensor_value_info('x', T.FLOAT, ['N', 4])], [h.make_tensor_value_info('y', T.FLOAT, [3, 4])],\n\
            [nh.from_array(np.array([3, 4], np.int64), 's')])\n\
          onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 17)], ir_version=9), sys.argv[1])\n",
-        &[&model],
-    );
-    let child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args([
+            &[&model],
+        );
+        let child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
+            .args([
+                "validate",
+                s(&model),
+                "--runtimes",
+                "ort-cpu",
+                "--dim",
+                "N=5",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        assert_fails(&o, 2, &["runtime ort-cpu failed", "Reshape"]);
+        let prefix = format!("gmlp-onnx-profile-{pid}-");
+        assert!(!std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix)));
+        let o = gmlp(&[
             "validate",
             s(&model),
             "--runtimes",
             "ort-cpu",
             "--dim",
-            "N=5",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    assert_fails(&o, 2, &["runtime ort-cpu failed", "Reshape"]);
-    let prefix = format!("gmlp-onnx-profile-{pid}-");
-    assert!(!std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .any(|e| e.file_name().to_string_lossy().starts_with(&prefix)));
-    let o = gmlp(&[
-        "validate",
-        s(&model),
-        "--runtimes",
-        "ort-cpu",
-        "--dim",
-        "N=3",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+            "N=3",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
 }

@@ -5,33 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use super::{assert_refused, run_limited, s, HANG_LIMIT};
+use crate::common::{Amlp, Build};
 
 /// A causal aMLP with n = 8 and a vocabulary of 20, built by the CLI with `flags`.
 fn small(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
-    let mut args = vec![
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "1",
-        "--d-model",
-        "16",
-        "--d-ffn",
-        "32",
-        "--attn-dim",
-        "4",
-        "--seq-len",
-        "8",
-        "--vocab-size",
-        "20",
-        "--causal",
-        "-q",
-        "-o",
-    ];
-    args.push(s(&out));
-    args.extend_from_slice(flags);
-    let o = run_limited(&args, HANG_LIMIT);
+    let build = Build::amlp(1, Amlp::Tiny)
+        .args(&["--causal", "-q"])
+        .args(flags);
+    let o = run_limited(&build.argv(&out), HANG_LIMIT);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
 }
@@ -41,52 +23,27 @@ fn with_past_is_refused_where_state_cannot_be_carried() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let out = d.join("x.onnx");
-    let o = s(&out);
-    for (args, needle) in [
+    for (build, needle) in [
         (
-            &[
-                "build",
-                "--preset",
-                "amlp-base",
-                "--layers",
-                "1",
-                "--with-past",
-                "-o",
-                o,
-            ][..],
+            Build::preset("amlp-base").args(&["--layers", "1", "--with-past"]),
             "--with-past needs a causal model (--causal)",
         ),
         (
-            &[
-                "build",
-                "--preset",
-                "gmlp-ti16",
-                "--layers",
-                "1",
-                "--causal",
-                "--with-past",
-                "-o",
-                o,
-            ],
+            Build::preset("gmlp-ti16").args(&["--layers", "1", "--causal", "--with-past"]),
             "--with-past applies to causal token models, and this is a vision model",
         ),
         (
-            &[
-                "build",
-                "--preset",
-                "amlp-base",
+            Build::preset("amlp-base").args(&[
                 "--layers",
                 "1",
                 "--causal",
                 "--with-past",
                 "--fixed-seq",
-                "-o",
-                o,
-            ],
+            ]),
             "cannot be used with",
         ),
     ] {
-        assert_refused(d, args, 2, needle);
+        assert_refused(d, &build.argv(&out), 2, needle);
     }
 }
 

@@ -313,79 +313,78 @@ fn inspect_survives_overflowing_dims_and_validate_refuses_them() {
     );
 }
 
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn graphs_the_runtimes_reject_give_one_line_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let unknown_op = write(
-        d,
-        "unknown_op.onnx",
-        &model("NoSuchOp", value("x", &[2]), vec![]),
-    );
-    for runtime in ["tract", "ort-cpu"] {
-        assert_refused(
-            d,
-            &["validate", s(&unknown_op), "--runtimes", runtime],
-            2,
-            &format!("runtime {runtime} failed"),
-        );
-    }
-    let mut m = model("Add", value("x", &[2]), vec![]);
-    m.graph.as_mut().unwrap().node[0]
-        .input
-        .push("undefined".into());
-    let dangling = write(d, "dangling.onnx", &m);
-    for runtime in ["tract", "ort-cpu"] {
-        assert_refused(
-            d,
-            &["validate", s(&dangling), "--runtimes", runtime],
-            2,
-            &format!("runtime {runtime} failed"),
-        );
-    }
-}
+/// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
+/// built with the `test-onnxruntime` feature that scripts/test turns on.
+#[cfg(feature = "test-onnxruntime")]
+mod with_onnxruntime {
+    use super::*;
 
-/// A graph that asks for a 4 TB tensor at run time (ConstantOfShape [10^6, 10^6]): both
-/// runtimes must refuse it with an error (tract's allocation failure is a panic inside
-/// tract, which gmlp-onnx contains), not abort the process.
-#[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
-fn a_graph_that_allocates_terabytes_is_a_runtime_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let shape = TensorProto {
-        name: Some("shape".into()),
-        dims: vec![2],
-        data_type: Some(7),
-        int64_data: vec![1_000_000, 1_000_000],
-        ..Default::default()
-    };
-    let mut m = model("Add", value("x", &[1]), vec![shape]);
-    let g = m.graph.as_mut().unwrap();
-    g.node[0].input.push("big".into());
-    g.node.insert(
-        0,
-        NodeProto {
-            op_type: Some("ConstantOfShape".into()),
-            input: vec!["shape".into()],
-            output: vec!["big".into()],
-            ..Default::default()
-        },
-    );
-    let bomb = write(d, "bomb.onnx", &m);
-    for runtime in ["tract", "ort-cpu"] {
-        assert_refused(
+    #[test]
+    fn graphs_the_runtimes_reject_give_one_line_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let unknown_op = write(
             d,
-            &["validate", s(&bomb), "--runtimes", runtime],
-            2,
-            &format!("runtime {runtime} failed"),
+            "unknown_op.onnx",
+            &model("NoSuchOp", value("x", &[2]), vec![]),
         );
+        for runtime in ["tract", "ort-cpu"] {
+            assert_refused(
+                d,
+                &["validate", s(&unknown_op), "--runtimes", runtime],
+                2,
+                &format!("runtime {runtime} failed"),
+            );
+        }
+        let mut m = model("Add", value("x", &[2]), vec![]);
+        m.graph.as_mut().unwrap().node[0]
+            .input
+            .push("undefined".into());
+        let dangling = write(d, "dangling.onnx", &m);
+        for runtime in ["tract", "ort-cpu"] {
+            assert_refused(
+                d,
+                &["validate", s(&dangling), "--runtimes", runtime],
+                2,
+                &format!("runtime {runtime} failed"),
+            );
+        }
+    }
+
+    /// A graph that asks for a 4 TB tensor at run time (ConstantOfShape [10^6, 10^6]): both
+    /// runtimes must refuse it with an error (tract's allocation failure is a panic inside
+    /// tract, which gmlp-onnx contains), not abort the process.
+    #[test]
+    fn a_graph_that_allocates_terabytes_is_a_runtime_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let shape = TensorProto {
+            name: Some("shape".into()),
+            dims: vec![2],
+            data_type: Some(7),
+            int64_data: vec![1_000_000, 1_000_000],
+            ..Default::default()
+        };
+        let mut m = model("Add", value("x", &[1]), vec![shape]);
+        let g = m.graph.as_mut().unwrap();
+        g.node[0].input.push("big".into());
+        g.node.insert(
+            0,
+            NodeProto {
+                op_type: Some("ConstantOfShape".into()),
+                input: vec!["shape".into()],
+                output: vec!["big".into()],
+                ..Default::default()
+            },
+        );
+        let bomb = write(d, "bomb.onnx", &m);
+        for runtime in ["tract", "ort-cpu"] {
+            assert_refused(
+                d,
+                &["validate", s(&bomb), "--runtimes", runtime],
+                2,
+                &format!("runtime {runtime} failed"),
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{assert_refused, listing, run_limited, s, HANG_LIMIT};
+use crate::common::Build;
 
 #[test]
 fn bad_output_paths_are_refused() {
@@ -30,15 +31,9 @@ fn interrupt_a_build(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let out = d.join("big.onnx");
+    let build = Build::preset("amlp-base").args(&["--external-data"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_gmlp-onnx"))
-        .args([
-            "build",
-            "--preset",
-            "amlp-base",
-            "--external-data",
-            "-o",
-            s(&out),
-        ])
+        .args(build.argv(&out))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -120,29 +115,22 @@ fn builds_are_byte_identical_on_one_cpu_and_on_all() {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let args = |out: &Path| {
-        vec![
-            "build".to_string(),
-            "--preset".into(),
-            "amlp-base".into(),
-            "--layers".into(),
-            "2".into(),
-            "--seq-len".into(),
-            "64".into(),
-            "--external-data".into(),
-            "--init".into(),
-            "spread".into(),
-            "-q".into(),
-            "-o".into(),
-            s(out).into(),
-        ]
-    };
+    let build = Build::preset("amlp-base").args(&[
+        "--layers",
+        "2",
+        "--seq-len",
+        "64",
+        "--external-data",
+        "--init",
+        "spread",
+        "-q",
+    ]);
     for sub in ["one", "all"] {
         std::fs::create_dir(d.join(sub)).unwrap();
     }
     let one_cpu = Command::new("taskset")
         .args(["-c", "0", env!("CARGO_BIN_EXE_gmlp-onnx")])
-        .args(args(&d.join("one/m.onnx")))
+        .args(build.argv(&d.join("one/m.onnx")))
         .output()
         .expect("taskset (util-linux)");
     assert!(
@@ -150,9 +138,7 @@ fn builds_are_byte_identical_on_one_cpu_and_on_all() {
         "{}",
         String::from_utf8_lossy(&one_cpu.stderr)
     );
-    let all = args(&d.join("all/m.onnx"));
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let o = run_limited(&all, HANG_LIMIT);
+    let o = run_limited(&build.argv(&d.join("all/m.onnx")), HANG_LIMIT);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for name in ["m.onnx", "m.onnx.data"] {
         let a = std::fs::read(d.join("one").join(name)).unwrap();
