@@ -1,4 +1,4 @@
-"""ONNX Runtime's own figures for issue 30's table, measured from Python on the same files
+"""ONNX Runtime's own figures for the GPU table of BENCHMARKS.md, measured from Python on the same files
 gmlp-onnx runs (bench/gpu_decode.sh calls this and prints both side by side), and the
 fixtures' inputs and upstream outputs as .npz for `validate --inputs/--expected`.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 30's table on one GPU: gmlp-onnx's figures next to ONNX Runtime's own (Python, same
+# The GPU table of BENCHMARKS.md on one GPU: gmlp-onnx's figures next to ONNX Runtime's own (Python, same
 # files), token agreement of ort-cuda with ort-cpu and tract, and the third-party fixtures
 # through ort-cuda (vs tract and vs the upstream libraries' outputs). Under 3 minutes on an
 # H100. BENCHMARKS.md ("On the GPU") records its output.

@@ -6,7 +6,7 @@
 //! bound once where the runtime and the file allow it ([`StaticSession`]: ONNX Runtime,
 //! on the host or the CUDA device), else carries it like the growing form. A
 //! variable-length model without state is re-run on the whole prefix every time (what the
-//! state avoids). The generation loop over a decoder is [`super::generator::Generator`].
+//! state avoids). The generation loop over a decoder is the generator module's `Generator`.
 //!
 //! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.
 

@@ -1,8 +1,8 @@
 //! The state every part of the emitter shares: the graph builder, the configuration, the
 //! parameters by name with the source of their values, and the constants shared by the
 //! blocks (Toeplitz index table, causal mask). What only one sequence mode has (positions,
-//! state inputs and outputs) is not here: it lives in that mode's variant of
-//! [`super::sequence::Sequence`], which the parts take as an argument.
+//! state inputs and outputs) is not here: it lives in that mode's variant of the
+//! `Sequence` enum (sequence.rs), which the parts take as an argument.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -28,7 +28,7 @@ pub(crate) struct StaticInputs {
     past: HashMap<String, Value>,
 }
 
-/// The static state of a graph ([`super::sequence::Sequence::Static`]): the checked rows of
+/// The static state of a graph (the `Static` variant of sequence.rs's `Sequence`): the checked rows of
 /// the new tokens, the `past_*` inputs and the `present_*` outputs made so far. Made only
 /// for a model whose every block mixes tokens globally ([`Emitter::start_static`]).
 pub(crate) struct StaticState {
