@@ -13,7 +13,7 @@ use crate::runtime::{missing_output, CarriedState, StateValue};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A host array as an owned ONNX Runtime tensor (a copy; bound inputs must own their data).
-fn owned_input(name: &str, value: &TensorValue) -> Result<DynValue> {
+pub(super) fn owned_input(name: &str, value: &TensorValue) -> Result<DynValue> {
     Ok(with_array!(value, a => Tensor::from_array(a.clone())
         .map_err(|e| failed(name, e))?
         .into_dyn()))
