@@ -39,7 +39,7 @@ pub struct ValidateArgs {
     /// Write the first runtime's outputs to this .npz (usable as --expected later).
     #[arg(long)]
     pub save_outputs: Option<PathBuf>,
-    /// After one warm-up run, time N runs per runtime and report median and min latency.
+    /// After one warm-up run, time N runs per runtime and report median and min latency (ort-cuda: also with the outputs left on the device).
     #[arg(long, default_value_t = 0)]
     pub bench: usize,
     /// Relative tolerance, scaled by the largest reference magnitude [default: by the model's precision: f32 1e-4, f16 1e-2].

@@ -95,6 +95,28 @@ pub trait Runtime {
     fn name(&self) -> &str;
     /// Runs the model; inputs are matched by name, outputs come back in graph order.
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>>;
+    /// [`Runtime::run`] into `outputs`, which hold the run's outputs in graph order after
+    /// it. Arrays already there with an output's name, element type and shape (those of an
+    /// earlier run with inputs of the same shapes) are written over instead of allocated:
+    /// ONNX Runtime on the CPU binds them as its outputs, so the run writes its results
+    /// straight into them; tract and ONNX Runtime on CUDA copy into them. Repeated runs of
+    /// one shape thus allocate nothing and copy no more than the runtime must. This
+    /// default replaces them with [`Runtime::run`]'s. On error `outputs` may hold partly
+    /// written values.
+    fn run_into(&mut self, inputs: &[NamedTensor], outputs: &mut Vec<NamedTensor>) -> Result<()> {
+        *outputs = self.run(inputs)?;
+        Ok(())
+    }
+    /// `inputs` made ready to run repeatedly on the runtime's device with no transfer to or
+    /// from the host: copied to the device once, the outputs bound to device memory and
+    /// left there (`validate --bench`'s device-resident latency). `None` for a runtime
+    /// whose outputs are host memory anyway (tract, ONNX Runtime's CPU provider).
+    fn on_device<'a>(
+        &'a mut self,
+        _inputs: &[NamedTensor],
+    ) -> Result<Option<Box<dyn DeviceRun + 'a>>> {
+        Ok(None)
+    }
     /// Ends profiling and returns how many nodes ran on each execution provider during
     /// the runs so far; `None` when the runtime has no such notion or profiling is off.
     /// Later runs are not profiled.
@@ -194,6 +216,12 @@ pub trait StaticSession {
     fn state(&mut self) -> Result<Vec<NamedTensor>>;
     /// Sets the state to zeros (a new set of sequences).
     fn reset(&mut self) -> Result<()>;
+}
+
+/// Runs of fixed inputs kept on a runtime's device ([`Runtime::on_device`]).
+pub trait DeviceRun {
+    /// One run, its outputs left in device memory; returns when the device has finished it.
+    fn run(&mut self) -> Result<()>;
 }
 
 /// One value a [`CarriedState`] holds.

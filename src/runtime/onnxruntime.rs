@@ -19,13 +19,14 @@ use ort::value::{DynValue, TensorRef};
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, Bound, CarriedState, Placement, Runtime, RuntimeOptions, StateValue,
+    missing_output, Bound, CarriedState, DeviceRun, Placement, Runtime, RuntimeOptions, StateValue,
     StaticLayout,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 mod bound;
 mod cuda_memory;
+mod outputs;
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -102,6 +103,10 @@ pub fn build_info(library: &Path) -> std::result::Result<String, String> {
 pub struct OrtRuntime {
     session: Session,
     name: &'static str,
+    /// On the CUDA execution provider (outputs computed in device memory).
+    cuda: bool,
+    /// What the last run on the CPU saw, for [`Runtime::run_into`]'s bound outputs.
+    shapes: Option<outputs::RunShapes>,
     profiling: bool,
     /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
     cuda_graphs: bool,
@@ -212,6 +217,8 @@ impl OrtRuntime {
         Ok(OrtRuntime {
             session,
             name,
+            cuda,
+            shapes: None,
             profiling: options.ort_profile_prefix.is_some(),
             cuda_graphs: cuda && options.cuda_graphs,
             _environment: environment,
@@ -309,8 +316,22 @@ impl Runtime for OrtRuntime {
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+        let mut outputs = Vec::new();
+        self.run_into(inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    fn run_into(&mut self, inputs: &[NamedTensor], outputs: &mut Vec<NamedTensor>) -> Result<()> {
         let name = self.name;
-        contain_panic(name, || self.run_unguarded(inputs))
+        contain_panic(name, || self.run_into_unguarded(inputs, outputs))
+    }
+
+    fn on_device<'a>(
+        &'a mut self,
+        inputs: &[NamedTensor],
+    ) -> Result<Option<Box<dyn DeviceRun + 'a>>> {
+        let name = self.name;
+        contain_panic(name, move || self.on_device_unguarded(inputs))
     }
 
     fn run_carrying(
@@ -366,11 +387,6 @@ fn native_to_host(value: &dyn Any) -> Result<TensorValue> {
 }
 
 impl OrtRuntime {
-    fn run_unguarded(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
-        let mut empty = CarriedState::default();
-        self.run_carrying_unguarded(inputs, &mut empty, &[])
-    }
-
     /// Feeds `inputs` and `state` by name; outputs in `carry` become the next state as
     /// ONNX Runtime's own values (no copy), the others come back as host arrays.
     fn run_carrying_unguarded(

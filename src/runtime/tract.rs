@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use ndarray::ArrayD;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Result};
@@ -115,7 +116,13 @@ impl Runtime for TractRuntime {
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
-        contain_panic("tract", || self.run_unguarded(inputs))
+        let mut outputs = Vec::new();
+        self.run_into(inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    fn run_into(&mut self, inputs: &[NamedTensor], outputs: &mut Vec<NamedTensor>) -> Result<()> {
+        contain_panic("tract", || self.run_into_unguarded(inputs, outputs))
     }
 
     /// tract has no bound buffers: its state is carried through host arrays.
@@ -135,44 +142,82 @@ impl Runtime for TractRuntime {
 }
 
 impl TractRuntime {
-    fn run_unguarded(&self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
+    fn run_into_unguarded(
+        &self,
+        inputs: &[NamedTensor],
+        outputs: &mut Vec<NamedTensor>,
+    ) -> Result<()> {
         let mut values: TVec<TValue> = tvec!();
         for name in &self.input_names {
             let input = inputs.iter().find(|t| &t.name == name).ok_or_else(|| {
                 Error::BadTensor(format!("no value given for model input {name}"))
             })?;
-            let tensor: Tensor = with_array!(&input.value, a => a.clone().into());
+            // One copy, into the aligned storage tract's tensors own.
+            let tensor = with_array!(&input.value, a => {
+                let a = a.as_standard_layout();
+                let data = a.as_slice().ok_or_else(|| {
+                    Error::Internal(format!("input {name} is not contiguous"))
+                })?;
+                Tensor::from_shape(a.shape(), data).map_err(failed)?
+            });
             values.push(tensor.into_tvalue());
         }
-        let outputs = self.plan.run(values).map_err(failed)?;
-        outputs
-            .into_iter()
-            .zip(&self.output_names)
-            .map(|(t, name)| {
-                let value = match t.datum_type() {
-                    DatumType::F32 => {
-                        TensorValue::F32(t.to_plain_array_view::<f32>().map_err(failed)?.to_owned())
-                    }
-                    DatumType::F64 => {
-                        TensorValue::F64(t.to_plain_array_view::<f64>().map_err(failed)?.to_owned())
-                    }
-                    DatumType::I32 => {
-                        TensorValue::I32(t.to_plain_array_view::<i32>().map_err(failed)?.to_owned())
-                    }
-                    DatumType::I64 => {
-                        TensorValue::I64(t.to_plain_array_view::<i64>().map_err(failed)?.to_owned())
-                    }
-                    other => {
-                        return Err(failed(format!(
-                            "output {name} has type {other:?}; only float32, float64, int32 and int64 outputs are compared"
-                        )))
-                    }
-                };
-                Ok(NamedTensor {
+        let results = self.plan.run(values).map_err(failed)?;
+        outputs.truncate(results.len());
+        for (i, (t, name)) in results.iter().zip(&self.output_names).enumerate() {
+            // The array in place when it is this output's, of its type (copy_out checks
+            // the shape).
+            macro_rules! out {
+                ($variant:ident, $ty:ty) => {{
+                    let slot = match outputs.get_mut(i) {
+                        Some(NamedTensor {
+                            name: n,
+                            value: TensorValue::$variant(a),
+                        }) if *n == *name => Some(a),
+                        _ => None,
+                    };
+                    copy_out::<$ty>(t, slot)?.map(TensorValue::$variant)
+                }};
+            }
+            let fresh = match t.datum_type() {
+                DatumType::F32 => out!(F32, f32),
+                DatumType::F64 => out!(F64, f64),
+                DatumType::I32 => out!(I32, i32),
+                DatumType::I64 => out!(I64, i64),
+                other => {
+                    return Err(failed(format!(
+                        "output {name} has type {other:?}; only float32, float64, int32 and int64 outputs are compared"
+                    )))
+                }
+            };
+            if let Some(value) = fresh {
+                let fresh = NamedTensor {
                     name: name.clone(),
                     value,
-                })
-            })
-            .collect()
+                };
+                if i < outputs.len() {
+                    outputs[i] = fresh;
+                } else {
+                    outputs.push(fresh);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copies tract's output `t` into `slot` when that holds an array of its shape (`None`
+/// back), else into a new array.
+fn copy_out<T: Datum + Clone>(
+    t: &Tensor,
+    slot: Option<&mut ArrayD<T>>,
+) -> Result<Option<ArrayD<T>>> {
+    let view = t.to_plain_array_view::<T>().map_err(failed)?;
+    match slot {
+        Some(a) if a.shape() == view.shape() => {
+            a.assign(&view);
+            Ok(None)
+        }
+        _ => Ok(Some(view.to_owned())),
     }
 }

@@ -22,7 +22,7 @@ pub use inputs::{
 };
 pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
-    BenchReport, InputReport, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
+    BenchReport, InputReport, Latency, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
 };
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
 

@@ -18,7 +18,7 @@ use crate::validate::histograms::{self, ErrorHistogram};
 use crate::validate::inputs::{
     check_inputs, check_static_positions, make_inputs, start_static_state,
 };
-use crate::validate::report::{BenchReport, RuntimeReport, EXPECTED};
+use crate::validate::report::{BenchReport, Latency, RuntimeReport, EXPECTED};
 use crate::validate::{ValidateOptions, MAX_BENCH_RUNS};
 
 /// Values of symbolic dimensions by name (`sequence`, `past_sequence`, ...).
@@ -35,6 +35,28 @@ fn median(sorted: &[f64]) -> f64 {
     } else {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
+}
+
+/// Times `runs` calls of `run`, each on the wall clock, after `before` (given the run's
+/// number, from 1; not timed).
+fn time_runs(
+    runs: usize,
+    mut before: impl FnMut(usize),
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<Latency> {
+    let mut times = Vec::with_capacity(runs);
+    for k in 1..=runs {
+        before(k);
+        let start = Instant::now();
+        run()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Latency {
+        runs: times.len(),
+        median_ms: median(&times),
+        min_ms: times[0],
+    })
 }
 
 /// Refuses options no run can honour: batch 0, more than [`MAX_BENCH_RUNS`] timed runs.
@@ -204,23 +226,36 @@ pub(super) fn run_one(
     let providers = rt.placement()?;
     crate::validate::check_placement(kind, providers.as_ref())?;
     let bench = if options.bench > 0 {
-        let mut times = Vec::with_capacity(options.bench);
-        for k in 0..options.bench {
-            progress(&format!(
-                "benchmarking {} {}/{}",
-                kind.name(),
-                k + 1,
-                options.bench
-            ));
-            let start = Instant::now();
-            rt.run(inputs)?;
-            times.push(start.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(f64::total_cmp);
+        let runs = options.bench;
+        let what = kind.name();
+        // Timed runs into arrays of the first run's shapes (a copy of its outputs, which
+        // stay as they are for the comparison), so that they allocate nothing.
+        let mut scratch = outputs.clone();
+        let host = time_runs(
+            runs,
+            |k| progress(&format!("benchmarking {what} {k}/{runs}")),
+            || rt.run_into(inputs, &mut scratch),
+        )?;
+        drop(scratch);
+        let device_resident = match rt.on_device(inputs)? {
+            Some(mut on_device) => {
+                // One untimed run: the first places the outputs in device memory.
+                on_device.run()?;
+                Some(time_runs(
+                    runs,
+                    |k| {
+                        progress(&format!(
+                            "benchmarking {what} with outputs on the device {k}/{runs}"
+                        ))
+                    },
+                    || on_device.run(),
+                )?)
+            }
+            None => None,
+        };
         Some(BenchReport {
-            runs: times.len(),
-            median_ms: median(&times),
-            min_ms: times[0],
+            host,
+            device_resident,
         })
     } else {
         None

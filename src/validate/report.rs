@@ -29,13 +29,27 @@ pub struct InputReport {
 
 /// Latency of repeated runs.
 #[derive(Clone, Debug, Serialize)]
-pub struct BenchReport {
-    /// Number of timed runs (after one warm-up run).
+pub struct Latency {
+    /// Number of timed runs.
     pub runs: usize,
     /// Median latency in milliseconds.
     pub median_ms: f64,
     /// Fastest run in milliseconds.
     pub min_ms: f64,
+}
+
+/// Latency of the `--bench` runs, timed after one warm-up run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Runs with the inputs taken from and the outputs written to host arrays (on CUDA:
+    /// the inputs copied to the device and the outputs back to the host within each run).
+    #[serde(flatten)]
+    pub host: Latency,
+    /// ort-cuda only: the same runs with the inputs copied to the device once before and
+    /// the outputs left in device memory (after one more untimed run); absent for runtimes
+    /// whose outputs are host memory anyway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_resident: Option<Latency>,
 }
 
 /// What one runtime did.
@@ -120,10 +134,25 @@ impl ValidationReport {
                 );
             }
             if let Some(b) = &r.bench {
+                let h = &b.host;
                 s += &format!(
-                    "bench  {:<9} median {:.3} ms, min {:.3} ms over {} runs\n",
-                    r.name, b.median_ms, b.min_ms, b.runs
+                    "bench  {:<9} median {:.3} ms, min {:.3} ms over {} runs{}\n",
+                    r.name,
+                    h.median_ms,
+                    h.min_ms,
+                    h.runs,
+                    if b.device_resident.is_some() {
+                        ", outputs copied to the host"
+                    } else {
+                        ""
+                    }
                 );
+                if let Some(d) = &b.device_resident {
+                    s += &format!(
+                        "bench  {:<9} median {:.3} ms, min {:.3} ms over {} runs, outputs left on the device\n",
+                        r.name, d.median_ms, d.min_ms, d.runs
+                    );
+                }
             }
         }
         s += &format!(
@@ -156,5 +185,92 @@ impl ValidationReport {
             s += &d.render();
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(bench: BenchReport) -> ValidationReport {
+        ValidationReport {
+            schema: REPORT_SCHEMA,
+            model: "m.onnx".into(),
+            inputs_source: "generated".into(),
+            seed: Some(0),
+            inputs: Vec::new(),
+            expected: None,
+            runtimes: vec![RuntimeReport {
+                name: "ort-cuda".into(),
+                note: None,
+                load_ms: 1.0,
+                first_run_ms: 2.0,
+                providers: None,
+                bench: Some(bench),
+            }],
+            pairs: Vec::new(),
+            tolerance: Tolerance {
+                rtol: 1e-4,
+                atol: 1e-6,
+            },
+            precision: None,
+            decoding: None,
+            pass: true,
+            histograms: Vec::new(),
+        }
+    }
+
+    fn latency(median_ms: f64, min_ms: f64) -> Latency {
+        Latency {
+            runs: 5,
+            median_ms,
+            min_ms,
+        }
+    }
+
+    #[test]
+    fn the_device_resident_latency_is_reported_beside_the_host_one() {
+        let r = report(BenchReport {
+            host: latency(7.83, 7.33),
+            device_resident: Some(latency(2.05, 1.55)),
+        });
+        let text = r.render();
+        assert!(
+            text.contains(
+                "bench  ort-cuda  median 7.830 ms, min 7.330 ms over 5 runs, outputs copied to the host\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "bench  ort-cuda  median 2.050 ms, min 1.550 ms over 5 runs, outputs left on the device\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["runtimes"][0]["bench"],
+            serde_json::json!({"runs": 5, "median_ms": 7.83, "min_ms": 7.33,
+                "device_resident": {"runs": 5, "median_ms": 2.05, "min_ms": 1.55}})
+        );
+    }
+
+    #[test]
+    fn without_a_device_the_bench_line_and_fields_are_as_before() {
+        let r = report(BenchReport {
+            host: latency(7.83, 7.33),
+            device_resident: None,
+        });
+        let text = r.render();
+        assert!(
+            text.contains("bench  ort-cuda  median 7.830 ms, min 7.330 ms over 5 runs\n"),
+            "{text}"
+        );
+        assert!(!text.contains("device"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["runtimes"][0]["bench"],
+            serde_json::json!({"runs": 5, "median_ms": 7.83, "min_ms": 7.33})
+        );
     }
 }

@@ -34,6 +34,7 @@ mod ops;
 mod pictures;
 mod presets;
 mod pytorch;
+mod runs;
 #[cfg(feature = "test-onnxruntime")]
 mod static_batch;
 mod static_state;
