@@ -4,7 +4,8 @@ fixtures' inputs and upstream outputs as .npz for `validate --inputs/--expected`
 
   python3 bench/gpu_decode.py ort --whole W.onnx --static S.onnx [--static S2.onnx] \
       --prompt 448 --steps 64 --batches 1,8 > ort.json
-  python3 bench/gpu_decode.py fixtures OUT_DIR      # fixtures/*/io.safetensors -> npz
+  python3 bench/gpu_decode.py fixtures OUT_DIR      # fixtures/*/io.safetensors -> npz, and
+                                                    # whole.inputs.npz (the ids `ort` feeds)
   python3 bench/gpu_decode.py summary OUT_DIR       # the table from the JSON files
 
 `ort` needs onnxruntime-gpu and numpy; every figure is a median over timed runs after
@@ -182,6 +183,9 @@ def fixtures_main(args):
             entry["greedy_tokens"] = io["greedy_tokens"][0].tolist()
         listing[name] = entry
     json.dump(listing, open(os.path.join(out_dir, "fixtures.json"), "w"), indent=1)
+    # The whole forward's input: the ids `ort` feeds (amlp-base, n = 512).
+    ids = (np.arange(512, dtype=np.int64) * 7919 % 32000).reshape(1, 512)
+    np.savez(os.path.join(out_dir, "whole.inputs.npz"), input_ids=ids)
 
 
 def summary_main(args):
@@ -203,9 +207,9 @@ def summary_main(args):
     for what, a, b in rows:
         print(f"{what:58} {fmt(a):>14} {fmt(b):>12}")
     for tag in ["static24", "static17"]:
-        t = ours.get(f"{tag}_b8_tokens_per_s")
-        if t:
-            print(f"{tag} batch 8: gmlp-onnx {t:.0f} tokens/s")
+        t, m = ours.get(f"{tag}_b8_tokens_per_s"), ours.get(f"{tag}_b8_median_tokens_per_s")
+        if t and m:
+            print(f"{tag} batch 8: gmlp-onnx {m:.0f} tokens/s at the median step, {t:.0f} over all 63 steps (warm-up and capture included)")
     for k, v in ours.items():
         if k.startswith("check_"):
             print(f"{k}: {v}")

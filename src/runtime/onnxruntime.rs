@@ -227,8 +227,9 @@ impl OrtRuntime {
 }
 
 /// A session of the in-memory model `bytes` on the CUDA execution provider (the process's
-/// environment, no TF32, no CUDA graphs): the one-node helpers of device-resident decoding.
-fn cuda_session_from_memory(name: &'static str, bytes: &[u8]) -> Result<Session> {
+/// environment, no TF32, CUDA graphs when `graphs`): the one-node helpers of
+/// device-resident decoding.
+fn cuda_session_from_memory(name: &'static str, bytes: &[u8], graphs: bool) -> Result<Session> {
     let library = find_library(None)?;
     let environment = environment_for(&library).map_err(|reason| Error::RuntimeUnavailable {
         runtime: name.into(),
@@ -238,7 +239,7 @@ fn cuda_session_from_memory(name: &'static str, bytes: &[u8]) -> Result<Session>
         .map_err(|e| failed(name, e))?
         .with_log_level(ort::logging::LogLevel::Fatal)
         .map_err(|e| failed(name, e))?;
-    register_cuda(builder, false, false)?
+    register_cuda(builder, false, graphs)?
         .commit_from_memory(bytes)
         .map_err(|e| failed(name, e))
 }

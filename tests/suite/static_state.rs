@@ -46,6 +46,63 @@ fn the_in_place_check_reads_the_graph() {
     assert!(!updates_in_place(&g, "past_sgu.0", "present_sgu.0"));
 }
 
+/// A static-state graph reads no shape: no `Shape` or `Size` node (so nothing is computed
+/// from one) and no `Range`, in every small causal configuration (heads, token shift,
+/// every spatial form), at opsets 17 (`ScatterND`) and 24 (`TensorScatter`) and for the
+/// portable target: its positions, masks and scatter indices come from data ops, so every
+/// node can be placed on a GPU and a step captured as a CUDA graph. The growing form,
+/// which needs the state's length, keeps its `Shape` nodes.
+#[test]
+fn static_state_graphs_read_no_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let source: Arc<dyn WeightSource> = Arc::new(spread(3));
+    let op_types = |path: &std::path::Path| -> Vec<String> {
+        read_model(path)
+            .unwrap()
+            .graph
+            .unwrap()
+            .node
+            .iter()
+            .map(|n| n.op_type.clone().unwrap_or_default())
+            .collect()
+    };
+    for (name, cfg) in causal_configs() {
+        for (label, cfg, target, _) in targets(&cfg) {
+            let file = format!("{name}-{label}.onnx");
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::Static,
+                &target,
+                dir.path(),
+                &file,
+            );
+            let ops = op_types(&path);
+            for banned in ["Shape", "Size", "Range"] {
+                assert!(!ops.iter().any(|o| o == banned), "{file}: a {banned} node");
+            }
+            let scatter = if target.opset >= 24 {
+                "TensorScatter"
+            } else {
+                "ScatterND"
+            };
+            assert!(ops.iter().any(|o| o == scatter), "{file}: no {scatter}");
+        }
+        let growing = write_for(
+            &cfg,
+            source.clone(),
+            SequenceMode::WithPast,
+            &BuildTarget::at_opset(17),
+            dir.path(),
+            &format!("{name}-growing.onnx"),
+        );
+        assert!(
+            op_types(&growing).iter().any(|o| o == "Shape"),
+            "{name}: growing"
+        );
+    }
+}
+
 /// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
 /// built with the `test-onnxruntime` feature that scripts/test turns on.
 #[cfg(feature = "test-onnxruntime")]

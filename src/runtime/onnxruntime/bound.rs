@@ -19,6 +19,7 @@ use ndarray::{Array2, Array3, ArrayView2};
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{IoBinding, RunOptions, Session};
 use ort::value::Tensor;
+use ort::AsPointer;
 
 use super::cuda_memory::CudaMemory;
 use super::{cuda_session_from_memory, failed, OrtRuntime};
@@ -78,7 +79,16 @@ impl Memory {
         Ok(())
     }
 
-    /// Writes `values` over the start of `t` (which holds at least as many).
+    /// Waits until the writes issued so far have landed (device memory).
+    fn synchronize(&self) -> Result<()> {
+        match self {
+            Memory::Host => Ok(()),
+            Memory::Cuda { cuda, .. } => cuda.synchronize(),
+        }
+    }
+
+    /// Writes `values` over the start of `t` (which holds at least as many); on the
+    /// device they have landed after [`Memory::synchronize`].
     fn write<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Copy>(
         &self,
         t: &mut Tensor<T>,
@@ -157,12 +167,13 @@ struct RunBuffers {
     tokens: usize,
 }
 
-/// The one-node `ArgMax` session of greedy steps on the device, bound to the step's
-/// logits.
+/// The one-node `ArgMax` session of greedy steps on the device (captured as a CUDA graph
+/// too), reading the step's logits and writing the step's `input_ids` buffer, so that the
+/// next step finds its ids already there.
 struct DeviceArgmax {
     session: Session,
     binding: IoBinding,
-    ids: Tensor<i64>,
+    options: RunOptions,
 }
 
 /// ONNX Runtime's static-state session (see the module documentation).
@@ -179,6 +190,9 @@ pub(crate) struct BoundStatic {
     prompt: Option<RunBuffers>,
     /// Whether the last run was a step.
     last_was_step: bool,
+    /// The ids the device `ArgMax` wrote into the step's `input_ids` buffer last, if
+    /// nothing has written it since (a step with these ids skips its copy).
+    ids_on_device: Option<Vec<i64>>,
     /// The run options of a step and of a prompt (CUDA graphs: the graph ids).
     step_options: RunOptions,
     prompt_options: RunOptions,
@@ -239,6 +253,7 @@ impl BoundStatic {
             step: None,
             prompt: None,
             last_was_step: false,
+            ids_on_device: None,
             step_options,
             prompt_options,
             graphs,
@@ -295,29 +310,47 @@ impl BoundStatic {
         if self.argmax.is_none() {
             let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
             let bytes = argmax_model(b, v)?;
-            let session = cuda_session_from_memory(name, &bytes)?;
-            let mut ids = self.memory.zeros::<i64>(name, &[b, 1])?;
+            let session = cuda_session_from_memory(name, &bytes, self.graphs)?;
             let step = self
                 .step
-                .as_ref()
+                .as_mut()
                 .ok_or_else(|| Error::Internal("greedy pick before any step".into()))?;
             let mut binding = session.create_binding().map_err(|e| failed(name, e))?;
             binding
                 .bind_input(LOGITS, &step.logits)
                 .map_err(|e| failed(name, e))?;
             binding
-                .bind_output(ARGMAX_OUTPUT, &mut ids)
+                .bind_output(ARGMAX_OUTPUT, &mut step.ids)
                 .map_err(|e| failed(name, e))?;
+            let options = RunOptions::new().map_err(|e| failed(name, e))?;
             self.argmax = Some(DeviceArgmax {
                 session,
                 binding,
-                ids,
+                options,
             });
         }
         self.argmax
             .as_mut()
             .ok_or_else(|| Error::Internal("no argmax session".into()))
     }
+}
+
+/// Runs `binding` on `session`. ort's `run_binding` also asks ONNX Runtime for every bound
+/// output back and wraps each in a new value, every run; the buffers are ours already, so
+/// this calls `RunWithBinding` alone.
+fn run_bound(
+    name: &str,
+    session: &mut Session,
+    binding: &IoBinding,
+    options: &RunOptions,
+) -> Result<()> {
+    // SAFETY: the three pointers are live objects owned by the arguments for the whole
+    // call; `&mut Session` keeps the (not thread-safe) run exclusive.
+    let status = unsafe {
+        (ort::api().RunWithBinding)(session.ptr().cast_mut(), options.ptr(), binding.ptr())
+    };
+    // SAFETY: a status returned by the call above, owned here.
+    unsafe { ort::Error::result_from_status(status) }.map_err(|e| failed(name, e))
 }
 
 /// The output of the argmax model.
@@ -371,6 +404,7 @@ impl StaticSession for BoundStatic {
         }
         let ids: Vec<i64> = ids.iter().copied().collect();
         let name = self.name;
+        let ids_there = t == 1 && self.ids_on_device.as_ref() == Some(&ids);
         let buffers = if t == 1 {
             if self.step.is_none() {
                 self.step = Some(self.run_buffers(1)?);
@@ -384,17 +418,18 @@ impl StaticSession for BoundStatic {
             self.prompt.as_mut()
         }
         .ok_or_else(|| Error::Internal("run buffers missing".into()))?;
-        self.memory.write(&mut buffers.ids, &ids)?;
+        if !ids_there {
+            self.memory.write(&mut buffers.ids, &ids)?;
+        }
         self.memory.write(&mut buffers.position, positions)?;
+        self.memory.synchronize()?;
         let options = if t == 1 {
             &self.step_options
         } else {
             &self.prompt_options
         };
-        self.runtime
-            .session
-            .run_binding_with_options(&buffers.binding, options)
-            .map_err(|e| failed(name, e))?;
+        self.ids_on_device = None;
+        run_bound(name, &mut self.runtime.session, &buffers.binding, options)?;
         self.last_was_step = t == 1;
         Ok(())
     }
@@ -434,16 +469,14 @@ impl StaticSession for BoundStatic {
         }
         let name = self.name;
         let argmax = self.device_argmax()?;
-        argmax
-            .session
-            .run_binding(&argmax.binding)
-            .map_err(|e| failed(name, e))?;
+        run_bound(name, &mut argmax.session, &argmax.binding, &argmax.options)?;
         let mut ids = vec![0i64; self.layout.batch];
-        let argmax = self
-            .argmax
+        let step = self
+            .step
             .as_ref()
-            .ok_or_else(|| Error::Internal("no argmax session".into()))?;
-        self.memory.read(&argmax.ids, 0, &mut ids)?;
+            .ok_or_else(|| Error::Internal("greedy pick before any step".into()))?;
+        self.memory.read(&step.ids, 0, &mut ids)?;
+        self.ids_on_device = Some(ids.clone());
         Ok(Some(ids))
     }
 

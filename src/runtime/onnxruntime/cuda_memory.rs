@@ -8,9 +8,10 @@
 //! stable since CUDA 1.0, so `libloading` (already in the tree through `ort`) suffices.
 //!
 //! Ordering: ONNX Runtime runs on its own non-blocking stream and synchronizes it before
-//! `Run` returns; these calls go to the legacy default stream, and every write ends with
-//! `cudaDeviceSynchronize`, so no kernel reads a buffer before its new contents arrive
-//! (a host-to-device `cudaMemcpy` from pageable memory may return before its DMA ends).
+//! `Run` returns; these calls go to the legacy default stream, and the writes before a run
+//! end with one `cudaDeviceSynchronize`, so no kernel reads a buffer before its new
+//! contents arrive (a host-to-device `cudaMemcpy` from pageable memory may return before
+//! its DMA ends).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -77,8 +78,9 @@ impl CudaMemory {
         Err(unavailable(tried.join("; ")))
     }
 
-    /// Copies `bytes` host bytes at `host` to device memory at `device`, and waits until
-    /// they are there.
+    /// Copies `bytes` host bytes at `host` to device memory at `device`; they are there
+    /// after the next [`CudaMemory::synchronize`] (the copy from pageable memory may
+    /// return before its DMA ends).
     ///
     /// # Safety
     /// `device` must be a device allocation of at least `bytes` bytes and `host` readable
@@ -91,7 +93,12 @@ impl CudaMemory {
     ) -> Result<()> {
         self.check("cudaMemcpy to the device", unsafe {
             (self.memcpy)(device, host, bytes, HOST_TO_DEVICE)
-        })?;
+        })
+    }
+
+    /// Waits until every copy and set issued so far has completed.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: no arguments; waits for the device.
         self.check("cudaDeviceSynchronize", unsafe { (self.synchronize)() })
     }
 
