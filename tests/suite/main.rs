@@ -28,6 +28,7 @@ mod ops;
 mod pictures;
 mod presets;
 mod pytorch;
+mod spellings;
 mod static_batch;
 mod static_state;
 mod targets;

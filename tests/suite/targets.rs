@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::common::*;
+use clap::ValueEnum;
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::metadata::TARGET_KEY;
 use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
-use gmlp_onnx::gmlp::targets::{BuildTarget, Target, TARGETS};
+use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};
 use gmlp_onnx::onnx::reader::{metadata_value, read_model};
 use gmlp_onnx::onnx::versions::ir_version_for;
@@ -168,7 +169,7 @@ fn every_target_runs_each_model_with_todays_outputs() {
             &format!("{kind}_default.onnx"),
         );
         let today = f32_output(&run(RuntimeKind::OrtCpu, &default_path, &feed));
-        for target in TARGETS {
+        for &target in Target::value_variants() {
             let b = BuildTarget::resolve(target, None).unwrap();
             let (built, path) = build(
                 &cfg,
@@ -179,7 +180,10 @@ fn every_target_runs_each_model_with_todays_outputs() {
             let model = read_model(&path).unwrap();
             assert_eq!(model.opset_import[0].version(), b.opset);
             assert_eq!(model.ir_version(), ir_version_for(b.opset));
-            assert_eq!(metadata_value(&model, TARGET_KEY), Some(target.name()));
+            assert_eq!(
+                metadata_value(&model, TARGET_KEY),
+                Some(target.name().as_str())
+            );
             let stored = gmlp_onnx::validate::stored_config(&model).unwrap();
             assert_eq!(stored, built);
             check_forms(target, &path);
@@ -423,7 +427,7 @@ fn trained_fixtures_reproduce_pytorch_for_every_target() {
         };
         let (feed, pytorch) = fixture_io(&fx, meta["input_name"].as_str().unwrap());
         let import = Import::open(&fx.join("model.safetensors"), &hints).unwrap();
-        for target in TARGETS {
+        for &target in Target::value_variants() {
             let mut cfg = import.config.clone();
             cfg.spatial = target.spatial_for(cfg.spatial);
             let b = BuildTarget::resolve(target, None).unwrap();

@@ -1,71 +1,17 @@
 //! The command line of `gmlp-onnx build`: its flags (clap definitions; docs/cli.md is
-//! generated from them) and their translation into the library's types.
+//! generated from them). The values of enum flags are the library's own enums (clap's
+//! `ValueEnum`, see `gmlp_onnx::spelling`), except the two below: the state form of
+//! `--with-past`, and `--weights-format`, a layout or `auto`.
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
 use gmlp_onnx::gmlp::targets::Target;
-use gmlp_onnx::gmlp::{GateAct, SpatialForm};
+use gmlp_onnx::gmlp::{GateAct, InitScheme, Precision, SpatialForm};
+use gmlp_onnx::runtime::RuntimeKind;
 
 use crate::cli::triton::TritonFlags;
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum SpatialArg {
-    /// A free n×n W.
-    Dense,
-    /// Toeplitz W stored expanded to n×n.
-    ToeplitzExpand,
-    /// Toeplitz W stored as its 2n−1 vector and gathered in the graph.
-    ToeplitzGather,
-}
-
-/// `--target`: a deployment profile (see [`Target`]).
-#[derive(Clone, Copy, Default, ValueEnum)]
-pub enum TargetArg {
-    /// ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5: opset 17, LayerNormalization.
-    #[default]
-    Ort,
-    /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
-    OrtLegacy,
-    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded.
-    Portable,
-    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul).
-    Opencv4,
-    /// candle-onnx: LayerNorm as primitive ops, means as ReduceSum then Div.
-    Candle,
-}
-
-impl TargetArg {
-    /// The library's target profile.
-    pub(super) fn target(self) -> Target {
-        match self {
-            TargetArg::Ort => Target::Ort,
-            TargetArg::OrtLegacy => Target::OrtLegacy,
-            TargetArg::Portable => Target::Portable,
-            TargetArg::Opencv4 => Target::Opencv4,
-            TargetArg::Candle => Target::Candle,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum DtypeArg {
-    /// Everything in f32.
-    F32,
-    /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
-    F16,
-    /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
-    /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
-    Int8,
-    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), the blocks'
-    /// output projections and the vocabulary head in 8 bits (blocks of 128); activations,
-    /// embedding, spatial MatMul, norms and logits in f32.
-    Int4,
-    /// Weight-only int8 projections (blocks of 32, MatMulNBits with 8 bits) and vocabulary
-    /// head (blocks of 128); activations, embedding, spatial MatMul, norms and logits in f32.
-    Int8WeightOnly,
-}
 
 /// The state form of `--with-past` (docs/static-state.md).
 #[derive(Clone, Copy, ValueEnum)]
@@ -77,14 +23,6 @@ pub enum PastArg {
     /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
     /// followed by the new rows out.
     Growing,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum InitArg {
-    /// The paper's init: W near zero, b = 1 (identity gating at start).
-    Paper,
-    /// Every parameter away from its trivial value (for testing exports).
-    Spread,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -101,22 +39,6 @@ pub enum FormatArg {
     GmlpGpt,
     /// gmlp-tinygrad (gMLP backbone: inputs_embeds → last_hidden_state).
     Tinygrad,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum GateActArg {
-    /// No activation (upstream's default `nn.Identity()`).
-    Identity,
-    /// tanh.
-    Tanh,
-    /// Logistic sigmoid.
-    Sigmoid,
-    /// max(x, 0).
-    Relu,
-    /// Exact GELU.
-    Gelu,
-    /// x·sigmoid(x).
-    Silu,
 }
 
 #[derive(Args)]
@@ -142,7 +64,7 @@ pub struct BuildArgs {
     pub shift_tokens: usize,
     /// Gate activation the checkpoint was trained with: g-mlp-pytorch's and g-mlp-gpt's `act` (not visible in weights).
     #[arg(long, value_enum, default_value = "identity")]
-    pub gate_act: GateActArg,
+    pub gate_act: GateAct,
     /// Also write the model's weights in the native layout (safetensors).
     #[arg(long)]
     pub save_weights: Option<PathBuf>,
@@ -151,22 +73,22 @@ pub struct BuildArgs {
     pub output: PathBuf,
     /// Spatial weight form (default: toeplitz-gather for token presets, dense for vision).
     #[arg(long, value_enum)]
-    pub spatial: Option<SpatialArg>,
+    pub spatial: Option<SpatialForm>,
     /// Deployment profile: picks the opset, spatial form and op forms its consumers accept (explicit --opset / --spatial win).
     #[arg(long, value_enum, default_value = "ort")]
-    pub target: TargetArg,
+    pub target: Target,
     /// ONNX opset (13..=24) [default: 13 for --target portable, else 17]; LayerNormalization from 17 (primitive ops below), `Gelu` from 20 (the exact erf form below).
     #[arg(long)]
     pub opset: Option<i64>,
     /// Storage and compute type.
     #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DtypeArg,
+    pub dtype: Precision,
     /// Seed of the weights (the same seed gives the same weights whatever the spatial form).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Initialization scheme.
     #[arg(long, value_enum, default_value = "paper")]
-    pub init: InitArg,
+    pub init: InitScheme,
     /// Number of blocks.
     #[arg(long)]
     pub layers: Option<usize>,
@@ -217,8 +139,13 @@ pub struct BuildArgs {
     #[arg(long)]
     pub validate: bool,
     /// Runtimes for --validate.
-    #[arg(long, default_value = "tract,ort-cpu")]
-    pub runtimes: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tract,ort-cpu"
+    )]
+    pub runtimes: Vec<RuntimeKind>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
@@ -240,25 +167,4 @@ pub struct BuildArgs {
     /// The --triton-* options of the repository.
     #[command(flatten)]
     pub triton: TritonFlags,
-}
-
-/// The library's gate activation for `--gate-act`.
-pub(super) fn gate_act(a: GateActArg) -> GateAct {
-    match a {
-        GateActArg::Identity => GateAct::Identity,
-        GateActArg::Tanh => GateAct::Tanh,
-        GateActArg::Sigmoid => GateAct::Sigmoid,
-        GateActArg::Relu => GateAct::Relu,
-        GateActArg::Gelu => GateAct::Gelu,
-        GateActArg::Silu => GateAct::Silu,
-    }
-}
-
-/// The library's spatial form for `--spatial`.
-pub(super) fn spatial_form(s: SpatialArg) -> SpatialForm {
-    match s {
-        SpatialArg::Dense => SpatialForm::Dense,
-        SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
-        SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
-    }
 }

@@ -7,15 +7,13 @@ use std::sync::Arc;
 use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
-use gmlp_onnx::gmlp::{
-    preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, Task, WeightSource,
-};
+use gmlp_onnx::gmlp::{preset, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
-use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
+use crate::cli::distinct;
 use crate::cli::progress::{progress_bar, validate_with_spinner};
 use crate::cli::triton::{file_stem, print_repository};
 use crate::cli::validate::finish_validation;
@@ -37,7 +35,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
     }
     cfg.causal |= a.causal;
     if let Some(s) = a.spatial {
-        cfg.spatial = spatial_form(s);
+        cfg.spatial = s;
     }
     match &mut cfg.task {
         Task::Tokens {
@@ -118,10 +116,10 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
         in_chans: a.in_chans,
         image_size: a.image_size,
         patch_size: a.patch_size,
-        spatial: a.spatial.map(spatial_form),
+        spatial: a.spatial,
         allow_unused: a.allow_unused,
         seq_len: a.seq_len,
-        gate_act: gate_act(a.gate_act),
+        gate_act: a.gate_act,
         toeplitz_tolerance: toeplitz_tol,
     };
     let import = Import::open(path, &hints)?;
@@ -148,7 +146,7 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
     );
     let mut config = import.config.clone();
     if a.spatial.is_none() {
-        config.spatial = a.target.target().spatial_for(config.spatial);
+        config.spatial = a.target.spatial_for(config.spatial);
     }
     let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
     Ok(ModelSource {
@@ -254,15 +252,8 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     let mut cfg = p.config.clone();
     cfg.spatial = target.target.spatial_for(cfg.spatial);
     apply_overrides(&mut cfg, a, name)?;
-    let scheme = match a.init {
-        InitArg::Paper => InitScheme::Paper,
-        InitArg::Spread => InitScheme::Spread,
-    };
-    let description = format!(
-        "seeded init (scheme {}, seed {})",
-        serde_json::to_string(&scheme)?.trim_matches('"'),
-        a.seed
-    );
+    let scheme = a.init;
+    let description = format!("seeded init (scheme {}, seed {})", scheme.name(), a.seed);
     Ok(ModelSource {
         cfg,
         weights: Arc::new(SeededInit {
@@ -320,7 +311,7 @@ fn write_with_progress(
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
     let triton = triton_plan(&a)?;
-    let target = BuildTarget::resolve(a.target.target(), a.opset)?;
+    let target = BuildTarget::resolve(a.target, a.opset)?;
     let tolerance = ToleranceRequest {
         rtol: a.rtol,
         atol: a.atol,
@@ -337,13 +328,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         None => from_preset(a.preset.as_deref().unwrap_or_default(), &a, &target)?,
     };
     let mut cfg = cfg;
-    cfg.dtype = match a.dtype {
-        DtypeArg::F32 => Precision::F32,
-        DtypeArg::F16 => Precision::F16,
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Int4 => Precision::Int4,
-        DtypeArg::Int8WeightOnly => Precision::Int8WeightOnly,
-    };
+    cfg.dtype = a.dtype;
     target.check(cfg.spatial)?;
     target.check_dtype(cfg.dtype)?;
     let (mode, past_note) = match a.with_past {
@@ -410,10 +395,10 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         gmlp_onnx::inspect::human_flops(c.flops),
         target.target.name(),
         target.opset,
-        cfg.spatial.as_str()
+        cfg.spatial.name()
     );
     if a.validate {
-        let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
+        let mut options = ValidateOptions::new(distinct(&a.runtimes));
         options.batch = 1;
         options.runtime.ort_library = a.ort_lib.clone();
         options.tolerance = tolerance;

@@ -16,7 +16,7 @@ use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
-use super::{announce_note, parse_ids, runtime_options, show_tokens, GenerateArgs};
+use super::{announce_note, parse_ids, runtime_options, runtimes, show_tokens, GenerateArgs};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -129,7 +129,7 @@ fn generate_batch_on(
     let mut sorted = step_ms.clone();
     sorted.sort_by(f64::total_cmp);
     Ok(BatchGeneration {
-        runtime: kind.name().to_string(),
+        runtime: kind.name(),
         mode: decoder.model().info.mode.as_str(),
         state_in_place: decoder.in_place(),
         batch,
@@ -158,15 +158,7 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
         Some(k) => k,
         None => room,
     };
-    let kinds = match &a.compare {
-        Some(list) => RuntimeKind::parse_list(list)?,
-        None => RuntimeKind::parse_list(&a.runtime)?,
-    };
-    if a.compare.is_none() && kinds.len() != 1 {
-        anyhow::bail!(Error::InvalidArgument(
-            "--runtime takes one runtime; use --compare to run several".into()
-        ));
-    }
+    let kinds = runtimes(a);
     Sampler::new(a.temperature, a.top_k, a.seed)?;
     let mut results = Vec::new();
     for kind in kinds {

@@ -131,9 +131,12 @@ fn malformed_validate_options_are_refused() {
         (&["--dim", "=4"], "expected NAME=N with N >= 1"),
         (
             &["--runtimes", "tract,nonsense"],
-            "unknown runtime 'nonsense'",
+            "invalid value 'nonsense' for '--runtimes <RUNTIMES>' [possible values: tract, ort-cpu, ort-cuda]",
         ),
-        (&["--runtimes", ""], "no runtime given"),
+        (
+            &["--runtimes", ""],
+            "a value is required for '--runtimes <RUNTIMES>'",
+        ),
         (&["--bench=-3"], "invalid value '-3' for '--bench"),
         (
             &["--bench", "1000000000"],
