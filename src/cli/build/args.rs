@@ -4,9 +4,12 @@
 //! `--with-past`, and `--weights-format`, a layout or `auto`.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
+use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
+use gmlp_onnx::checkpoint::Format;
 use gmlp_onnx::gmlp::targets::Target;
 use gmlp_onnx::gmlp::{GateAct, InitScheme, Precision, SpatialForm};
 use gmlp_onnx::runtime::RuntimeKind;
@@ -25,20 +28,28 @@ pub enum PastArg {
     Growing,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// Recognize the layout from tensor names.
-    Auto,
-    /// This project's own names (see docs/checkpoints.md).
-    Native,
-    /// timm's gMLP (MlpMixer with SpatialGatingBlock).
-    Timm,
-    /// g-mlp-pytorch (gMLP, gMLPVision).
-    Lucidrains,
-    /// g-mlp-gpt (gMLPGPT, causal language model).
-    GmlpGpt,
-    /// gmlp-tinygrad (gMLP backbone: inputs_embeds → last_hidden_state).
-    Tinygrad,
+/// `--weights-format`: a checkpoint layout, or `auto` (`None`: recognized from the tensor
+/// names). Its values are `auto` and those of [`Format`].
+#[derive(Clone, Copy)]
+pub struct FormatArg(pub Option<Format>);
+
+impl ValueEnum for FormatArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: OnceLock<Vec<FormatArg>> = OnceLock::new();
+        ALL.get_or_init(|| {
+            std::iter::once(None)
+                .chain(Format::value_variants().iter().copied().map(Some))
+                .map(FormatArg)
+                .collect()
+        })
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self.0 {
+            None => Some(PossibleValue::new("auto").help("Recognize the layout from tensor names")),
+            Some(format) => format.to_possible_value(),
+        }
+    }
 }
 
 #[derive(Args)]

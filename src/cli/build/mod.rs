@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
+use gmlp_onnx::checkpoint::{save_native, Import, ImportHints};
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{preset, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
@@ -103,14 +103,7 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
         ));
     }
     let hints = ImportHints {
-        format: match a.weights_format {
-            FormatArg::Auto => None,
-            FormatArg::Native => Some(Format::Native),
-            FormatArg::Timm => Some(Format::Timm),
-            FormatArg::Lucidrains => Some(Format::Lucidrains),
-            FormatArg::GmlpGpt => Some(Format::GmlpGpt),
-            FormatArg::Tinygrad => Some(Format::Tinygrad),
-        },
+        format: a.weights_format.0,
         causal: a.causal,
         shift_tokens: a.shift_tokens,
         in_chans: a.in_chans,
@@ -238,10 +231,7 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     let import_only = [
         ("--toeplitz-tol", a.toeplitz_tol.is_some()),
         ("--allow-unused", a.allow_unused),
-        (
-            "--weights-format",
-            !matches!(a.weights_format, FormatArg::Auto),
-        ),
+        ("--weights-format", a.weights_format.0.is_some()),
     ];
     if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
         anyhow::bail!(Error::InvalidArgument(format!(
