@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gmlp_onnx::checkpoint::{save_native, Import, ImportHints};
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
-use gmlp_onnx::gmlp::{preset, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
+use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
@@ -232,6 +232,7 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
         ("--toeplitz-tol", a.toeplitz_tol.is_some()),
         ("--allow-unused", a.allow_unused),
         ("--weights-format", a.weights_format.0.is_some()),
+        ("--gate-act", a.gate_act != GateAct::Identity),
     ];
     if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
         anyhow::bail!(Error::InvalidArgument(format!(

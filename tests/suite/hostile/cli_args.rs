@@ -106,6 +106,11 @@ fn flags_of_the_wrong_model_kind_are_refused() {
             &["--shift-tokens", "1"],
             "--shift-tokens applies to --weights",
         ),
+        (
+            "gmlp-s16",
+            &["--gate-act", "tanh"],
+            "--gate-act applies to --weights",
+        ),
     ] {
         refuse_build(dir.path(), preset, flags, needle);
     }
