@@ -6,7 +6,7 @@
 //! [`runtime`] (tract, ONNX Runtime) → [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
-//! [`fs`], [`archive`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
+//! [`fs`], [`archive`], [`spelling`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
 //! [`runtime`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
 //! sources.
 #![warn(missing_docs)]
@@ -15,6 +15,7 @@ pub mod archive;
 pub mod error;
 pub mod fs;
 pub mod rng;
+pub mod spelling;
 pub mod tensor;
 
 pub mod npz;

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use clap::ValueEnum;
+
 use crate::checkpoint::file::Checkpoint;
 use crate::checkpoint::gpt::{self, gpt_buffers, gpt_layers};
 use crate::checkpoint::lucidrains::{self, lucid_nesting};
@@ -11,23 +13,23 @@ use crate::checkpoint::{native, timm, tinygrad, ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
 
-/// A checkpoint layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A checkpoint layout (`--weights-format`; each variant's doc is its `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// This project's own names.
+    /// This project's own names (see docs/checkpoints.md).
     Native,
-    /// timm's gMLP (`MlpMixer`).
+    /// timm's gMLP (MlpMixer with SpatialGatingBlock).
     Timm,
-    /// g-mlp-pytorch (lucidrains).
+    /// g-mlp-pytorch (gMLP, gMLPVision).
     Lucidrains,
-    /// g-mlp-gpt (lucidrains' causal gMLP language model).
+    /// g-mlp-gpt (gMLPGPT, causal language model).
     GmlpGpt,
-    /// gmlp-tinygrad (a backbone without embedding or head).
+    /// gmlp-tinygrad (gMLP backbone: inputs_embeds → last_hidden_state).
     Tinygrad,
 }
 
 impl Format {
-    /// The command-line spelling.
+    /// The layout's name in messages.
     pub fn name(self) -> &'static str {
         match self {
             Format::Native => "native",

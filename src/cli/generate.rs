@@ -17,7 +17,7 @@ use gmlp_onnx::runtime::generator::{Generation, Generator, Sampling};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
-use crate::cli::Disagreement;
+use crate::cli::{distinct, Disagreement};
 
 mod batch;
 
@@ -56,12 +56,12 @@ pub struct GenerateArgs {
     /// Seed of the sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Runtime: tract, ort-cpu or ort-cuda.
-    #[arg(long, default_value = "ort-cpu")]
-    pub runtime: String,
+    /// Runtime.
+    #[arg(long, value_enum, default_value = "ort-cpu")]
+    pub runtime: RuntimeKind,
     /// Run each of these runtimes (comma-separated) and fail if their tokens differ.
-    #[arg(long)]
-    pub compare: Option<String>,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub compare: Option<Vec<RuntimeKind>>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
@@ -126,6 +126,14 @@ pub(crate) fn announce_note(decoder: &Decoder) -> Option<String> {
     let note = decoder.runtime_note()?;
     eprintln!("note: {}: {note}", decoder.runtime_name());
     Some(note)
+}
+
+/// The runtimes to generate on: those of `--compare` (each once), else `--runtime`.
+fn runtimes(a: &GenerateArgs) -> Vec<RuntimeKind> {
+    match &a.compare {
+        Some(list) => distinct(list),
+        None => vec![a.runtime],
+    }
 }
 
 /// Comma-separated token ids (`what` names their origin in messages).
@@ -249,15 +257,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         Some(k) => k,
         None => room,
     };
-    let kinds = match &a.compare {
-        Some(list) => RuntimeKind::parse_list(list)?,
-        None => RuntimeKind::parse_list(&a.runtime)?,
-    };
-    if a.compare.is_none() && kinds.len() != 1 {
-        anyhow::bail!(Error::InvalidArgument(
-            "--runtime takes one runtime; use --compare to run several".into()
-        ));
-    }
+    let kinds = runtimes(&a);
     sampling(&a).sampler()?;
     let mut results = Vec::new();
     for kind in kinds {

@@ -21,6 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
 /// What `--version` prints after the name: the package version and the commit the binary
@@ -80,6 +81,18 @@ pub enum Command {
     },
     /// Put an existing ONNX file into a Triton Inference Server model repository.
     Triton(triton::TritonArgs),
+}
+
+/// The runtimes of a comma-separated runtime list, each once, in their first order
+/// (`tract,ort-cpu,tract` runs tract once).
+pub fn distinct(kinds: &[RuntimeKind]) -> Vec<RuntimeKind> {
+    let mut out: Vec<RuntimeKind> = Vec::new();
+    for &kind in kinds {
+        if !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    out
 }
 
 /// Raised when runtimes disagree (exit code 1).
@@ -204,6 +217,34 @@ mod tests {
         assert_eq!(error_line(&e), "validate m.onnx: m.onnx: No such file");
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_line(&plain), "outer: inner");
+    }
+
+    #[test]
+    fn a_runtime_list_names_each_runtime_once_and_ort_is_ort_cpu() {
+        let cli = Cli::try_parse_from([
+            "gmlp-onnx",
+            "validate",
+            "m.onnx",
+            "--runtimes",
+            "tract,ort,ort-cuda,ort-cpu,tract",
+        ])
+        .unwrap();
+        let Command::Validate(a) = cli.command else {
+            panic!("validate expected");
+        };
+        assert_eq!(
+            distinct(&a.runtimes),
+            [
+                RuntimeKind::Tract,
+                RuntimeKind::OrtCpu,
+                RuntimeKind::OrtCuda
+            ]
+        );
+        let cli = Cli::try_parse_from(["gmlp-onnx", "validate", "m.onnx"]).unwrap();
+        let Command::Validate(a) = cli.command else {
+            panic!("validate expected");
+        };
+        assert_eq!(a.runtimes, [RuntimeKind::Tract, RuntimeKind::OrtCpu]);
     }
 
     #[test]

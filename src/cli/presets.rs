@@ -63,7 +63,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
             p.config.d_model,
             p.config.d_ffn,
             p.config.attn_dim.map_or("-".to_string(), |a| a.to_string()),
-            p.config.spatial.as_str(),
+            p.config.spatial.name(),
             params_m,
             p.paper_params_m,
             flops_b,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use gmlp_onnx::serve::triton::{
     write_repository, InstanceKind, RepositoryWritten, TensorRtPrecision, TritonOptions,
 };
@@ -20,22 +20,6 @@ pub struct TritonArgs {
     pub flags: TritonFlags,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum TritonKindArg {
-    /// KIND_CPU instances.
-    Cpu,
-    /// KIND_GPU instances (ONNX Runtime's CUDA execution provider).
-    Gpu,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum TritonTensorRtArg {
-    /// TensorRT in FP16.
-    Fp16,
-    /// TensorRT in FP32.
-    Fp32,
-}
-
 /// The `--triton-*` flags shared by `build --triton-repo` and `triton`.
 #[derive(Args)]
 pub struct TritonFlags {
@@ -50,13 +34,13 @@ pub struct TritonFlags {
     triton_max_batch_size: Option<u32>,
     /// Where the instances run [default: cpu].
     #[arg(long, value_enum)]
-    triton_kind: Option<TritonKindArg>,
+    triton_kind: Option<InstanceKind>,
     /// Model instances (instance_group count) [default: 1].
     #[arg(long)]
     triton_instances: Option<u32>,
     /// TensorRT execution accelerator for gpu instances.
     #[arg(long, value_enum)]
-    triton_tensorrt: Option<TritonTensorRtArg>,
+    triton_tensorrt: Option<TensorRtPrecision>,
     /// Dynamic batcher max_queue_delay_microseconds, also the sequence batcher's for static-state models [default: 100].
     #[arg(long)]
     triton_max_queue_delay_us: Option<u64>,
@@ -90,15 +74,9 @@ impl TritonFlags {
         let mut o = TritonOptions::new(self.triton_name.as_deref().unwrap_or(default_name));
         o.version = self.triton_version.unwrap_or(o.version);
         o.max_batch_size = self.triton_max_batch_size;
-        o.kind = match self.triton_kind {
-            Some(TritonKindArg::Gpu) => InstanceKind::Gpu,
-            _ => InstanceKind::Cpu,
-        };
+        o.kind = self.triton_kind.unwrap_or(o.kind);
         o.instance_count = self.triton_instances.unwrap_or(o.instance_count);
-        o.tensorrt = self.triton_tensorrt.map(|t| match t {
-            TritonTensorRtArg::Fp16 => TensorRtPrecision::Fp16,
-            TritonTensorRtArg::Fp32 => TensorRtPrecision::Fp32,
-        });
+        o.tensorrt = self.triton_tensorrt;
         o.max_queue_delay_us = self
             .triton_max_queue_delay_us
             .unwrap_or(o.max_queue_delay_us);

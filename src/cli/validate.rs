@@ -12,15 +12,20 @@ use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::validate_with_spinner;
-use crate::cli::Disagreement;
+use crate::cli::{distinct, Disagreement};
 
 #[derive(Args)]
 pub struct ValidateArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// Comma-separated runtimes: tract, ort-cpu, ort-cuda.
-    #[arg(long, default_value = "tract,ort-cpu")]
-    pub runtimes: String,
+    /// Comma-separated runtimes.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tract,ort-cpu"
+    )]
+    pub runtimes: Vec<RuntimeKind>,
     /// Value of the symbolic `batch` dimension of generated inputs [default: 2].
     #[arg(long)]
     pub batch: Option<usize>,
@@ -129,7 +134,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         ));
     }
     let options = ValidateOptions {
-        runtimes: RuntimeKind::parse_list(&a.runtimes)?,
+        runtimes: distinct(&a.runtimes),
         batch: a.batch.unwrap_or(2),
         dims: a.dims,
         seed: a.seed.unwrap_or(0),

@@ -156,7 +156,7 @@ pub fn export_for(
     if let Some(p) = preset {
         metadata.push((PRESET_KEY.to_string(), p.to_string()));
     }
-    metadata.push((TARGET_KEY.to_string(), target.target.name().to_string()));
+    metadata.push((TARGET_KEY.to_string(), target.target.name()));
     if let Some(info) = DecodingInfo::of(cfg, mode) {
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));
     }
@@ -179,7 +179,7 @@ pub fn export_for(
                 cfg.d_model,
                 cfg.d_ffn,
                 cfg.seq_len(),
-                cfg.spatial.as_str(),
+                cfg.spatial.name(),
                 match (cfg.causal, mode) {
                     (false, _) => "",
                     (true, SequenceMode::Fixed) => ", causal",

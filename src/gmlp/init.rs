@@ -1,22 +1,36 @@
 //! Seeded initialization: deterministic parameters for builds without trained weights, the
 //! paper's scheme (§2.1) or one that moves every parameter away from its trivial value.
 
+use clap::ValueEnum;
+
 use crate::error::Result;
 use crate::gmlp::weights::{ParamKind, ParamSpec, WeightSource};
 use crate::rng::SplitMix64;
+use crate::spelling::spelling;
 
-/// How [`SeededInit`] draws values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// How [`SeededInit`] draws values (`--init`; each variant's first doc paragraph is its
+/// `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum InitScheme {
-    /// The paper's init (§2.1): W uniform in ±1e-3/n and b = 1 so every gating unit starts
-    /// as an identity gate; LayerNorms γ = 1, β = 0; projections uniform in ±1/√fan_in
-    /// (PyTorch's default); embedding uniform with standard deviation 0.02.
+    /// The paper's init: W near zero, b = 1 (identity gating at start).
+    ///
+    /// §2.1: W uniform in ±1e-3/n and b = 1 so every gating unit starts as an identity
+    /// gate; LayerNorms γ = 1, β = 0; projections uniform in ±1/√fan_in (PyTorch's
+    /// default); embedding uniform with standard deviation 0.02.
     Paper,
-    /// Every parameter away from its trivial value (W uniform in ±1/√n, b, γ, β spread
-    /// around their defaults), so that a wiring mistake anywhere changes the outputs:
-    /// for testing exports against a reference.
+    /// Every parameter away from its trivial value (for testing exports).
+    ///
+    /// W uniform in ±1/√n, b, γ, β spread around their defaults, so that a wiring mistake
+    /// anywhere changes the outputs: for testing exports against a reference.
     Spread,
+}
+
+impl InitScheme {
+    /// The command-line spelling, also in a seeded model's description.
+    pub fn name(self) -> String {
+        spelling(&self)
+    }
 }
 
 /// Deterministic pseudo-random parameters: each tensor is drawn from its own stream,

@@ -22,6 +22,7 @@
 //! weights to f32 on import); OpenCV 5's classic engine refuses f16 tensors into `MatMul`,
 //! which docs/model.md notes for users of that engine.
 
+use clap::ValueEnum;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -30,69 +31,51 @@ use crate::gmlp::decoding::{first_local_block, SequenceMode};
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 use crate::onnx::versions::ir_version_for;
+use crate::spelling::spelling;
 
-/// A named deployment profile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// A named deployment profile (`--target`; each variant's first doc paragraph is its
+/// `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
-    /// ONNX Runtime ≥ 1.15 and the stacks that read today's graph (tract, OpenVINO,
-    /// onnxruntime-node, onnx.reference, OpenCV 5): opset 17, `LayerNormalization`.
+    /// ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5:
+    /// opset 17, LayerNormalization.
+    ///
+    /// The stacks that read today's graph.
     Ort,
-    /// ONNX Runtime ≤ 1.14 (IR ≤ 8, opset ≤ 18): today's graph, opsets above 18 refused.
+    /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
+    ///
+    /// Today's graph, opsets above 18 refused.
     OrtLegacy,
-    /// ONNX Runtime alone, as recent as the one this tool loads (1.31), on the CPU or the
-    /// CUDA execution provider: opset 24, so the static state is written by `TensorScatter`
-    /// (in place, its write index checked on the device) and every node of a step can run
-    /// on the GPU and be captured as a CUDA graph. tract 0.23 cannot read it (no
-    /// `TensorScatter`).
+    /// ONNX Runtime 1.31 alone, CPU or CUDA: opset 24, the static state written by
+    /// TensorScatter, every node of a step on the GPU (CUDA graphs); not tract.
+    ///
+    /// At opset 24 the static state is written by `TensorScatter` (in place, its write
+    /// index checked on the device), and every node of a step can run on the GPU and be
+    /// captured as a CUDA graph. tract 0.23 cannot read it (no `TensorScatter`).
     OrtGpu,
-    /// The widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
-    /// LayerNorm as primitive ops with sum-then-divide means, Toeplitz W expanded.
+    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
+    /// LayerNorm as primitive ops, Toeplitz expanded.
+    ///
+    /// The means of the primitive LayerNorm are sums then divisions.
     Portable,
-    /// OpenCV 4.x dnn: opset 17, Toeplitz W expanded (no `Gather` feeding a `MatMul`).
+    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul).
+    ///
+    /// Opset 17.
     Opencv4,
-    /// candle-onnx: opset 17, LayerNorm as primitive ops, means as `ReduceSum` then `Div`.
+    /// candle-onnx: LayerNorm as primitive ops, means as ReduceSum then Div.
+    ///
+    /// Opset 17.
     Candle,
 }
-
-/// Every profile, in the order the CLI lists them.
-pub const TARGETS: [Target; 6] = [
-    Target::Ort,
-    Target::OrtLegacy,
-    Target::OrtGpu,
-    Target::Portable,
-    Target::Opencv4,
-    Target::Candle,
-];
 
 /// The profile used when none is named.
 pub const DEFAULT_TARGET: Target = Target::Ort;
 
 impl Target {
     /// The command-line and metadata spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Ort => "ort",
-            Target::OrtLegacy => "ort-legacy",
-            Target::OrtGpu => "ort-gpu",
-            Target::Portable => "portable",
-            Target::Opencv4 => "opencv4",
-            Target::Candle => "candle",
-        }
-    }
-
-    /// The profile named `name`.
-    pub fn parse(name: &str) -> Result<Target> {
-        TARGETS
-            .into_iter()
-            .find(|t| t.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = TARGETS.iter().map(|t| t.name()).collect();
-                Error::InvalidArgument(format!(
-                    "unknown target {name:?} (known: {})",
-                    names.join(", ")
-                ))
-            })
+    pub fn name(self) -> String {
+        spelling(&self)
     }
 
     /// The opset the profile builds at unless `--opset` says otherwise.
@@ -296,7 +279,7 @@ mod tests {
             .clone();
         let mut causal = causal;
         causal.causal = true;
-        for t in TARGETS {
+        for &t in Target::value_variants() {
             let expected = match t {
                 Target::Portable | Target::Opencv4 => SequenceMode::Fixed,
                 _ => SequenceMode::Variable,
@@ -312,7 +295,7 @@ mod tests {
             .config
             .clone();
         causal.causal = true;
-        for t in TARGETS {
+        for &t in Target::value_variants() {
             let (mode, note) = t.with_past_for(&causal);
             match t {
                 Target::Ort | Target::OrtLegacy | Target::OrtGpu => {
@@ -340,18 +323,6 @@ mod tests {
         assert_eq!(mode, SequenceMode::WithPast);
         assert!(note.contains("block 1 has a window"), "{note}");
         assert!(SequenceMode::Static.check(&windowed).is_err());
-    }
-
-    #[test]
-    fn names_round_trip_and_unknown_names_list_the_known_ones() {
-        for t in TARGETS {
-            assert_eq!(Target::parse(t.name()).unwrap(), t);
-        }
-        let err = Target::parse("tflite").unwrap_err().to_string();
-        assert!(
-            err.contains("ort, ort-legacy, ort-gpu, portable, opencv4, candle"),
-            "{err}"
-        );
     }
 
     #[test]

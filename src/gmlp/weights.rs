@@ -21,7 +21,7 @@
 //! | `head.weight`, `head.bias` | [d, classes or vocab], [classes or vocab] | classifier / output projection (no `head.weight` when tied to the embedding) |
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, NormKind, StackKind, Task};
+use crate::gmlp::config::{GmlpConfig, StackKind, Task};
 
 /// What a parameter is, which decides its initialization.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -129,7 +129,8 @@ pub fn param_specs(cfg: &GmlpConfig) -> Vec<ParamSpec> {
     specs
 }
 
-/// The scale (and, for LayerNorm, the shift) of the norm `prefix` over `width` channels.
+/// The scale (and, for a norm with a shift such as LayerNorm, the shift) of the norm
+/// `prefix` over `width` channels.
 fn norm_specs(
     cfg: &GmlpConfig,
     prefix: &str,
@@ -141,7 +142,7 @@ fn norm_specs(
         vec![width],
         ParamKind::NormScale,
     );
-    if cfg.block.norm == NormKind::LayerNorm {
+    if cfg.block.norm.has_shift() {
         push(format!("{prefix}.bias"), vec![width], ParamKind::NormShift);
     }
 }

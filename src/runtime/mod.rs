@@ -4,9 +4,11 @@
 use std::any::Any;
 use std::path::Path;
 
+use clap::ValueEnum;
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
+use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
 pub mod decoder;
@@ -15,12 +17,14 @@ pub mod generator;
 pub mod onnxruntime;
 pub mod tract;
 
-/// Which runtime to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Which runtime to use (`--runtimes`, `--runtime`, `--compare`; each variant's first doc
+/// paragraph is its `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
 pub enum RuntimeKind {
     /// tract, pure Rust, CPU.
     Tract,
     /// ONNX Runtime, CPU execution provider.
+    #[value(alias = "ort")]
     OrtCpu,
     /// ONNX Runtime, CUDA execution provider (no silent CPU fallback).
     OrtCuda,
@@ -28,36 +32,8 @@ pub enum RuntimeKind {
 
 impl RuntimeKind {
     /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            RuntimeKind::Tract => "tract",
-            RuntimeKind::OrtCpu => "ort-cpu",
-            RuntimeKind::OrtCuda => "ort-cuda",
-        }
-    }
-
-    /// Parses a comma-separated list such as `tract,ort-cpu`.
-    pub fn parse_list(list: &str) -> Result<Vec<RuntimeKind>> {
-        let mut out = Vec::new();
-        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let kind = match item {
-                "tract" => RuntimeKind::Tract,
-                "ort-cpu" | "ort" => RuntimeKind::OrtCpu,
-                "ort-cuda" => RuntimeKind::OrtCuda,
-                other => {
-                    return Err(Error::InvalidArgument(format!(
-                        "unknown runtime '{other}' (known: tract, ort-cpu, ort-cuda)"
-                    )))
-                }
-            };
-            if !out.contains(&kind) {
-                out.push(kind);
-            }
-        }
-        if out.is_empty() {
-            return Err(Error::InvalidArgument("no runtime given".into()));
-        }
-        Ok(out)
+    pub fn name(self) -> String {
+        spelling(&self)
     }
 }
 

@@ -34,7 +34,11 @@ fn missing_onnxruntime_library_says_how_to_get_it() {
         "--runtimes",
         "tract,onnx",
     ]);
-    assert_fails(&o, 2, &["unknown runtime 'onnx'"]);
+    assert_fails(
+        &o,
+        2,
+        &["invalid value 'onnx' for '--runtimes <RUNTIMES>' [possible values: tract, ort-cpu, ort-cuda]"],
+    );
 }
 
 #[test]

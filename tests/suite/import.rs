@@ -408,7 +408,7 @@ mod with_onnxruntime {
                 spatial: Some(form),
                 ..ImportHints::default()
             };
-            let sub = dir.path().join(form.as_str());
+            let sub = dir.path().join(form.name());
             std::fs::create_dir(&sub).unwrap();
             results.push(import_and_run(&toeplitz, &h, &feed, &sub).1[1].clone());
         }

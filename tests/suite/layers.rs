@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// itself, and any module of a lower layer.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["tensor", "rng", "fs", "archive"],
+    &["tensor", "rng", "fs", "archive", "spelling"],
     &["npz", "plot"],
     &["onnx"],
     &["gmlp"],

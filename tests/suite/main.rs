@@ -35,6 +35,7 @@ mod pictures;
 mod presets;
 mod pytorch;
 mod runs;
+mod spellings;
 #[cfg(feature = "test-onnxruntime")]
 mod static_batch;
 mod static_state;

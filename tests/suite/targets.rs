@@ -6,6 +6,7 @@
 //! with the default (`ort`) graph of the same weights.
 
 use crate::common::*;
+use clap::ValueEnum;
 
 #[test]
 fn cli_target_flags_and_refusals() {
@@ -107,7 +108,7 @@ mod with_onnxruntime {
     use gmlp_onnx::gmlp::metadata::TARGET_KEY;
     use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
     use gmlp_onnx::gmlp::targets::BuildTarget;
-    use gmlp_onnx::gmlp::targets::{Target, TARGETS};
+    use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode};
     use gmlp_onnx::gmlp::{Precision, SpatialForm, Task};
     use gmlp_onnx::onnx::reader::{metadata_value, read_model};
@@ -270,7 +271,7 @@ mod with_onnxruntime {
                 &format!("{kind}_default.onnx"),
             );
             let today = f32_output(&run(RuntimeKind::OrtCpu, &default_path, &feed));
-            for target in TARGETS {
+            for &target in Target::value_variants() {
                 let b = BuildTarget::resolve(target, None).unwrap();
                 let (built, path) = build(
                     &cfg,
@@ -281,7 +282,10 @@ mod with_onnxruntime {
                 let model = read_model(&path).unwrap();
                 assert_eq!(model.opset_import[0].version(), b.opset);
                 assert_eq!(model.ir_version(), ir_version_for(b.opset));
-                assert_eq!(metadata_value(&model, TARGET_KEY), Some(target.name()));
+                assert_eq!(
+                    metadata_value(&model, TARGET_KEY),
+                    Some(target.name().as_str())
+                );
                 let stored = gmlp_onnx::validate::stored_config(&model).unwrap();
                 assert_eq!(stored, built);
                 check_forms(target, &path);
@@ -368,7 +372,7 @@ mod with_onnxruntime {
             let fx = Fixture::open(name);
             let (feed, pytorch) = (fx.inputs(), fx.logits());
             let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
-            for target in TARGETS {
+            for &target in Target::value_variants() {
                 let mut cfg = import.config.clone();
                 cfg.spatial = target.spatial_for(cfg.spatial);
                 let b = BuildTarget::resolve(target, None).unwrap();

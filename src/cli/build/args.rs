@@ -1,74 +1,20 @@
 //! The command line of `gmlp-onnx build`: its flags (clap definitions; docs/cli.md is
-//! generated from them) and their translation into the library's types.
+//! generated from them). The values of enum flags are the library's own enums (clap's
+//! `ValueEnum`, see `gmlp_onnx::spelling`), except the two below: the state form of
+//! `--with-past`, and `--weights-format`, a layout or `auto`.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
+use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
+use gmlp_onnx::checkpoint::Format;
 use gmlp_onnx::gmlp::targets::Target;
-use gmlp_onnx::gmlp::{GateAct, SpatialForm};
+use gmlp_onnx::gmlp::{GateAct, InitScheme, Precision, SpatialForm};
+use gmlp_onnx::runtime::RuntimeKind;
 
 use crate::cli::triton::TritonFlags;
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum SpatialArg {
-    /// A free n×n W.
-    Dense,
-    /// Toeplitz W stored expanded to n×n.
-    ToeplitzExpand,
-    /// Toeplitz W stored as its 2n−1 vector and gathered in the graph.
-    ToeplitzGather,
-}
-
-/// `--target`: a deployment profile (see [`Target`]).
-#[derive(Clone, Copy, Default, ValueEnum)]
-pub enum TargetArg {
-    /// ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5: opset 17, LayerNormalization.
-    #[default]
-    Ort,
-    /// ONNX Runtime <= 1.14: IR <= 8, opset <= 18.
-    OrtLegacy,
-    /// ONNX Runtime 1.31 alone, CPU or CUDA: opset 24, the static state written by TensorScatter, every node of a step on the GPU (CUDA graphs); not tract.
-    OrtGpu,
-    /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13, LayerNorm as primitive ops, Toeplitz expanded.
-    Portable,
-    /// OpenCV 4.x dnn: Toeplitz expanded (no Gather feeding a MatMul).
-    Opencv4,
-    /// candle-onnx: LayerNorm as primitive ops, means as ReduceSum then Div.
-    Candle,
-}
-
-impl TargetArg {
-    /// The library's target profile.
-    pub(super) fn target(self) -> Target {
-        match self {
-            TargetArg::Ort => Target::Ort,
-            TargetArg::OrtLegacy => Target::OrtLegacy,
-            TargetArg::OrtGpu => Target::OrtGpu,
-            TargetArg::Portable => Target::Portable,
-            TargetArg::Opencv4 => Target::Opencv4,
-            TargetArg::Candle => Target::Candle,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum DtypeArg {
-    /// Everything in f32.
-    F32,
-    /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
-    F16,
-    /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
-    /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
-    Int8,
-    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), the blocks'
-    /// output projections and the vocabulary head in 8 bits (blocks of 128); activations,
-    /// embedding, spatial MatMul, norms and logits in f32.
-    Int4,
-    /// Weight-only int8 projections (blocks of 32, MatMulNBits with 8 bits) and vocabulary
-    /// head (blocks of 128); activations, embedding, spatial MatMul, norms and logits in f32.
-    Int8WeightOnly,
-}
 
 /// The state form of `--with-past` (docs/static-state.md).
 #[derive(Clone, Copy, ValueEnum)]
@@ -82,44 +28,28 @@ pub enum PastArg {
     Growing,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum InitArg {
-    /// The paper's init: W near zero, b = 1 (identity gating at start).
-    Paper,
-    /// Every parameter away from its trivial value (for testing exports).
-    Spread,
-}
+/// `--weights-format`: a checkpoint layout, or `auto` (`None`: recognized from the tensor
+/// names). Its values are `auto` and those of [`Format`].
+#[derive(Clone, Copy)]
+pub struct FormatArg(pub Option<Format>);
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// Recognize the layout from tensor names.
-    Auto,
-    /// This project's own names (see docs/checkpoints.md).
-    Native,
-    /// timm's gMLP (MlpMixer with SpatialGatingBlock).
-    Timm,
-    /// g-mlp-pytorch (gMLP, gMLPVision).
-    Lucidrains,
-    /// g-mlp-gpt (gMLPGPT, causal language model).
-    GmlpGpt,
-    /// gmlp-tinygrad (gMLP backbone: inputs_embeds → last_hidden_state).
-    Tinygrad,
-}
+impl ValueEnum for FormatArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: OnceLock<Vec<FormatArg>> = OnceLock::new();
+        ALL.get_or_init(|| {
+            std::iter::once(None)
+                .chain(Format::value_variants().iter().copied().map(Some))
+                .map(FormatArg)
+                .collect()
+        })
+    }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum GateActArg {
-    /// No activation (upstream's default `nn.Identity()`).
-    Identity,
-    /// tanh.
-    Tanh,
-    /// Logistic sigmoid.
-    Sigmoid,
-    /// max(x, 0).
-    Relu,
-    /// Exact GELU.
-    Gelu,
-    /// x·sigmoid(x).
-    Silu,
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self.0 {
+            None => Some(PossibleValue::new("auto").help("Recognize the layout from tensor names")),
+            Some(format) => format.to_possible_value(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -145,7 +75,7 @@ pub struct BuildArgs {
     pub shift_tokens: usize,
     /// Gate activation the checkpoint was trained with: g-mlp-pytorch's and g-mlp-gpt's `act` (not visible in weights).
     #[arg(long, value_enum, default_value = "identity")]
-    pub gate_act: GateActArg,
+    pub gate_act: GateAct,
     /// Also write the model's weights in the native layout (safetensors).
     #[arg(long)]
     pub save_weights: Option<PathBuf>,
@@ -154,22 +84,22 @@ pub struct BuildArgs {
     pub output: PathBuf,
     /// Spatial weight form (default: toeplitz-gather for token presets, dense for vision).
     #[arg(long, value_enum)]
-    pub spatial: Option<SpatialArg>,
+    pub spatial: Option<SpatialForm>,
     /// Deployment profile: picks the opset, spatial form and op forms its consumers accept (explicit --opset / --spatial win).
     #[arg(long, value_enum, default_value = "ort")]
-    pub target: TargetArg,
+    pub target: Target,
     /// ONNX opset (13..=24) [default: 13 for --target portable, else 17]; LayerNormalization from 17 (primitive ops below), `Gelu` from 20 (the exact erf form below).
     #[arg(long)]
     pub opset: Option<i64>,
     /// Storage and compute type.
     #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DtypeArg,
+    pub dtype: Precision,
     /// Seed of the weights (the same seed gives the same weights whatever the spatial form).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Initialization scheme.
     #[arg(long, value_enum, default_value = "paper")]
-    pub init: InitArg,
+    pub init: InitScheme,
     /// Number of blocks.
     #[arg(long)]
     pub layers: Option<usize>,
@@ -220,8 +150,13 @@ pub struct BuildArgs {
     #[arg(long)]
     pub validate: bool,
     /// Runtimes for --validate.
-    #[arg(long, default_value = "tract,ort-cpu")]
-    pub runtimes: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tract,ort-cpu"
+    )]
+    pub runtimes: Vec<RuntimeKind>,
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long)]
     pub ort_lib: Option<PathBuf>,
@@ -243,25 +178,4 @@ pub struct BuildArgs {
     /// The --triton-* options of the repository.
     #[command(flatten)]
     pub triton: TritonFlags,
-}
-
-/// The library's gate activation for `--gate-act`.
-pub(super) fn gate_act(a: GateActArg) -> GateAct {
-    match a {
-        GateActArg::Identity => GateAct::Identity,
-        GateActArg::Tanh => GateAct::Tanh,
-        GateActArg::Sigmoid => GateAct::Sigmoid,
-        GateActArg::Relu => GateAct::Relu,
-        GateActArg::Gelu => GateAct::Gelu,
-        GateActArg::Silu => GateAct::Silu,
-    }
-}
-
-/// The library's spatial form for `--spatial`.
-pub(super) fn spatial_form(s: SpatialArg) -> SpatialForm {
-    match s {
-        SpatialArg::Dense => SpatialForm::Dense,
-        SpatialArg::ToeplitzExpand => SpatialForm::ToeplitzExpand,
-        SpatialArg::ToeplitzGather => SpatialForm::ToeplitzGather,
-    }
 }

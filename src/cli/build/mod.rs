@@ -4,19 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gmlp_onnx::checkpoint::{save_native, Format, Import, ImportHints};
+use gmlp_onnx::checkpoint::{save_native, Import, ImportHints};
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
-use gmlp_onnx::gmlp::{
-    preset, GmlpConfig, InitScheme, Precision, SeededInit, SequenceMode, Task, WeightSource,
-};
+use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
 use gmlp_onnx::onnx::ops::TENSOR_SCATTER_OPSET;
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
-use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
+use crate::cli::distinct;
 use crate::cli::progress::{progress_bar, validate_with_spinner};
 use crate::cli::triton::{file_stem, print_repository};
 use crate::cli::validate::finish_validation;
@@ -38,7 +36,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
     }
     cfg.causal |= a.causal;
     if let Some(s) = a.spatial {
-        cfg.spatial = spatial_form(s);
+        cfg.spatial = s;
     }
     match &mut cfg.task {
         Task::Tokens {
@@ -106,23 +104,16 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
         ));
     }
     let hints = ImportHints {
-        format: match a.weights_format {
-            FormatArg::Auto => None,
-            FormatArg::Native => Some(Format::Native),
-            FormatArg::Timm => Some(Format::Timm),
-            FormatArg::Lucidrains => Some(Format::Lucidrains),
-            FormatArg::GmlpGpt => Some(Format::GmlpGpt),
-            FormatArg::Tinygrad => Some(Format::Tinygrad),
-        },
+        format: a.weights_format.0,
         causal: a.causal,
         shift_tokens: a.shift_tokens,
         in_chans: a.in_chans,
         image_size: a.image_size,
         patch_size: a.patch_size,
-        spatial: a.spatial.map(spatial_form),
+        spatial: a.spatial,
         allow_unused: a.allow_unused,
         seq_len: a.seq_len,
-        gate_act: gate_act(a.gate_act),
+        gate_act: a.gate_act,
         toeplitz_tolerance: toeplitz_tol,
     };
     let import = Import::open(path, &hints)?;
@@ -149,7 +140,7 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
     );
     let mut config = import.config.clone();
     if a.spatial.is_none() {
-        config.spatial = a.target.target().spatial_for(config.spatial);
+        config.spatial = a.target.spatial_for(config.spatial);
     }
     let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
     Ok(ModelSource {
@@ -241,10 +232,8 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     let import_only = [
         ("--toeplitz-tol", a.toeplitz_tol.is_some()),
         ("--allow-unused", a.allow_unused),
-        (
-            "--weights-format",
-            !matches!(a.weights_format, FormatArg::Auto),
-        ),
+        ("--weights-format", a.weights_format.0.is_some()),
+        ("--gate-act", a.gate_act != GateAct::Identity),
     ];
     if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
         anyhow::bail!(Error::InvalidArgument(format!(
@@ -255,15 +244,8 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     let mut cfg = p.config.clone();
     cfg.spatial = target.target.spatial_for(cfg.spatial);
     apply_overrides(&mut cfg, a, name)?;
-    let scheme = match a.init {
-        InitArg::Paper => InitScheme::Paper,
-        InitArg::Spread => InitScheme::Spread,
-    };
-    let description = format!(
-        "seeded init (scheme {}, seed {})",
-        serde_json::to_string(&scheme)?.trim_matches('"'),
-        a.seed
-    );
+    let scheme = a.init;
+    let description = format!("seeded init (scheme {}, seed {})", scheme.name(), a.seed);
     Ok(ModelSource {
         cfg,
         weights: Arc::new(SeededInit {
@@ -321,7 +303,7 @@ fn write_with_progress(
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
     let triton = triton_plan(&a)?;
-    let target = BuildTarget::resolve(a.target.target(), a.opset)?;
+    let target = BuildTarget::resolve(a.target, a.opset)?;
     let tolerance = ToleranceRequest {
         rtol: a.rtol,
         atol: a.atol,
@@ -338,13 +320,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         None => from_preset(a.preset.as_deref().unwrap_or_default(), &a, &target)?,
     };
     let mut cfg = cfg;
-    cfg.dtype = match a.dtype {
-        DtypeArg::F32 => Precision::F32,
-        DtypeArg::F16 => Precision::F16,
-        DtypeArg::Int8 => Precision::Int8,
-        DtypeArg::Int4 => Precision::Int4,
-        DtypeArg::Int8WeightOnly => Precision::Int8WeightOnly,
-    };
+    cfg.dtype = a.dtype;
     target.check(cfg.spatial)?;
     target.check_dtype(cfg.dtype)?;
     let (mode, past_note) = match a.with_past {
@@ -416,10 +392,10 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         gmlp_onnx::inspect::human_flops(c.flops),
         target.target.name(),
         target.opset,
-        cfg.spatial.as_str()
+        cfg.spatial.name()
     );
     if a.validate {
-        let mut options = ValidateOptions::new(RuntimeKind::parse_list(&a.runtimes)?);
+        let mut options = ValidateOptions::new(distinct(&a.runtimes));
         options.batch = 1;
         options.runtime.ort_library = a.ort_lib.clone();
         options.tolerance = tolerance;

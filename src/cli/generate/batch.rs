@@ -14,7 +14,7 @@ use gmlp_onnx::runtime::decoder::DecodingModel;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
-use super::{generate_on, parse_ids, sampling, show_tokens, GenerateArgs};
+use super::{generate_on, parse_ids, runtimes, sampling, show_tokens, GenerateArgs};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -123,15 +123,7 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
         Some(k) => k,
         None => room,
     };
-    let kinds = match &a.compare {
-        Some(list) => RuntimeKind::parse_list(list)?,
-        None => RuntimeKind::parse_list(&a.runtime)?,
-    };
-    if a.compare.is_none() && kinds.len() != 1 {
-        anyhow::bail!(Error::InvalidArgument(
-            "--runtime takes one runtime; use --compare to run several".into()
-        ));
-    }
+    let kinds = runtimes(a);
     sampling(a).sampler()?;
     let mut results = Vec::new();
     for kind in kinds {

@@ -9,9 +9,13 @@
 //! `ReversibleSequence`), gmlp-tinygrad 0.9.2 (`gmlp_tinygrad/__init__.py`: RMSNorm, tanh
 //! GELU, no spatial bias, attention biases) and g-mlp-pytorch 0.1.5 (`act`).
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-/// Normalization over channels (block input, gating unit, final norm).
+/// Normalization over channels (block input, gating unit, final norm). A new kind is
+/// handled in three places, each a `match` the compiler checks: [`NormKind::has_shift`]
+/// here (the parameters), the emitter (`gmlp/emit/block/norm.rs`) and the reference
+/// (`gmlp/reference/parts.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NormKind {
@@ -20,6 +24,17 @@ pub enum NormKind {
     LayerNorm,
     /// RMSNorm: `x / √(mean(x²) + ε) · γ`, no shift (tinygrad's `nn.RMSNorm`).
     RmsNorm,
+}
+
+impl NormKind {
+    /// Whether the norm has a shift β (`{prefix}.bias`) besides its scale γ
+    /// (`{prefix}.weight`).
+    pub fn has_shift(self) -> bool {
+        match self {
+            NormKind::LayerNorm => true,
+            NormKind::RmsNorm => false,
+        }
+    }
 }
 
 /// How the GELU of the channel projection is computed.
@@ -35,53 +50,36 @@ pub enum GeluForm {
 }
 
 /// The activation applied to the gate `W·LN(z2) + b (+ attn)` before it multiplies z1
-/// (g-mlp-pytorch's and g-mlp-gpt's `act`; the paper's block has none). It has no
-/// weights, so a checkpoint cannot show it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// (g-mlp-pytorch's and g-mlp-gpt's `act`, `--gate-act`; the paper's block has none). It
+/// has no weights, so a checkpoint cannot show it. Each variant's first doc paragraph is its
+/// `--help` line. A new activation is handled in three files: here, the emitter
+/// (`gmlp/emit/block/gate.rs`) and the reference (`gmlp/reference/parts.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum GateAct {
-    /// No activation (`nn.Identity()`, the default upstream).
+    /// No activation (upstream's default `nn.Identity()`).
     #[default]
     Identity,
-    /// `tanh`.
+    /// tanh.
+    ///
+    /// `nn.Tanh()`.
     Tanh,
-    /// The logistic sigmoid.
+    /// Logistic sigmoid.
+    ///
+    /// `nn.Sigmoid()`.
     Sigmoid,
-    /// `max(x, 0)`.
+    /// max(x, 0).
+    ///
+    /// `nn.ReLU()`.
     Relu,
-    /// Exact GELU (`nn.GELU()`).
+    /// Exact GELU.
+    ///
+    /// `nn.GELU()`, `x·Φ(x)`.
     Gelu,
-    /// `x·sigmoid(x)` (`nn.SiLU()`).
+    /// x·sigmoid(x).
+    ///
+    /// `nn.SiLU()`.
     Silu,
-}
-
-impl GateAct {
-    /// Every activation, in command-line order.
-    pub const ALL: [GateAct; 6] = [
-        GateAct::Identity,
-        GateAct::Tanh,
-        GateAct::Sigmoid,
-        GateAct::Relu,
-        GateAct::Gelu,
-        GateAct::Silu,
-    ];
-
-    /// The command-line spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GateAct::Identity => "identity",
-            GateAct::Tanh => "tanh",
-            GateAct::Sigmoid => "sigmoid",
-            GateAct::Relu => "relu",
-            GateAct::Gelu => "gelu",
-            GateAct::Silu => "silu",
-        }
-    }
-
-    /// The activation spelled `name` on the command line.
-    pub fn parse(name: &str) -> Option<GateAct> {
-        GateAct::ALL.into_iter().find(|a| a.as_str() == name)
-    }
 }
 
 /// How one block mixes tokens (g-mlp-gpt's per-layer `window = (w, every)`).

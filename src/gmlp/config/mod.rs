@@ -6,12 +6,14 @@
 
 mod block;
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 pub use block::{BlockOptions, GateAct, GeluForm, NormKind, StackKind, TokenMixing};
 
 use crate::error::{Error, Result};
 use crate::onnx::graph::ElemType;
+use crate::spelling::spelling;
 
 /// What the network reads and predicts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,16 +51,23 @@ pub enum Task {
     },
 }
 
-/// How the spatial weight W (n×n) of each gating unit is parameterized and emitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// How the spatial weight W (n×n) of each gating unit is parameterized and emitted
+/// (`--spatial`; each variant's first doc paragraph is its `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum SpatialForm {
-    /// A free n×n matrix stored as a dense initializer (vision models).
+    /// A free n×n W.
+    ///
+    /// Stored as a dense initializer (vision models).
     Dense,
-    /// Toeplitz W (2n−1 parameters, paper §4), expanded to a dense n×n initializer.
+    /// Toeplitz W stored expanded to n×n.
+    ///
+    /// 2n−1 parameters (paper §4), expanded to a dense n×n initializer.
     ToeplitzExpand,
-    /// Toeplitz W stored as its [2n−1] vector w; the graph builds
-    /// `W[i, j] = w[j − i + n − 1]` with one `Gather` from a shared int64 index table.
+    /// Toeplitz W stored as its 2n−1 vector and gathered in the graph.
+    ///
+    /// The graph builds `W[i, j] = w[j − i + n − 1]` with one `Gather` from a shared int64
+    /// index table.
     ToeplitzGather,
 }
 
@@ -67,41 +76,41 @@ impl SpatialForm {
     pub fn is_toeplitz(self) -> bool {
         !matches!(self, SpatialForm::Dense)
     }
-    /// The command-line spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SpatialForm::Dense => "dense",
-            SpatialForm::ToeplitzExpand => "toeplitz-expand",
-            SpatialForm::ToeplitzGather => "toeplitz-gather",
-        }
+    /// The command-line and metadata spelling.
+    pub fn name(self) -> String {
+        spelling(&self)
     }
 }
 
-/// Storage and compute type of an emitted model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Storage and compute type of an emitted model (`--dtype`; each variant's first doc
+/// paragraph is its `--help` line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// Everything in f32.
     #[default]
     F32,
-    /// Weights, activations and MatMuls in f16; LayerNorm (with f32 scale and shift),
-    /// the attention softmax and the output logits in f32.
+    /// Weights and MatMuls in f16; LayerNorm, softmax and logits in f32.
+    ///
+    /// Activations in f16 too; LayerNorm keeps its scale and shift in f32.
     F16,
-    /// The projections (proj_in, proj_out, attention, vocabulary head) and the spatial
-    /// MatMul stored as int8, symmetric per output channel, and run as dynamically
-    /// quantized integer MatMuls (`DynamicQuantizeLinear → MatMulInteger → scale`);
-    /// everything else in f32 (see [`crate::gmlp::quantize`]).
+    /// Projections, spatial MatMul and vocabulary head in int8 (per output channel),
+    /// dynamically quantized activations; LayerNorm, softmax, residual and logits in f32.
+    ///
+    /// Symmetric per output channel, run as dynamically quantized integer MatMuls
+    /// (`DynamicQuantizeLinear → MatMulInteger → scale`; see [`crate::gmlp::quantize`]).
     Int8,
-    /// Weight-only int4: the channel and attention projections stored in blocks of 32
-    /// along K with one f16-exact scale per block and run as ONNX Runtime's
-    /// `com.microsoft.MatMulNBits` (activations f32); the vocabulary head as in
-    /// [`Precision::Int8`]; everything else in f32 (see [`crate::onnx::nbits`] and
-    /// docs/quantization.md).
+    /// Weight-only int4 projections (blocks of 32, ONNX Runtime's MatMulNBits), the blocks'
+    /// output projections and the vocabulary head in 8 bits (blocks of 128); activations,
+    /// embedding, spatial MatMul, norms and logits in f32.
+    ///
+    /// Blocks along K with one f16-exact scale per block, run as ONNX Runtime's
+    /// `com.microsoft.MatMulNBits` (see [`crate::onnx::nbits`] and docs/quantization.md).
     Int4,
-    /// Weight-only int8: the projections and the vocabulary head stored in blocks of 32
-    /// along K, 8-bit codes, one f16-exact scale per block, run as `MatMulNBits` (bits 8);
-    /// activations and everything else in f32 (docs/quantization.md).
-    #[serde(rename = "int8-weight-only")]
+    /// Weight-only int8 projections (blocks of 32, MatMulNBits with 8 bits) and vocabulary
+    /// head (blocks of 128); activations, embedding, spatial MatMul, norms and logits in f32.
+    ///
+    /// 8-bit codes, one f16-exact scale per block (docs/quantization.md).
     Int8WeightOnly,
 }
 
@@ -117,14 +126,8 @@ impl Precision {
     }
 
     /// The name used by `--dtype` and in the configuration JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::Int8 => "int8",
-            Precision::Int4 => "int4",
-            Precision::Int8WeightOnly => "int8-weight-only",
-        }
+    pub fn name(self) -> String {
+        spelling(&self)
     }
 }
 

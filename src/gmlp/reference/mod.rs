@@ -6,6 +6,12 @@
 //! It reads the *logical* parameters (a Toeplitz W is its [2n−1] vector) and builds
 //! `W[i, j] = w[j − i + n − 1]` itself; causality is applied here as the paper states it
 //! (W[i, j] = 0 and attention masked for j > i), not by reading masked weights.
+//!
+//! Only tests call it, and it stays library code without a feature gate: the linker keeps
+//! only what the binary reaches, so none of it is in `gmlp-onnx` (`nm` on a release build
+//! finds no `gmlp::reference` symbol, nor any of its messages), while a gate would need the
+//! package as its own dev-dependency and make `cargo build` and `cargo test` compile two
+//! variants of the library.
 
 mod params;
 mod parts;

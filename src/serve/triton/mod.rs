@@ -29,6 +29,8 @@
 //! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`state`] holds
 //! the adapter, [`repository`] writes the entry; everything is re-exported here.
 
+use clap::ValueEnum;
+
 use crate::error::{Error, Result};
 
 pub mod config;
@@ -55,20 +57,26 @@ pub const WITH_PAST_MAX_BATCH_SIZE: u32 = 1;
 /// Default `max_queue_delay_microseconds` of the dynamic batcher.
 pub const DEFAULT_MAX_QUEUE_DELAY_US: u64 = 100;
 
-/// Where Triton runs the model instances (`instance_group.kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where Triton runs the model instances (`instance_group.kind`, `--triton-kind`; each
+/// variant's first doc paragraph is its `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum InstanceKind {
-    /// `KIND_CPU`.
+    /// KIND_CPU instances.
     Cpu,
-    /// `KIND_GPU` (the backend uses ONNX Runtime's CUDA execution provider).
+    /// KIND_GPU instances (ONNX Runtime's CUDA execution provider).
     Gpu,
 }
 
-/// Precision of the optional TensorRT accelerator on GPU instances.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Precision of the optional TensorRT accelerator on GPU instances (`--triton-tensorrt`;
+/// each variant's first doc paragraph is its `--help` line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TensorRtPrecision {
+    /// TensorRT in FP16.
+    ///
     /// `precision_mode: "FP16"`.
     Fp16,
+    /// TensorRT in FP32.
+    ///
     /// `precision_mode: "FP32"`.
     Fp32,
 }

@@ -106,6 +106,11 @@ fn flags_of_the_wrong_model_kind_are_refused() {
             &["--shift-tokens", "1"],
             "--shift-tokens applies to --weights",
         ),
+        (
+            "gmlp-s16",
+            &["--gate-act", "tanh"],
+            "--gate-act applies to --weights",
+        ),
     ] {
         refuse_build(dir.path(), preset, flags, needle);
     }
@@ -131,9 +136,12 @@ fn malformed_validate_options_are_refused() {
         (&["--dim", "=4"], "expected NAME=N with N >= 1"),
         (
             &["--runtimes", "tract,nonsense"],
-            "unknown runtime 'nonsense'",
+            "invalid value 'nonsense' for '--runtimes <RUNTIMES>' [possible values: tract, ort-cpu, ort-cuda]",
         ),
-        (&["--runtimes", ""], "no runtime given"),
+        (
+            &["--runtimes", ""],
+            "a value is required for '--runtimes <RUNTIMES>'",
+        ),
         (&["--bench=-3"], "invalid value '-3' for '--bench"),
         (
             &["--bench", "1000000000"],
