@@ -108,6 +108,7 @@ mod with_onnxruntime {
     use gmlp_onnx::gmlp::metadata::TARGET_KEY;
     use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
     use gmlp_onnx::gmlp::targets::BuildTarget;
+    use clap::ValueEnum;
     use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode};
     use gmlp_onnx::gmlp::{Precision, SpatialForm, Task};
