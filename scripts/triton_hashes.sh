@@ -7,7 +7,7 @@
 # with its window state), external data (renamed to model.onnx.data, and kept when already
 # so named), every `--triton-*` option, a second version beside an identical config.pbtxt,
 # `build --triton-repo`, and the refusals (bad options, a different config, a non-empty
-# version, a model that already carries the state adapter).
+# version, a model that already carries the state adapter or the position counter).
 #
 # Usage: scripts/triton_hashes.sh [BINARY] > triton.txt   (default: target/debug/gmlp-onnx)
 # Compare: diff <(scripts/triton_hashes.sh old/gmlp-onnx) <(scripts/triton_hashes.sh new/gmlp-onnx)
@@ -85,10 +85,24 @@ if [ "$static_form" = 1 ]; then
   triton static-shift static-shift.onnx e
   triton static-batch-0 static.onnx f --triton-max-batch-size 0
 fi
+# The idle time of a with-past model's sequences (versions that have the flag).
+idle_flag=0
+"$bin" triton --help | grep -q -- '--triton-max-sequence-idle-us' && idle_flag=1
+if [ "$idle_flag" = 1 ]; then
+  triton static-idle static.onnx e --triton-name static-idle --triton-max-sequence-idle-us 2000000
+  triton past-idle past.onnx c --triton-name past-idle --triton-max-sequence-idle-us 5000000
+fi
 # Refusals: nothing may be written.
 triton past-batch-8 past.onnx d --triton-max-batch-size 8
 triton past-batch-0 past.onnx d --triton-max-batch-size 0
 triton adapted-again ../repos/c/past/1/model.onnx d --triton-name again
+if [ "$static_form" = 1 ]; then
+  triton static-adapted-again ../repos/e/static/1/model.onnx d --triton-name again-static
+fi
+if [ "$idle_flag" = 1 ]; then
+  triton idle-stateless tokens.onnx d --triton-max-sequence-idle-us 1000000
+  triton idle-0 past.onnx d --triton-name idle0 --triton-max-sequence-idle-us 0
+fi
 triton version-0 tokens.onnx d --triton-version 0
 triton instances-0 tokens.onnx d --triton-instances 0
 triton trt-on-cpu tokens.onnx d --triton-tensorrt fp16

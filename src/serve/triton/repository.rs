@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::config::{plan, TritonConfig};
-use super::state::{adapt_with_past, ADAPTER_METADATA_KEY};
+use super::state::{
+    adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
+};
 use super::{invalid, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
@@ -122,17 +124,27 @@ pub fn write_repository(
         _ => PathBuf::from("."),
     };
     let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
-    // Growing states go behind the adapter; static ones are served as they are.
-    let growing = config.states.iter().any(|s| s.sequence_axis.is_some());
-    let reencode = renamed || growing;
-    if growing {
-        if metadata_value(&model, ADAPTER_METADATA_KEY).is_some() {
+    // Growing states go behind the one-slot adapter; a static model's position behind
+    // the counter; its fixed-size states are served as they are.
+    let growing = config.growing();
+    let counted = config.counts_positions();
+    let reencode = renamed || growing || counted;
+    if growing || counted {
+        if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
+            .iter()
+            .any(|key| metadata_value(&model, key).is_some())
+        {
             return Err(invalid(format!(
                 "{} already carries the Triton state adapter; give the original with-past model",
                 model_path.display()
             )));
         }
+    }
+    if growing {
         adapt_with_past(&mut model, &config.states)?;
+    }
+    if counted {
+        add_position_counter(&mut model, &config.states)?;
     }
     if renamed {
         if let Some(mut edit) = ModelEdit::new(&mut model) {
