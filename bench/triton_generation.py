@@ -7,15 +7,15 @@ kept by the server). A real tritonserver (nvidia-pytriton 0.7.0, ONNX Runtime ba
 scripts/triton_backend.sh) serves both on loopback; 1, 8 and 64 concurrent sequences, one
 client thread each (tritonclient.http), send a 16-token prompt and then one-token requests
 of greedy decoding (`input_ids` only), a new sequence after each 48 tokens, for a fixed
-time per cell. The cells run one after the other in one run, both delays at each
-concurrency back to back. Reported per cell: generated tokens/s (one per answer), p50 and
-p99 latency of the one-token requests seen by the clients, and the mean batch Triton
-executed (inferences/executions). Each client's first sequence is checked against one ONNX
+time per cell, in rounds over all cells with both delays of a concurrency back to back. Reported per cell: generated tokens/s (one per answer), p50 and
+p99 latency of the one-token requests seen by the clients, the mean batch Triton
+executed (inferences/executions), and from Triton's statistics the time a request queued
+and the time an execution computed. Each client's first sequence is checked against one ONNX
 Runtime run of the built file on the same tokens.
 
 Usage (the Triton venv has tritonclient):
   PY=$(scripts/triton_backend.sh | sed -n 's/^GMLP_ONNX_TRITON_PYTHON=//p')
-  $PY bench/triton_generation.py [--seconds 10] [--exe target/release/gmlp-onnx] > section.md
+  $PY bench/triton_generation.py [--seconds 5] [--rounds 2] [--exe target/release/gmlp-onnx] > section.md
 """
 import argparse
 import datetime
@@ -52,7 +52,9 @@ def log(msg):
 
 
 def cell(url, name, clients, seconds, sess, pasts, seed):
-    """`clients` threads decoding sequences back to back for `seconds`."""
+    """`clients` threads decoding sequences back to back for `seconds`: the answers in
+    time, the one-token request latencies, Triton's statistics over the cell and the worst
+    difference of a first sequence from its ONNX Runtime run."""
     step_latencies = [[] for _ in range(clients)]
     answers = [0] * clients
     worst = [0.0] * clients
@@ -113,20 +115,36 @@ def cell(url, name, clients, seconds, sess, pasts, seed):
         raise SystemExit(f"{name}, {clients} sequences: {errors[0]}")
     wall = min(time.perf_counter(), stop[0]) - start
     after = tc.statistics(url, name)
-    flat = np.array([x for per in step_latencies for x in per])
     return {
-        "tokens_per_s": sum(answers) / wall,
+        "answers": sum(answers),
+        "seconds": wall,
+        "latencies": [x for per in step_latencies for x in per],
+        "stats": {k: after[k] - before[k] for k in ("inference_count", "execution_count", "queue_ns", "compute_ns")},
+        "max_rel": max(worst),
+    }
+
+
+def summary(parts):
+    """One row from the cells of every round of a setting."""
+    flat = np.array([x for p in parts for x in p["latencies"]])
+    stats = {k: sum(p["stats"][k] for p in parts) for k in parts[0]["stats"]}
+    executions = max(stats["execution_count"], 1)
+    return {
+        "tokens_per_s": sum(p["answers"] for p in parts) / sum(p["seconds"] for p in parts),
         "p50": float(np.percentile(flat, 50)) * 1e3,
         "p99": float(np.percentile(flat, 99)) * 1e3,
-        "mean_batch": (after["inference_count"] - before["inference_count"])
-        / max(after["execution_count"] - before["execution_count"], 1),
-        "max_rel": max(worst),
+        "mean_batch": stats["inference_count"] / executions,
+        "queue_ms": stats["queue_ns"] / max(stats["inference_count"], 1) / 1e6,
+        "compute_ms": stats["compute_ns"] / executions / 1e6,
+        "max_rel": max(p["max_rel"] for p in parts),
     }
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--seconds", type=float, default=10.0, help="per cell")
+    p.add_argument("--seconds", type=float, default=5.0, help="per cell and round")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds over all cells; the two delays alternate which goes first")
     p.add_argument("--exe", default=os.path.join(ROOT, "target", "release", "gmlp-onnx"))
     p.add_argument("--work", default=None)
     args = p.parse_args()
@@ -145,19 +163,22 @@ def main():
     pasts = [(n, t, d) for n, t, d in inputs if n.startswith("past_")]
     sess = tc.session(model)
     proc, url = bench_triton.start_server(env, repo, os.path.join(work, "server.log"))
-    rows = []
+    parts = {(c, d): [] for c in CONCURRENCY for d in DELAYS_US}
     try:
         for delay in DELAYS_US:  # warm-up: each model's first runs
             cell(url, names[delay], 2, 1.0, sess, pasts, seed=1)
         seed = 10
-        for clients in CONCURRENCY:
-            for delay in DELAYS_US:
-                log(f"{clients} sequences, queue delay {delay} us, {args.seconds} s")
-                seed += 1
-                rows.append((clients, delay, cell(url, names[delay], clients, args.seconds, sess, pasts, seed)))
+        for r in range(args.rounds):
+            for clients in CONCURRENCY:
+                for delay in (DELAYS_US if r % 2 == 0 else DELAYS_US[::-1]):
+                    log(f"round {r + 1}: {clients} sequences, queue delay {delay} us, {args.seconds} s")
+                    seed += 1
+                    parts[(clients, delay)].append(
+                        cell(url, names[delay], clients, args.seconds, sess, pasts, seed))
     finally:
         proc.kill()
         proc.wait()
+    rows = [(c, d, summary(parts[(c, d)])) for c in CONCURRENCY for d in DELAYS_US]
     cpu = "unknown"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -169,7 +190,8 @@ def main():
           "tritonserver 2.51.0 (nvidia-pytriton 0.7.0) with the ONNX Runtime backend r24.10 built from "
           "../shared/vendor against onnxruntime 1.31.1; clients: tritonclient.http 2.73.0, one thread per "
           "sequence, in one Python process on the same cores as the server. Produced by "
-          f"`bench/triton_generation.py` in one run, {args.seconds:g} s per row, rows in the order shown.")
+          f"`bench/triton_generation.py` in one run: {args.rounds} rounds over every row, {args.seconds:g} s "
+          "per row and round, the two delays of a row back to back (alternating which runs first).")
     print()
     print("Model: amlp-base with 4 blocks, d_model 256, d_ffn 1024, attention 64, n = 128, vocabulary 1000, "
           "`--causal --with-past` (static state). Repository: `gmlp-onnx triton` defaults (`max_batch_size: 8`, "
@@ -177,15 +199,18 @@ def main():
           "`--triton-max-queue-delay-us` 100 or 5000. Each sequence: a 16-token prompt, then 47 one-token "
           "requests of greedy decoding, then the next sequence.")
     print()
-    print("| sequences | queue delay | tokens/s | p50 ms | p99 ms | mean batch executed | rel vs ORT |")
-    print("|---|---|---|---|---|---|---|")
+    print("| sequences | queue delay | tokens/s | p50 ms | p99 ms | mean batch executed | queued ms / request "
+          "| compute ms / execution | rel vs ORT |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for clients, delay, r in rows:
         print(f"| {clients} | {delay / 1000:g} ms | {r['tokens_per_s']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | "
-              f"{r['mean_batch']:.2f} | {r['max_rel']:.1e} |")
+              f"{r['mean_batch']:.2f} | {r['queue_ms']:.2f} | {r['compute_ms']:.2f} | {r['max_rel']:.1e} |")
     print()
-    print(f"tokens/s: answers per second (each answer gives the sequence its next token); latency: the one-token "
-          f"requests only, as the client sees them; rel vs ORT: each client's first sequence against one ONNX "
-          f"Runtime run of the built file on the same tokens. Load average at the end: {os.getloadavg()[0]:.1f}.")
+    print("tokens/s: answers per second (each answer gives its sequence the next token); p50/p99: the one-token "
+          "requests only, as the clients see them; queued and compute: Triton's statistics (time a request waited "
+          "in the sequence batcher; time ONNX Runtime ran an execution); rel vs ORT: each client's first sequence "
+          "against one ONNX Runtime run of the built file on the same tokens. Load average at the end: "
+          f"{os.getloadavg()[0]:.1f}.")
 
 
 if __name__ == "__main__":

@@ -95,10 +95,14 @@ def infer(client, name, feeds, output_names, **sequence):
 def statistics(url, name):
     stats = http_client(url).get_inference_statistics(name)["model_stats"]
     s = next(m for m in stats if m["name"] == name)
+    batches = s.get("batch_stats", [])
     return {
         "inference_count": int(s.get("inference_count", 0)),
         "execution_count": int(s.get("execution_count", 0)),
-        "batch_sizes": sorted(int(b["batch_size"]) for b in s.get("batch_stats", [])),
+        "batch_sizes": sorted(int(b["batch_size"]) for b in batches),
+        # Summed over requests (time queued) and over executions (time computing).
+        "queue_ns": int(s.get("inference_stats", {}).get("queue", {}).get("ns", 0)),
+        "compute_ns": sum(int(b.get("compute_infer", {}).get("ns", 0)) for b in batches),
     }
 
 
@@ -441,6 +445,8 @@ def run_endpoint(args):
          RESTART, the new URL on stdin) while half of them keep sending: after the restart,
          each request of these sequences must fail with Triton's own error.
       D. 16 new sequences on the restarted server, reusing C's ids: all complete.
+      E. a sequence started again (start flag) on its own id after 4 steps, no end flag:
+         the new one starts from position 0 and zero state.
     Every answer of every sequence is compared with one ONNX Runtime run of the built file
     on the tokens that sequence sent."""
     inputs, _ = onnx_io(args.model)
@@ -526,9 +532,16 @@ def run_endpoint(args):
     seconds_d = run_wave(ep, wave_d)
     d_stats = statistics_after(ep.url, ep.name, second_stats, sum(len(s.answers) for s in wave_d))
 
+    # E: a start flag on a sequence id in flight begins a new sequence from position 0 and
+    # zero state (the old one is ended): 4 steps, then the same id started again.
+    first_try, again = new_sequences(4000, 2)
+    again.sid = first_try.sid
+    run_wave(ep, [first_try], lambda s, step: step <= 4)
+    run_wave(ep, [again])
+
     # Every answer against its sequence's own whole run of the built file.
     worst = {"completed": 0.0, "other": 0.0}
-    for s in wave_a + wave_b + wave_c + wave_d:
+    for s in wave_a + wave_b + wave_c + wave_d + [first_try, again]:
         if not s.answers:
             continue
         expected = static_reference(sess, pasts, np.array([s.tokens], dtype=np.int64))
@@ -539,7 +552,7 @@ def run_endpoint(args):
     def count(wave, status):
         return sum(s.status == status for s in wave)
 
-    all_seqs = wave_a + wave_b + wave_c + wave_d
+    all_seqs = wave_a + wave_b + wave_c + wave_d + [first_try, again]
     latencies = np.array([x for s in all_seqs for x in s.latencies])
     print(json.dumps({
         "errors": [f"sequence {s.sid}: {s.message}" for s in all_seqs if s.status == "error"],
@@ -570,6 +583,8 @@ def run_endpoint(args):
               "seconds": round(seconds_d, 2),
               "inference_count": d_stats["inference_count"] - second_stats["inference_count"],
               "execution_count": d_stats["execution_count"] - second_stats["execution_count"]},
+        "e": {"first_try": first_try.status, "answers_before_start_again": len(first_try.answers),
+              "again": again.status},
         "requests": int(latencies.size),
         "latency_p50_ms": float(np.percentile(latencies, 50)) * 1e3,
         "latency_p99_ms": float(np.percentile(latencies, 99)) * 1e3,

@@ -720,9 +720,9 @@ const IDLE_S: u64 = 3;
 /// sequences that can only hold their slots together once the abandoned ones' slots are
 /// back, after which the abandoned sequences are unknown to Triton; then the server killed
 /// and restarted while 16 sequences decode (their later requests fail with Triton's own
-/// error) and 16 new sequences served by the new server. Every completed sequence's answers
-/// equal its own whole-sequence ONNX Runtime run of the built file (tests/triton_client.py
-/// `endpoint`).
+/// error) and 16 new sequences served by the new server; last, a sequence started again on
+/// its own id mid-way, which starts over. Every completed sequence's answers equal its own
+/// whole-sequence ONNX Runtime run of the built file (tests/triton_client.py `endpoint`).
 #[test]
 fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
     let env = triton_env();
@@ -835,6 +835,11 @@ fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
     }
     // D: new sequences on the new server.
     assert_eq!(n("/d/completed"), 16, "{report}");
+    // E: the start flag on an id in flight starts over: position 0, zero state (compared
+    // with its own run below).
+    assert_eq!(report["e"]["first_try"], "abandoned", "{report}");
+    assert_eq!(n("/e/answers_before_start_again"), 5, "{report}");
+    assert_eq!(report["e"]["again"], "completed", "{report}");
     // Every completed sequence equals its own run; so do the answers the others got.
     for key in ["max_rel_completed", "max_rel_other"] {
         let r = report[key].as_f64().expect(key);

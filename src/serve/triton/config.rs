@@ -248,10 +248,11 @@ enum PastKind {
 fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Result<ImplicitState> {
     let int64 = DataType::Int64 as i32;
     if position.elem_type != int64 || !matches!(position.shape.as_slice(), [Dim::Symbol(_)]) {
+        let shape: Vec<String> = position.shape.iter().map(Dim::to_string).collect();
         return Err(invalid(format!(
-            "a static-state model's {POSITION} input must be int64 [batch] (one position per sequence) for Triton to count it; it is {} {:?}",
+            "a static-state model's {POSITION} input must be int64 [batch] (one position per sequence) for Triton to count it; it is {} [{}]",
             refused_or_named(position.elem_type),
-            position.shape
+            shape.join(", ")
         )));
     }
     let tokens_ok = inputs

@@ -299,7 +299,7 @@ instance_group [
             (
                 tensor("position", DataType::Int64, &["batch", "1"]),
                 ids.clone(),
-                "must be int64 [batch]",
+                "it is TYPE_INT64 [batch, 1]",
             ),
             (
                 tensor("position", DataType::Int64, &["batch"]),

@@ -104,6 +104,15 @@ pub fn write_repository(
     let paths = check_target(repo, options)?;
     let mut model = read_model(model_path)?;
     check_external_data(&model, model_path)?;
+    if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
+        .iter()
+        .any(|key| metadata_value(&model, key).is_some())
+    {
+        return Err(invalid(format!(
+            "{} already carries the Triton state adapter; give the original with-past model",
+            model_path.display()
+        )));
+    }
     let config = plan(&model, options)?;
     let text = config.to_pbtxt();
     let existing_config = match std::fs::read_to_string(&paths.config) {
@@ -129,17 +138,6 @@ pub fn write_repository(
     let growing = config.growing();
     let counted = config.counts_positions();
     let reencode = renamed || growing || counted;
-    if growing || counted {
-        if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
-            .iter()
-            .any(|key| metadata_value(&model, key).is_some())
-        {
-            return Err(invalid(format!(
-                "{} already carries the Triton state adapter; give the original with-past model",
-                model_path.display()
-            )));
-        }
-    }
     if growing {
         adapt_with_past(&mut model, &config.states)?;
     }

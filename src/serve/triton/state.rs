@@ -37,9 +37,9 @@ fn fresh(taken: &HashSet<String>, name: String) -> Result<String> {
 /// state whose kind is [`StateKind::Position`] (the model's `position` input, int64
 /// `[batch]`) is declared `[batch, 1]`, the shape of a Triton state of dims `[ 1 ]` (a
 /// state of dims `[ ]` gets no bytes: "not enough space: expected 8, got 0"), and reshaped
-/// to `[batch]` for the model; the new output [`NEXT_POSITION`] `[batch, 1]` = `position`
-/// + the request's token count (`Shape(input_ids)[1]`) is what Triton feeds back as the
-/// next request's `position`, starting from 0 on the sequence's start flag. One node
+/// to `[batch]` for the model; the new output [`NEXT_POSITION`] `[batch, 1]`, `position`
+/// plus the request's token count (`Shape(input_ids)[1]`), is what Triton feeds back as
+/// the next request's `position`, starting from 0 on the sequence's start flag. One node
 /// before the graph's own, three after, two initializers; the model's nodes and weights
 /// are untouched.
 pub fn add_position_counter(model: &mut onnx::ModelProto, states: &[ImplicitState]) -> Result<()> {
