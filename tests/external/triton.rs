@@ -851,6 +851,123 @@ fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
     );
 }
 
+/// The ```python blocks of docs/serving.md, in order.
+fn serving_md_python_blocks() -> Vec<String> {
+    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serving.md");
+    let text = std::fs::read_to_string(path).expect("read docs/serving.md");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for event in Parser::new(&text) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "python" => {
+                current = Some(String::new())
+            }
+            Event::Text(t) => {
+                if let Some(c) = current.as_mut() {
+                    c.push_str(&t)
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// docs/serving.md's client loop, run as written (only the server's address replaced)
+/// against a repository written from a seeded aMLP built with a plain `--with-past` and
+/// one built `--with-past growing`: it prints the greedy tokens `gmlp-onnx generate`
+/// prints for the same file and prompt.
+#[test]
+fn the_client_loop_of_the_serving_docs_runs_as_written() {
+    let env = triton_env();
+    let blocks = serving_md_python_blocks();
+    assert_eq!(blocks.len(), 1, "the client loop");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = dir.path().join("repo");
+    let mut models = Vec::new();
+    for (name, past) in [
+        ("lm", &["--with-past"][..]),
+        ("lm-growing", &["--with-past", "growing"]),
+    ] {
+        let model = dir.path().join(format!("{name}.onnx"));
+        let mut args = vec![
+            "build",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "2",
+            "--d-model",
+            "64",
+            "--d-ffn",
+            "256",
+            "--attn-dim",
+            "32",
+            "--seq-len",
+            "64",
+            "--vocab-size",
+            "256",
+            "--causal",
+            "--seed",
+            "5",
+        ];
+        args.extend_from_slice(past);
+        args.extend_from_slice(&[
+            "-q",
+            "-o",
+            path_str(&model),
+            "--triton-repo",
+            path_str(&repo),
+            "--triton-name",
+            name,
+        ]);
+        gmlp_ok(&args);
+        models.push((name, model));
+    }
+    let server = Server::start(&env, &repo, dir.path().join("server.log"));
+    for (name, model) in &models {
+        let script = blocks[0]
+            .replace("127.0.0.1:8000", &server.url())
+            .replace("client.infer(\"lm\"", &format!("client.infer(\"{name}\""));
+        let o = Command::new(&env.python)
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .expect("run the docs' client loop");
+        assert!(o.status.success(), "{script}\n{}", output_text(&o));
+        let printed = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let generate = gmlp(&[
+            "generate",
+            path_str(model),
+            "--runtime",
+            "ort-cpu",
+            "--prompt-ids",
+            "80,101,114",
+            "--max-new-tokens",
+            "16",
+            "--json",
+            "-q",
+        ]);
+        assert!(generate.status.success(), "{}", output_text(&generate));
+        let v: serde_json::Value = serde_json::from_slice(&generate.stdout).expect("json");
+        let expected: Vec<i64> = serde_json::from_value(v[0]["tokens"].clone()).expect("tokens");
+        let mut distinct = expected.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() >= 5, "a varied continuation: {expected:?}");
+        let expected_text = format!(
+            "[{}]",
+            expected
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert_eq!(printed, expected_text, "{name}");
+    }
+}
+
 /// Every file and folder under `dir`, for "nothing was written" checks.
 fn tree(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
