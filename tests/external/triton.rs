@@ -8,7 +8,8 @@
 //! missing, the test runs that script itself (cached, well under a second once built).
 //!
 //! Longer than ~500 lines: one Triton server setup shared by every serving case (plain,
-//! growing state, static state batched, refusals).
+//! growing state, static state batched, the docs' client loop, the endpoint under load and
+//! faults with its server restart, refusals).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -588,6 +589,18 @@ fn static_state_sequences_at_different_positions_batch_together() {
         "{config}"
     );
     assert_served_as_built_plus_the_counter(&model, &repo.join("lm/1/model.onnx"));
+    // The served file is not a model to serve again.
+    let again = dir.path().join("again");
+    assert_refused(
+        &[
+            "triton",
+            path_str(&repo.join("lm/1/model.onnx")),
+            "--repo",
+            path_str(&again),
+        ],
+        "already carries the Triton state adapter",
+    );
+    assert!(!again.exists());
     let server = Server::start(&env, &repo, dir.path().join("server-static.log"));
     let steps = 12;
     let report = client(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{invalid, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
 use crate::error::Result;
 use crate::gmlp::decoding::POSITION;
+use crate::gmlp::emit::INPUT_IDS;
 use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;
 use crate::onnx::proto as onnx;
@@ -21,8 +22,6 @@ pub const PRESENT_PREFIX: &str = "present_";
 /// The output the position counter adds to a static-state model: `position` plus the
 /// request's token count, which Triton feeds back as the next request's `position`.
 pub const NEXT_POSITION: &str = "triton_next_position";
-/// The input whose second dimension counts a request's tokens.
-pub const TOKENS_INPUT: &str = "input_ids";
 
 /// Checks a Triton model name. The name is a directory of the repository, a path segment
 /// of every HTTP URL (`/v2/models/NAME/infer`) and the `name` field of `config.pbtxt`, so
@@ -243,8 +242,8 @@ enum PastKind {
 
 /// The position counter of a static-state model: its `position` input (int64 `[batch]`,
 /// one per sequence) becomes an implicit state of dims `[ 1 ]` that starts at 0, fed from
-/// [`NEXT_POSITION`] (the counter declares both `[batch, 1]`); the model must also take [`TOKENS_INPUT`] `[batch, sequence]`, whose
-/// sequence length advances the count.
+/// [`NEXT_POSITION`] (the counter declares both `[batch, 1]`); the model must also take
+/// `input_ids` `[batch, sequence]`, whose sequence length advances the count.
 fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Result<ImplicitState> {
     let int64 = DataType::Int64 as i32;
     if position.elem_type != int64 || !matches!(position.shape.as_slice(), [Dim::Symbol(_)]) {
@@ -257,10 +256,10 @@ fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Resul
     }
     let tokens_ok = inputs
         .iter()
-        .any(|t| t.name == TOKENS_INPUT && t.elem_type == int64 && t.shape.len() == 2);
+        .any(|t| t.name == INPUT_IDS && t.elem_type == int64 && t.shape.len() == 2);
     if !tokens_ok {
         return Err(invalid(format!(
-            "a static-state model served with its position kept by Triton needs an int64 input {TOKENS_INPUT} [batch, sequence], whose length advances the position"
+            "a static-state model served with its position kept by Triton needs an int64 input {INPUT_IDS} [batch, sequence], whose length advances the position"
         )));
     }
     Ok(ImplicitState {

@@ -42,7 +42,7 @@ mod testing;
 
 pub use config::{
     check_model_name, plan, triton_data_type, ImplicitState, StateKind, TritonConfig, TritonTensor,
-    MAX_CANDIDATE_SEQUENCES, NEXT_POSITION, PAST_PREFIX, PRESENT_PREFIX, TOKENS_INPUT,
+    MAX_CANDIDATE_SEQUENCES, NEXT_POSITION, PAST_PREFIX, PRESENT_PREFIX,
 };
 pub use repository::{
     check_target, write_repository, RepositoryPaths, RepositoryWritten, DATA_FILE, MODEL_FILE,

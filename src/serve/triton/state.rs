@@ -5,9 +5,10 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::config::{ImplicitState, StateKind, NEXT_POSITION, TOKENS_INPUT};
+use super::config::{ImplicitState, StateKind, NEXT_POSITION};
 use super::invalid;
 use crate::error::Result;
+use crate::gmlp::emit::INPUT_IDS;
 use crate::onnx::dtype::DataType;
 use crate::onnx::edit::{
     add_node, concat_node, gather_node, reshape_node, shape_node, slice_node, ModelEdit,
@@ -71,7 +72,7 @@ pub fn add_position_counter(model: &mut onnx::ModelProto, states: &[ImplicitStat
             &flat,
         )],
         &[
-            shape_node("triton_position/shape", TOKENS_INPUT, &shape),
+            shape_node("triton_position/shape", INPUT_IDS, &shape),
             gather_node("triton_position/count", &shape, &axis, &tokens),
             add_node("triton_position/advance", position, &tokens, &next),
         ],
