@@ -29,9 +29,13 @@ build() { # NAME ARGS...
 build tokens --preset amlp-base --layers 2
 build vision --preset gmlp-ti16 --layers 2
 build tokens-ext --preset amlp-base --layers 2 --external-data
+# The help texts, read whole: `"$bin" build --help | grep -q` would race (grep exits at the
+# first match, the binary then dies of SIGPIPE, and pipefail turns the match into a failure).
+build_help="$("$bin" build --help)"
+triton_help="$("$bin" triton --help)"
 # The growing form is `--with-past growing` in versions that have the static form.
 past=(--with-past)
-"$bin" build --help | grep -q -- 'growing' && past=(--with-past growing)
+grep -q -- 'growing' <<<"$build_help" && past=(--with-past growing)
 build past --preset amlp-base --layers 2 --causal "${past[@]}"
 build past-f16 --preset gmlp-base --layers 2 --causal "${past[@]}" --dtype f16
 build past-int8 --preset amlp-base --layers 2 --causal "${past[@]}" --dtype int8
@@ -41,7 +45,7 @@ build past-shift --weights fixtures/lucid_shift_causal/model.safetensors --causa
   --shift-tokens 2 "${past[@]}"
 # Static state (docs/static-state.md; versions that have it): served as built, batched.
 static_form=0
-"$bin" build --help | grep -q -- 'growing' && static_form=1
+grep -q -- 'growing' <<<"$build_help" && static_form=1
 if [ "$static_form" = 1 ]; then
   build static --preset amlp-base --layers 2 --causal --with-past static
   build static-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
@@ -87,7 +91,7 @@ if [ "$static_form" = 1 ]; then
 fi
 # The idle time of a with-past model's sequences (versions that have the flag).
 idle_flag=0
-"$bin" triton --help | grep -q -- '--triton-max-sequence-idle-us' && idle_flag=1
+grep -q -- '--triton-max-sequence-idle-us' <<<"$triton_help" && idle_flag=1
 if [ "$idle_flag" = 1 ]; then
   triton static-idle static.onnx e --triton-name static-idle --triton-max-sequence-idle-us 2000000
   triton past-idle past.onnx c --triton-name past-idle --triton-max-sequence-idle-us 5000000
