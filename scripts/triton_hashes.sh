@@ -43,7 +43,8 @@ build past-ext --preset amlp-base --layers 2 --causal "${past[@]}" --external-da
 build past-lucid --weights fixtures/lucid_amlp_causal/model.safetensors --causal "${past[@]}"
 build past-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
   --shift-tokens 2 "${past[@]}"
-# Static state (docs/static-state.md; versions that have it): served as built, batched.
+# Static state (docs/static-state.md; versions that have it): batched; behind the position
+# counter in versions that have it.
 static_form=0
 grep -q -- 'growing' <<<"$build_help" && static_form=1
 if [ "$static_form" = 1 ]; then
