@@ -7,7 +7,7 @@
 # with its window state), external data (renamed to model.onnx.data, and kept when already
 # so named), every `--triton-*` option, a second version beside an identical config.pbtxt,
 # `build --triton-repo`, and the refusals (bad options, a different config, a non-empty
-# version, a model that already carries the state adapter).
+# version, a model that already carries the state adapter or the position counter).
 #
 # Usage: scripts/triton_hashes.sh [BINARY] > triton.txt   (default: target/debug/gmlp-onnx)
 # Compare: diff <(scripts/triton_hashes.sh old/gmlp-onnx) <(scripts/triton_hashes.sh new/gmlp-onnx)
@@ -29,9 +29,13 @@ build() { # NAME ARGS...
 build tokens --preset amlp-base --layers 2
 build vision --preset gmlp-ti16 --layers 2
 build tokens-ext --preset amlp-base --layers 2 --external-data
+# The help texts, read whole: `"$bin" build --help | grep -q` would race (grep exits at the
+# first match, the binary then dies of SIGPIPE, and pipefail turns the match into a failure).
+build_help="$("$bin" build --help)"
+triton_help="$("$bin" triton --help)"
 # The growing form is `--with-past growing` in versions that have the static form.
 past=(--with-past)
-"$bin" build --help | grep -q -- 'growing' && past=(--with-past growing)
+grep -q -- 'growing' <<<"$build_help" && past=(--with-past growing)
 build past --preset amlp-base --layers 2 --causal "${past[@]}"
 build past-f16 --preset gmlp-base --layers 2 --causal "${past[@]}" --dtype f16
 build past-int8 --preset amlp-base --layers 2 --causal "${past[@]}" --dtype int8
@@ -39,9 +43,10 @@ build past-ext --preset amlp-base --layers 2 --causal "${past[@]}" --external-da
 build past-lucid --weights fixtures/lucid_amlp_causal/model.safetensors --causal "${past[@]}"
 build past-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
   --shift-tokens 2 "${past[@]}"
-# Static state (docs/static-state.md; versions that have it): served as built, batched.
+# Static state (docs/static-state.md; versions that have it): batched; behind the position
+# counter in versions that have it.
 static_form=0
-"$bin" build --help | grep -q -- 'growing' && static_form=1
+grep -q -- 'growing' <<<"$build_help" && static_form=1
 if [ "$static_form" = 1 ]; then
   build static --preset amlp-base --layers 2 --causal --with-past static
   build static-shift --weights fixtures/lucid_shift_causal/model.safetensors --causal \
@@ -85,10 +90,24 @@ if [ "$static_form" = 1 ]; then
   triton static-shift static-shift.onnx e
   triton static-batch-0 static.onnx f --triton-max-batch-size 0
 fi
+# The idle time of a with-past model's sequences (versions that have the flag).
+idle_flag=0
+grep -q -- '--triton-max-sequence-idle-us' <<<"$triton_help" && idle_flag=1
+if [ "$idle_flag" = 1 ]; then
+  triton static-idle static.onnx e --triton-name static-idle --triton-max-sequence-idle-us 2000000
+  triton past-idle past.onnx c --triton-name past-idle --triton-max-sequence-idle-us 5000000
+fi
 # Refusals: nothing may be written.
 triton past-batch-8 past.onnx d --triton-max-batch-size 8
 triton past-batch-0 past.onnx d --triton-max-batch-size 0
 triton adapted-again ../repos/c/past/1/model.onnx d --triton-name again
+if [ "$static_form" = 1 ]; then
+  triton static-adapted-again ../repos/e/static/1/model.onnx d --triton-name again-static
+fi
+if [ "$idle_flag" = 1 ]; then
+  triton idle-stateless tokens.onnx d --triton-max-sequence-idle-us 1000000
+  triton idle-0 past.onnx d --triton-name idle0 --triton-max-sequence-idle-us 0
+fi
 triton version-0 tokens.onnx d --triton-version 0
 triton instances-0 tokens.onnx d --triton-instances 0
 triton trt-on-cpu tokens.onnx d --triton-tensorrt fp16

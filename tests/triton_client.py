@@ -8,6 +8,9 @@ Subcommands (each prints one JSON object on stdout; the Rust test asserts on it)
   static URL NAME MODEL.onnx     concurrent sequences of a static-state model: a prompt each
                                  (different lengths), then one-token steps in lock step, each
                                  answer vs the sequence's own ONNX Runtime run
+  endpoint URL NAME MODEL.onnx   the load and fault test of a static-state repository: many
+                                 sequences, abandoned ones, a server restart (RESTART on
+                                 stdout, the new URL on stdin)
   stats URL NAME                 Triton's inference statistics of a model
 """
 
@@ -92,10 +95,14 @@ def infer(client, name, feeds, output_names, **sequence):
 def statistics(url, name):
     stats = http_client(url).get_inference_statistics(name)["model_stats"]
     s = next(m for m in stats if m["name"] == name)
+    batches = s.get("batch_stats", [])
     return {
         "inference_count": int(s.get("inference_count", 0)),
         "execution_count": int(s.get("execution_count", 0)),
-        "batch_sizes": sorted(int(b["batch_size"]) for b in s.get("batch_stats", [])),
+        "batch_sizes": sorted(int(b["batch_size"]) for b in batches),
+        # Summed over requests (time queued) and over executions (time computing).
+        "queue_ns": int(s.get("inference_stats", {}).get("queue", {}).get("ns", 0)),
+        "compute_ns": sum(int(b.get("compute_infer", {}).get("ns", 0)) for b in batches),
     }
 
 
@@ -230,13 +237,23 @@ def run_with_past(args):
     }))
 
 
+def static_reference(sess, pasts, ids):
+    """Logits of one ONNX Runtime run of a static-state file on the token list `ids`
+    [1, T] from position 0 and zero state: what every request of that sequence must get."""
+    feeds = {"input_ids": ids, "position": np.zeros([1], dtype=np.int64)}
+    for n, t, d in pasts:
+        feeds[n] = np.zeros([1] + d[1:], dtype=t)
+    return sess.run(["logits"], feeds)[0]
+
+
 def run_static(args):
-    """A static-state model (docs/static-state.md): `args.sequences` sequences with prompts
-    of different lengths, sent concurrently; then `args.steps` one-token requests per
-    sequence, all sequences in lock step so that Triton's sequence batcher can put them in
-    one execution. Every request carries its sequence's `position` (tokens sent before).
-    Each answer must equal the matching rows of one ONNX Runtime run of the same file on
-    the sequence's whole token list from position 0 and zero state."""
+    """A static-state model (docs/static-state.md) served with its position kept by Triton:
+    `args.sequences` sequences with prompts of different lengths, sent concurrently; then
+    `args.steps` one-token requests per sequence, all sequences in lock step so that
+    Triton's sequence batcher can put them in one execution. Requests carry `input_ids`
+    only. Each answer must equal the matching rows of one ONNX Runtime run of the built
+    file on the sequence's whole token list from position 0 and zero state. Then one
+    request that also sends `position`, whose refusal is reported."""
     inputs, outputs = onnx_io(args.model)
     pasts = [(n, t, d) for n, t, d in inputs if n.startswith("past_")]
     sess = session(args.model)
@@ -244,12 +261,7 @@ def run_static(args):
     lengths = [args.prompt_min + k for k in range(args.sequences)]
     sequences = [rng.integers(0, args.int_high, size=(1, n + args.steps)).astype(np.int64)
                  for n in lengths]
-    expected = []
-    for ids in sequences:
-        feeds = {"input_ids": ids, "position": np.zeros([1], dtype=np.int64)}
-        for n, t, d in pasts:
-            feeds[n] = np.zeros([1] + d[1:], dtype=t)
-        expected.append(sess.run(["logits"], feeds)[0])
+    expected = [static_reference(sess, pasts, ids) for ids in sequences]
     worst = [0.0] * len(sequences)
     errors = []
     barrier = threading.Barrier(args.sequences)
@@ -260,16 +272,13 @@ def run_static(args):
             client = http_client(args.url)
             n = lengths[k]
             barrier.wait(timeout=120)
-            got = infer(client, args.name,
-                        {"input_ids": sequences[k][:, :n], "position": np.array([[0]], dtype=np.int64)},
+            got = infer(client, args.name, {"input_ids": sequences[k][:, :n]},
                         ["logits"], sequence_id=2000 + k, sequence_start=True)["logits"]
             worst[k] = rel(got[0], expected[k][0, :n])
             for t in range(args.steps):
                 barrier.wait(timeout=120)
                 p = n + t
-                got = infer(client, args.name,
-                            {"input_ids": sequences[k][:, p:p + 1],
-                             "position": np.array([[p]], dtype=np.int64)},
+                got = infer(client, args.name, {"input_ids": sequences[k][:, p:p + 1]},
                             ["logits"], sequence_id=2000 + k,
                             sequence_end=(t == args.steps - 1))["logits"]
                 worst[k] = max(worst[k], rel(got[0, 0], expected[k][0, p]))
@@ -284,6 +293,14 @@ def run_static(args):
         t.join()
     requests = args.sequences * (1 + args.steps)
     after = statistics_after(args.url, args.name, before, requests)
+    # A client that still counts: `position` beside `input_ids` on a sequence's first request.
+    position_refused = None
+    try:
+        infer(http_client(args.url), args.name,
+              {"input_ids": sequences[0][:, :2], "position": np.array([[0]], dtype=np.int64)},
+              ["logits"], sequence_id=2999, sequence_start=True, sequence_end=True)
+    except Exception as e:
+        position_refused = str(e)
     print(json.dumps({
         "sequences": args.sequences,
         "prompt_lengths": lengths,
@@ -293,6 +310,285 @@ def run_static(args):
         "inference_count": after["inference_count"] - before["inference_count"],
         "execution_count": after["execution_count"] - before["execution_count"],
         "batch_sizes": after["batch_sizes"],
+        "position_refused": position_refused,
+    }))
+
+
+START_FLAG_ERROR = "must specify the START flag"
+
+
+class Lost(Exception):
+    """Triton answered that it does not know the sequence: freed after its idle time, or
+    started on a server that has since restarted."""
+
+
+class Endpoint:
+    """Where the requests go, and the restart the Rust test performs on request: a request
+    that fails in transport is retried on the new server only once a restart was asked for."""
+
+    def __init__(self, url, name):
+        self.url = url
+        self.name = name
+        self.restart_requested = threading.Event()
+        self.restarted = threading.Event()
+
+    def restart(self):
+        """Asks the Rust test (stdout) to kill and restart the server; waits for its new URL
+        (stdin)."""
+        self.restart_requested.set()
+        print("RESTART", flush=True)
+        line = sys.stdin.readline().strip()
+        if not line:
+            raise RuntimeError("no URL after RESTART")
+        self.url = line
+        self.restarted.set()
+
+
+class Sequence:
+    """One generation: a prompt, then `steps` one-token requests of greedy decoding."""
+
+    def __init__(self, sid, prompt, steps):
+        self.sid = sid
+        self.prompt = prompt
+        self.steps = steps
+        self.tokens = []       # every token sent, in order
+        self.answers = []      # (row of the request's first token, logits [T, vocab])
+        self.status = "new"    # completed | abandoned | lost | error
+        self.message = None    # Triton's answer when lost, the exception on error
+        self.latencies = []
+        self.first_answer = None
+        self.client = None
+
+
+def request(ep, seq, ids, start, end):
+    """One request of `seq`; Lost when Triton no longer knows the sequence. A transport
+    failure while a restart is under way waits for the new server and sends again."""
+    from tritonclient.utils import InferenceServerException
+
+    t0 = time.perf_counter()
+    while True:
+        try:
+            if seq.client is None:
+                seq.client = http_client(ep.url)
+            out = infer(seq.client, ep.name, {"input_ids": ids}, ["logits"],
+                        sequence_id=seq.sid, sequence_start=start, sequence_end=end)["logits"]
+            seq.latencies.append(time.perf_counter() - t0)
+            return out
+        except InferenceServerException as e:
+            if START_FLAG_ERROR in str(e):
+                raise Lost(str(e)) from None
+            raise
+        except Exception:
+            if not ep.restart_requested.is_set():
+                raise
+            if not ep.restarted.wait(timeout=300):
+                raise TimeoutError("the server was not restarted within 300 s") from None
+            seq.client = None
+            t0 = time.perf_counter()
+
+
+def decode(ep, seq, hold=None):
+    """The prompt with the start flag, then `seq.steps` one-token requests, each sending the
+    argmax of the previous answer's last row; the end flag on the last. `hold(seq, step)`
+    runs before step `step` (1-based) is sent: it may wait, or return False to abandon the
+    sequence (no end flag)."""
+    ids = seq.prompt[None, :]
+    step = 0
+    try:
+        while True:
+            logits = request(ep, seq, ids, start=(step == 0), end=(step == seq.steps))
+            seq.answers.append((len(seq.tokens), logits[0]))
+            seq.tokens.extend(int(t) for t in ids[0])
+            if step == 0:
+                seq.first_answer = time.monotonic()
+            if step == seq.steps:
+                seq.status = "completed"
+                return
+            step += 1
+            if hold is not None and hold(seq, step) is False:
+                seq.status = "abandoned"
+                return
+            ids = np.array([[int(np.argmax(logits[0, -1]))]], dtype=np.int64)
+    except Lost as e:
+        seq.status = "lost"
+        seq.message = str(e)
+    except Exception as e:
+        seq.status = "error"
+        seq.message = f"{type(e).__name__}: {e}"
+
+
+def run_wave(ep, seqs, hold=None, timeout=300):
+    """Decodes every sequence of `seqs` at once, one thread each; returns the seconds taken."""
+    threads = [threading.Thread(target=decode, args=(ep, s, hold), daemon=True) for s in seqs]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t, s in zip(threads, seqs):
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            s.status = "error"
+            s.message = f"still running after {timeout} s"
+    return time.perf_counter() - start
+
+
+def run_endpoint(args):
+    """The load and fault test of a static-state repository (docs/serving.md, "Load and
+    faults"), requests carrying `input_ids` only:
+      A. `sequences` concurrent sequences, prompts of 1..prompt_max tokens, each decoding
+         `steps` tokens one request at a time; a quarter stop mid-way without the end flag.
+      B. as many new sequences at once, after half the idle time: all of them must hold a
+         slot together (each waits before its last request until all have had a first
+         answer), which needs the slots of A's abandoned sequences back; then every
+         abandoned sequence's next request must be refused by Triton as unknown.
+      C. 16 sequences decode; at step 8 the Rust test kills and restarts the server (stdout
+         RESTART, the new URL on stdin) while half of them keep sending: after the restart,
+         each request of these sequences must fail with Triton's own error.
+      D. 16 new sequences on the restarted server, reusing C's ids: all complete.
+      E. a sequence started again (start flag) on its own id after 4 steps, no end flag:
+         the new one starts from position 0 and zero state.
+    Every answer of every sequence is compared with one ONNX Runtime run of the built file
+    on the tokens that sequence sent."""
+    inputs, _ = onnx_io(args.model)
+    pasts = [(n, t, d) for n, t, d in inputs if n.startswith("past_")]
+    sess = session(args.model)
+    rng = np.random.default_rng(args.seed)
+    ep = Endpoint(args.url, args.name)
+    wall = time.perf_counter()
+
+    def new_sequences(first_id, count):
+        return [Sequence(first_id + k,
+                         rng.integers(0, args.int_high, size=1 + (7 * k) % args.prompt_max).astype(np.int64),
+                         args.steps)
+                for k in range(count)]
+
+    # A: a quarter abandoned at steps 8..23.
+    first_stats = statistics(ep.url, ep.name)
+    wave_a = new_sequences(1000, args.sequences)
+    abandon_at = {s.sid: 8 + (5 * k) % 16 for k, s in enumerate(wave_a) if k % 4 == 3}
+    seconds_a = run_wave(ep, wave_a, lambda s, step: abandon_at.get(s.sid) != step)
+    abandoned_until = time.monotonic()
+
+    # B: all at once, holding their slots until every one has been answered once.
+    time.sleep(args.idle_s / 2)
+    wave_b = new_sequences(2000, args.sequences)
+    lock = threading.Lock()
+    answered = [0]
+    everyone = threading.Event()
+    hold_limit = args.idle_s * 3 + 60
+
+    def hold_b(seq, step):
+        if step == 1:
+            with lock:
+                answered[0] += 1
+                if answered[0] == len(wave_b):
+                    everyone.set()
+        if step == seq.steps and not everyone.wait(timeout=hold_limit):
+            raise TimeoutError(f"only {answered[0]} of {len(wave_b)} sequences had a slot after {hold_limit} s")
+        return True
+
+    started_b = time.monotonic()
+    seconds_b = run_wave(ep, wave_b, hold_b)
+    firsts = sorted(s.first_answer - started_b for s in wave_b if s.first_answer is not None)
+    # The abandoned sequences are unknown now: their next request gets Triton's refusal.
+    forgotten = 0
+    probe_messages = []
+    for s in wave_a:
+        if s.status != "abandoned":
+            continue
+        s.client = None  # tritonclient.http's client belongs to the thread that made it
+        try:
+            request(ep, s, np.array([[0]], dtype=np.int64), start=False, end=True)
+            probe_messages.append(f"sequence {s.sid} still served after its idle time")
+        except Lost as e:
+            forgotten += 1
+            probe_messages.append(str(e))
+        except Exception as e:
+            probe_messages.append(f"{type(e).__name__}: {e}")
+    ab_answers = sum(len(s.answers) for s in wave_a + wave_b)
+    ab_stats = statistics_after(ep.url, ep.name, first_stats, ab_answers)
+
+    # C: the server restarted under load.
+    wave_c = new_sequences(3000, 16)
+    paused = {s.sid for k, s in enumerate(wave_c) if k % 2 == 0}
+    kill_point = threading.Barrier(len(wave_c) + 1)
+
+    def hold_c(seq, step):
+        if step == 8:
+            kill_point.wait(timeout=120)
+            if seq.sid in paused:
+                ep.restarted.wait(timeout=300)
+        return True
+
+    wave_c_thread = threading.Thread(target=run_wave, args=(ep, wave_c, hold_c), daemon=True)
+    wave_c_thread.start()
+    kill_point.wait(timeout=180)
+    ep.restart()
+    wave_c_thread.join(timeout=360)
+
+    # D: new sequences on the restarted server, reusing C's ids with the start flag.
+    second_stats = statistics(ep.url, ep.name)
+    wave_d = new_sequences(3000, 16)
+    seconds_d = run_wave(ep, wave_d)
+    d_stats = statistics_after(ep.url, ep.name, second_stats, sum(len(s.answers) for s in wave_d))
+
+    # E: a start flag on a sequence id in flight begins a new sequence from position 0 and
+    # zero state (the old one is ended): 4 steps, then the same id started again.
+    first_try, again = new_sequences(4000, 2)
+    again.sid = first_try.sid
+    run_wave(ep, [first_try], lambda s, step: step <= 4)
+    run_wave(ep, [again])
+
+    # Every answer against its sequence's own whole run of the built file.
+    worst = {"completed": 0.0, "other": 0.0}
+    for s in wave_a + wave_b + wave_c + wave_d + [first_try, again]:
+        if not s.answers:
+            continue
+        expected = static_reference(sess, pasts, np.array([s.tokens], dtype=np.int64))
+        r = max(rel(got, expected[0, row:row + got.shape[0]]) for row, got in s.answers)
+        key = "completed" if s.status == "completed" else "other"
+        worst[key] = max(worst[key], r)
+
+    def count(wave, status):
+        return sum(s.status == status for s in wave)
+
+    all_seqs = wave_a + wave_b + wave_c + wave_d + [first_try, again]
+    latencies = np.array([x for s in all_seqs for x in s.latencies])
+    print(json.dumps({
+        "errors": [f"sequence {s.sid}: {s.message}" for s in all_seqs if s.status == "error"],
+        "max_rel_completed": worst["completed"],
+        "max_rel_other": worst["other"],
+        "prompt_lengths": sorted({int(s.prompt.size) for s in wave_a}),
+        "steps": args.steps,
+        "a": {"sequences": len(wave_a), "completed": count(wave_a, "completed"),
+              "abandoned": count(wave_a, "abandoned"), "seconds": round(seconds_a, 2)},
+        "b": {"sequences": len(wave_b), "completed": count(wave_b, "completed"),
+              "lost": count(wave_b, "lost"), "seconds": round(seconds_b, 2),
+              "after_abandonment_s": round(started_b - abandoned_until, 2),
+              "last_first_answer_s": round(firsts[-1], 2) if firsts else None,
+              "median_first_answer_s": round(firsts[len(firsts) // 2], 2) if firsts else None},
+        "abandoned_forgotten": forgotten,
+        "probe_messages": probe_messages[:2] + [m for m in probe_messages if START_FLAG_ERROR not in m],
+        "a_b_answers": ab_answers,
+        "a_b_inference_count": ab_stats["inference_count"] - first_stats["inference_count"],
+        "a_b_execution_count": ab_stats["execution_count"] - first_stats["execution_count"],
+        "a_b_batch_sizes": ab_stats["batch_sizes"],
+        "c": {"sequences": len(wave_c), "paused": len(paused),
+              "paused_lost": sum(s.status == "lost" for s in wave_c if s.sid in paused),
+              "running_lost": sum(s.status == "lost" for s in wave_c if s.sid not in paused),
+              "running_completed": sum(s.status == "completed" for s in wave_c if s.sid not in paused),
+              "lost_messages": sorted({s.message for s in wave_c if s.status == "lost"}),
+              "answers_before_restart": sum(len(s.answers) for s in wave_c)},
+        "d": {"sequences": len(wave_d), "completed": count(wave_d, "completed"),
+              "seconds": round(seconds_d, 2),
+              "inference_count": d_stats["inference_count"] - second_stats["inference_count"],
+              "execution_count": d_stats["execution_count"] - second_stats["execution_count"]},
+        "e": {"first_try": first_try.status, "answers_before_start_again": len(first_try.answers),
+              "again": again.status},
+        "requests": int(latencies.size),
+        "latency_p50_ms": float(np.percentile(latencies, 50)) * 1e3,
+        "latency_p99_ms": float(np.percentile(latencies, 99)) * 1e3,
+        "seconds": round(time.perf_counter() - wall, 2),
     }))
 
 
@@ -360,7 +656,7 @@ def main():
     t = sub.add_parser("toy-with-past")
     t.add_argument("out")
     t.add_argument("--vocab", type=int, default=11)
-    for name in ("stateless", "with-past", "static"):
+    for name in ("stateless", "with-past", "static", "endpoint"):
         s = sub.add_parser(name)
         s.add_argument("url")
         s.add_argument("name")
@@ -376,6 +672,11 @@ def main():
         if name == "static":
             s.add_argument("--prompt-min", type=int, default=2,
                            help="sequence k's prompt has this + k tokens")
+        if name == "endpoint":
+            s.add_argument("--prompt-max", type=int, default=16,
+                           help="prompts of 1 to this many tokens")
+            s.add_argument("--idle-s", type=float, required=True,
+                           help="the repository's max_sequence_idle_microseconds, in seconds")
     st = sub.add_parser("stats")
     st.add_argument("url")
     st.add_argument("name")
@@ -388,6 +689,8 @@ def main():
         run_with_past(args)
     elif args.command == "static":
         run_static(args)
+    elif args.command == "endpoint":
+        run_endpoint(args)
     else:
         print(json.dumps(statistics(args.url, args.name)))
 

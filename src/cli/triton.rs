@@ -44,6 +44,9 @@ pub struct TritonFlags {
     /// Dynamic batcher max_queue_delay_microseconds, also the sequence batcher's for static-state models [default: 100].
     #[arg(long)]
     triton_max_queue_delay_us: Option<u64>,
+    /// max_sequence_idle_microseconds of a with-past model: a sequence without a request for this long loses its slot and state [default: 60000000].
+    #[arg(long)]
+    triton_max_sequence_idle_us: Option<u64>,
 }
 
 impl TritonFlags {
@@ -63,6 +66,10 @@ impl TritonFlags {
                 "--triton-max-queue-delay-us",
                 self.triton_max_queue_delay_us.is_some(),
             ),
+            (
+                "--triton-max-sequence-idle-us",
+                self.triton_max_sequence_idle_us.is_some(),
+            ),
         ]
         .into_iter()
         .find(|(_, given)| *given)
@@ -80,6 +87,7 @@ impl TritonFlags {
         o.max_queue_delay_us = self
             .triton_max_queue_delay_us
             .unwrap_or(o.max_queue_delay_us);
+        o.max_sequence_idle_us = self.triton_max_sequence_idle_us;
         o
     }
 }
@@ -97,13 +105,20 @@ pub fn print_repository(w: &RepositoryWritten) {
         "wrote Triton model {} (max_batch_size {}{}): {} and {}{}",
         w.config.options.name,
         w.config.max_batch_size,
-        match w.config.states.first() {
-            None => String::new(),
-            Some(s) if s.sequence_axis.is_none() => format!(
+        if w.config.states.is_empty() {
+            String::new()
+        } else if w.config.growing() {
+            format!(", {} implicit states", w.config.states.len())
+        } else if w.config.counts_positions() {
+            format!(
+                ", {} implicit states of fixed size and the position, sequences batched, clients send input_ids only",
+                w.config.states.len() - 1
+            )
+        } else {
+            format!(
                 ", {} implicit states of fixed size, sequences batched",
                 w.config.states.len()
-            ),
-            Some(_) => format!(", {} implicit states", w.config.states.len()),
+            )
         },
         w.paths.config.display(),
         w.paths.model.display(),

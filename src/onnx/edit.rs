@@ -1,9 +1,11 @@
 //! Editing a decoded model in place, to wrap a graph read back from a file rather than built
 //! here: nodes in the builder's [`Node`] form placed before and after the graph's own nodes,
 //! i64 initializers, renames of values inside the graph (its inputs and outputs keep their
-//! names), symbolic dimensions of its interface, external data locations and metadata.
+//! names), added outputs, the declared shapes of its interface, external data locations
+//! and metadata.
 //!
-//! The operator helpers ([`slice_node`], [`concat_node`]) document what they emit like those
+//! The operator helpers ([`slice_node`], [`concat_node`], [`shape_node`], [`gather_node`],
+//! [`reshape_node`], [`add_node`]) document what they emit like those
 //! of the op files (`ops/`), but take value names instead of shaped values: a read graph
 //! declares shapes only at its interface. Nodes become `NodeProto`s through the writer's
 //! conversion.
@@ -11,7 +13,7 @@
 use std::collections::HashSet;
 
 use crate::onnx::dtype::DataType;
-use crate::onnx::graph::{Attr, Node};
+use crate::onnx::graph::{Attr, Dim, Node};
 use crate::onnx::proto as onnx;
 use crate::onnx::writer::node_proto;
 
@@ -104,6 +106,36 @@ impl<'m> ModelEdit<'m> {
         }
     }
 
+    /// Declares graph input `name` with the shape `shape` instead of its own (nothing
+    /// happens when there is no such input; its element type stays).
+    pub fn set_input_shape(&mut self, name: &str, shape: &[Dim]) {
+        for v in self.graph.input.iter_mut().filter(|v| v.name() == name) {
+            if let Some(onnx::type_proto::Value::TensorType(t)) =
+                v.r#type.as_mut().and_then(|t| t.value.as_mut())
+            {
+                t.shape = Some(shape_proto(shape));
+            }
+        }
+    }
+
+    /// Declares the graph output `name`: a tensor of element type `elem` and shape `shape`
+    /// (a node added by the edit must compute it).
+    pub fn add_output(&mut self, name: &str, elem: DataType, shape: &[Dim]) {
+        self.graph.output.push(onnx::ValueInfoProto {
+            name: Some(name.to_string()),
+            r#type: Some(onnx::TypeProto {
+                value: Some(onnx::type_proto::Value::TensorType(
+                    onnx::type_proto::Tensor {
+                        elem_type: Some(elem as i32),
+                        shape: Some(shape_proto(shape)),
+                    },
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+
     /// Adds the i64 vector `values` as the initializer `name` (stored in `int64_data`).
     pub fn add_i64_initializer(&mut self, name: &str, values: &[i64]) {
         self.graph.initializer.push(onnx::TensorProto {
@@ -148,6 +180,21 @@ impl<'m> ModelEdit<'m> {
     }
 }
 
+fn shape_proto(shape: &[Dim]) -> onnx::TensorShapeProto {
+    use onnx::tensor_shape_proto::{dimension::Value as DimValue, Dimension};
+    let dim = shape
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Dim::Fixed(n) => DimValue::DimValue(i64::try_from(*n).unwrap_or(i64::MAX)),
+                Dim::Symbol(s) => DimValue::DimParam(s.clone()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    onnx::TensorShapeProto { dim }
+}
+
 fn set_dim_param(v: &mut onnx::ValueInfoProto, axis: usize, symbol: &str) {
     use onnx::tensor_shape_proto::dimension::Value as DimValue;
     if let Some(onnx::type_proto::Value::TensorType(t)) =
@@ -180,6 +227,36 @@ pub fn slice_node(
 pub fn concat_node(name: &str, parts: &[&str], axis: i64, output: &str) -> Node {
     let attributes = vec![("axis".to_string(), Attr::Int(axis))];
     node(name, "Concat", parts, attributes, output)
+}
+
+/// The node `name` computing `output`, the shape of `data` as an i64 vector.
+///
+/// [Shape](https://onnx.ai/onnx/operators/onnx__Shape.html): versions 1, 13 (types), 15 (`start` / `end` attributes), 19, 21, 23; the form without attributes in every opset here.
+pub fn shape_node(name: &str, data: &str, output: &str) -> Node {
+    node(name, "Shape", &[data], vec![], output)
+}
+
+/// The node `name` computing `output` as the entries `indices` of `data` along axis 0.
+///
+/// [Gather](https://onnx.ai/onnx/operators/onnx__Gather.html): versions 1, 11 (negative indices), 13; the same form in every opset here.
+pub fn gather_node(name: &str, data: &str, indices: &str, output: &str) -> Node {
+    let attributes = vec![("axis".to_string(), Attr::Int(0))];
+    node(name, "Gather", &[data, indices], attributes, output)
+}
+
+/// The node `name` computing `output` as `data` with the shape `shape` (an i64 vector
+/// value; −1 takes the rest).
+///
+/// [Reshape](https://onnx.ai/onnx/operators/onnx__Reshape.html): versions 1, 5 (`shape` becomes an input), 13, 14 (`allowzero`), 19, 21, 23; the input form without `allowzero` from 5 on.
+pub fn reshape_node(name: &str, data: &str, shape: &str, output: &str) -> Node {
+    node(name, "Reshape", &[data, shape], vec![], output)
+}
+
+/// The node `name` computing `output` = `a` + `b` (numpy broadcasting).
+///
+/// [Add](https://onnx.ai/onnx/operators/onnx__Add.html): versions 1, 6, 7 (multidirectional broadcasting), 13, 14 (types); the same form since 7.
+pub fn add_node(name: &str, a: &str, b: &str, output: &str) -> Node {
+    node(name, "Add", &[a, b], vec![], output)
 }
 
 fn node(

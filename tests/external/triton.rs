@@ -8,7 +8,8 @@
 //! missing, the test runs that script itself (cached, well under a second once built).
 //!
 //! Longer than ~500 lines: one Triton server setup shared by every serving case (plain,
-//! growing state, static state batched, refusals).
+//! growing state, static state batched, the docs' client loop, the endpoint under load and
+//! faults with its server restart, refusals).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -85,13 +86,14 @@ fn free_ports() -> [u16; 3] {
 /// A running tritonserver, killed when dropped (also when a test fails).
 struct Server {
     child: Child,
-    http_port: u16,
+    /// HTTP, gRPC and metrics ports, kept across a restart.
+    ports: [u16; 3],
     log: PathBuf,
 }
 
 impl Server {
     fn url(&self) -> String {
-        format!("127.0.0.1:{}", self.http_port)
+        format!("127.0.0.1:{}", self.ports[0])
     }
 
     fn log_tail(&self) -> String {
@@ -102,9 +104,16 @@ impl Server {
 
     /// Starts tritonserver on `repo` (absolute path) and waits (bounded) until it is ready.
     fn start(env: &TritonEnv, repo: &Path, log: PathBuf) -> Server {
-        let [http, grpc, metrics] = free_ports();
-        let log_file = std::fs::File::create(&log).expect("create server log");
-        let child = Command::new(&env.server)
+        let ports = free_ports();
+        let child = Self::spawn(env, repo, &log, ports);
+        let mut server = Server { child, ports, log };
+        server.wait_ready();
+        server
+    }
+
+    fn spawn(env: &TritonEnv, repo: &Path, log: &Path, [http, grpc, metrics]: [u16; 3]) -> Child {
+        let log_file = std::fs::File::create(log).expect("create server log");
+        Command::new(&env.server)
             .arg(format!("--model-repository={}", path_str(repo)))
             .arg(format!("--backend-directory={}", env.backends))
             .args(["--http-address=127.0.0.1", "--grpc-address=127.0.0.1"])
@@ -118,30 +127,38 @@ impl Server {
             .stdout(log_file.try_clone().expect("log file"))
             .stderr(log_file)
             .spawn()
-            .expect("start tritonserver");
-        let mut server = Server {
-            child,
-            http_port: http,
-            log,
-        };
+            .expect("start tritonserver")
+    }
+
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
                     "tritonserver exited ({status}) before it was ready:\n{}",
-                    server.log_tail()
+                    self.log_tail()
                 );
             }
-            if http_status(http, "/v2/health/ready") == Some(200) {
-                return server;
+            if http_status(self.ports[0], "/v2/health/ready") == Some(200) {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
                 "tritonserver not ready after 90 s:\n{}",
-                server.log_tail()
+                self.log_tail()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Kills the server (SIGKILL: no drain, every sequence's state is lost) and starts a
+    /// new one on the same ports, logging to `log`; waits until it is ready.
+    fn restart(&mut self, env: &TritonEnv, repo: &Path, log: PathBuf) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log = log;
+        self.child = Self::spawn(env, repo, &self.log, self.ports);
+        self.wait_ready();
     }
 }
 
@@ -184,6 +201,73 @@ fn client(env: &TritonEnv, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("bad client output ({e}): {stdout}"))
 }
 
+/// Runs tests/triton_client.py like [`client`], restarting `server` each time the client
+/// prints `RESTART` (and answering with the server's URL on its stdin); bounded by
+/// `limit`, after which the client is killed and the test fails.
+fn client_with_restarts(
+    env: &TritonEnv,
+    args: &[&str],
+    server: &mut Server,
+    repo: &Path,
+    work: &Path,
+    limit: Duration,
+) -> serde_json::Value {
+    use std::io::BufRead;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/triton_client.py");
+    let stderr_path = work.join("client.stderr");
+    let mut child = Command::new(&env.python)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).expect("client stderr"))
+        .spawn()
+        .expect("run tests/triton_client.py");
+    let mut stdin = child.stdin.take().expect("client stdin");
+    let stdout = child.stdout.take().expect("client stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines_tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    let mut restarts = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line == "RESTART" => {
+                restarts += 1;
+                server.restart(env, repo, work.join(format!("server-{restarts}.log")));
+                writeln!(stdin, "{}", server.url()).expect("answer the client");
+                stdin.flush().expect("answer the client");
+            }
+            Ok(line) => last = line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "triton_client.py still running after {limit:?}: {}\nserver log:\n{}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+                    server.log_tail()
+                );
+            }
+        }
+    }
+    let status = child.wait().expect("wait for the client");
+    assert!(
+        status.success(),
+        "triton_client.py failed ({status}): {}\nserver log:\n{}",
+        std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+        server.log_tail()
+    );
+    serde_json::from_str(&last).unwrap_or_else(|e| panic!("bad client output ({e}): {last}"))
+}
+
 fn gmlp_ok(args: &[&str]) -> String {
     let o = gmlp(args);
     assert!(
@@ -208,10 +292,6 @@ fn assert_no_errors(report: &serde_json::Value, server: &Server) {
 /// clients; every answer equals ONNX Runtime's on the same example, and Triton's
 /// statistics show that requests were batched together.
 #[test]
-#[cfg_attr(
-    not(feature = "test-triton"),
-    ignore = "needs a Triton server: scripts/test"
-)]
 fn a_repository_written_by_gmlp_onnx_is_served_by_triton_and_matches_onnx_runtime() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -345,10 +425,6 @@ fn check_with_past_model(env: &TritonEnv, model: &Path, vocab: usize, work: &Pat
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-triton"),
-    ignore = "needs a Triton server: scripts/test"
-)]
 fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -407,11 +483,62 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     check_with_past_model(&env, &shifted, 256, &work);
 }
 
+/// The served file of a static-state model is the built one plus the position counter:
+/// the same nodes in the same order (reading `position` through one `Reshape` from
+/// `[batch, 1]`), the same initializers byte for byte, the same inputs but `position`
+/// `[batch, 1]`, and three nodes, two initializers and the output `triton_next_position`
+/// more.
+fn assert_served_as_built_plus_the_counter(built: &Path, served: &Path) {
+    use gmlp_onnx::onnx::proto as onnx;
+    use prost::Message;
+    let read = |p: &Path| {
+        onnx::ModelProto::decode(std::fs::read(p).expect("model").as_slice()).expect("decode")
+    };
+    let (built, served) = (read(built), read(served));
+    let (b, s) = (
+        built.graph.as_ref().expect("graph"),
+        served.graph.as_ref().expect("graph"),
+    );
+    let ops = |nodes: &[onnx::NodeProto]| -> Vec<String> {
+        nodes.iter().map(|n| n.op_type().to_string()).collect()
+    };
+    assert_eq!(ops(&s.node[..1]), ["Reshape"]);
+    assert_eq!(ops(&s.node[1 + b.node.len()..]), ["Shape", "Gather", "Add"]);
+    let own: Vec<onnx::NodeProto> = s.node[1..1 + b.node.len()]
+        .iter()
+        .cloned()
+        .map(|mut n| {
+            for i in &mut n.input {
+                if i == "position/triton_flat" {
+                    *i = "position".into();
+                }
+            }
+            n
+        })
+        .collect();
+    assert!(own == b.node, "the model's own nodes changed");
+    assert_eq!(s.initializer[..b.initializer.len()], b.initializer[..]);
+    assert_eq!(s.initializer.len(), b.initializer.len() + 2);
+    let names = |v: &[onnx::ValueInfoProto]| -> Vec<String> {
+        v.iter().map(|x| x.name().to_string()).collect()
+    };
+    assert_eq!(names(&s.input), names(&b.input));
+    for (si, bi) in s.input.iter().zip(&b.input) {
+        if si.name() != "position" {
+            assert_eq!(si, bi);
+        }
+    }
+    assert_eq!(s.output[..b.output.len()], b.output[..]);
+    assert_eq!(names(&s.output[b.output.len()..]), ["triton_next_position"]);
+    assert_eq!(served.opset_import, built.opset_import);
+}
+
 /// A static-state model (`build --with-past`, docs/static-state.md) served with
-/// max_batch_size 8: eight concurrent sequences with prompts of different lengths (2 to
-/// 9 tokens), then one-token steps in lock step. Every answer equals the sequence's own
-/// ONNX Runtime run, and Triton's statistics show executions of several sequences at
-/// different positions at once.
+/// max_batch_size 8 and its position kept by Triton: eight concurrent sequences with
+/// prompts of different lengths (2 to 9 tokens), then one-token steps in lock step, every
+/// request `input_ids` only. Every answer equals the sequence's own ONNX Runtime run of
+/// the built file, and Triton's statistics show executions of several sequences at
+/// different positions at once. A request that also sends `position` is refused.
 #[test]
 fn static_state_sequences_at_different_positions_batch_together() {
     let env = triton_env();
@@ -450,21 +577,30 @@ fn static_state_sequences_at_different_positions_batch_together() {
         "20000",
     ]);
     assert!(
-        out.contains("max_batch_size 8, 6 implicit states of fixed size"),
+        out.contains("max_batch_size 8, 6 implicit states of fixed size and the position"),
         "{out}"
     );
     let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
     assert!(
-        config.contains("name: \"position\"\n    data_type: TYPE_INT64\n    dims: [ 1 ]\n    reshape: { shape: [ ] }")
+        config.contains("input [\n  {\n    name: \"input_ids\"\n    data_type: TYPE_INT64\n    dims: [ -1 ]\n  }\n]")
+            && config.contains("input_name: \"position\"\n      output_name: \"triton_next_position\"")
             && config.contains("dims: [ 24, 32 ]\n        zero_data: true")
             && config.contains("max_queue_delay_microseconds: 20000"),
         "{config}"
     );
-    // Served as built: no adapter.
-    assert_eq!(
-        std::fs::read(&model).expect("model"),
-        std::fs::read(repo.join("lm/1/model.onnx")).expect("served model")
+    assert_served_as_built_plus_the_counter(&model, &repo.join("lm/1/model.onnx"));
+    // The served file is not a model to serve again.
+    let again = dir.path().join("again");
+    assert_refused(
+        &[
+            "triton",
+            path_str(&repo.join("lm/1/model.onnx")),
+            "--repo",
+            path_str(&again),
+        ],
+        "already carries the Triton state adapter",
     );
+    assert!(!again.exists());
     let server = Server::start(&env, &repo, dir.path().join("server-static.log"));
     let steps = 12;
     let report = client(
@@ -500,15 +636,22 @@ fn static_state_sequences_at_different_positions_batch_together() {
         executions < inferences && batch_sizes.iter().any(|&b| b > 1),
         "no batched executions: {inferences} inferences in {executions} executions, batch sizes {batch_sizes:?}"
     );
+    // Triton's own refusal of an input the configuration does not list.
+    let refused = report["position_refused"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("expected 1 inputs but got 2") && refused.contains("'position'"),
+        "a request with position was not refused as expected: {report}"
+    );
     eprintln!("static: {report}");
 }
 
 /// An int4 model built with a plain `--with-past` (the static state, the default) served
-/// as built: four concurrent sequences of different prompt lengths, every answer equal to
-/// the sequence's own ONNX Runtime run of the same file (Triton's ONNX Runtime backend runs
-/// the `com.microsoft.MatMulNBits` nodes, 4-bit and 8-bit).
+/// with its nodes and weights as built (behind the position counter): four concurrent
+/// sequences of different prompt lengths, every answer equal to the sequence's own ONNX
+/// Runtime run of the built file (Triton's ONNX Runtime backend runs the
+/// `com.microsoft.MatMulNBits` nodes, 4-bit and 8-bit).
 #[test]
-fn an_int4_with_past_model_is_served_as_built() {
+fn an_int4_with_past_model_is_served_with_its_weights_as_built() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join("amlp-int4.onnx");
@@ -546,6 +689,7 @@ fn an_int4_with_past_model_is_served_as_built() {
         out.contains("static state") && out.contains("max_batch_size 8"),
         "{out}"
     );
+    assert_served_as_built_plus_the_counter(&model, &repo.join("lm/1/model.onnx"));
     let server = Server::start(&env, &repo, dir.path().join("server-int4.log"));
     let report = client(
         &env,
@@ -576,6 +720,265 @@ fn an_int4_with_past_model_is_served_as_built() {
         "{report}"
     );
     eprintln!("int4 static: {report}");
+}
+
+/// The idle time of the load test's repository: long enough that no live sequence of a
+/// busy 2-core machine waits that long between two requests, short enough to wait for.
+const IDLE_S: u64 = 3;
+
+/// The endpoint under load and faults (docs/serving.md, "Load and faults"): a static-state
+/// repository with `max_batch_size` 8 and a 3 s idle time, clients sending `input_ids`
+/// only. 64 concurrent sequences with prompts of 1 to 16 tokens, each decoding 32 tokens
+/// one request at a time, 16 of them abandoned mid-way without the end flag; then 64 new
+/// sequences that can only hold their slots together once the abandoned ones' slots are
+/// back, after which the abandoned sequences are unknown to Triton; then the server killed
+/// and restarted while 16 sequences decode (their later requests fail with Triton's own
+/// error) and 16 new sequences served by the new server; last, a sequence started again on
+/// its own id mid-way, which starts over. Every completed sequence's answers equal its own
+/// whole-sequence ONNX Runtime run of the built file (tests/triton_client.py `endpoint`).
+#[test]
+fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
+    let env = triton_env();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("lm.onnx");
+    let repo = dir.path().join("repo");
+    let idle_us = (IDLE_S * 1_000_000).to_string();
+    gmlp_ok(&[
+        "build",
+        "--preset",
+        "amlp-base",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--d-ffn",
+        "64",
+        "--attn-dim",
+        "8",
+        "--seq-len",
+        "48",
+        "--vocab-size",
+        "50",
+        "--causal",
+        "--with-past",
+        "--init",
+        "spread",
+        "-q",
+        "-o",
+        path_str(&model),
+        "--triton-repo",
+        path_str(&repo),
+        "--triton-name",
+        "lm",
+        "--triton-max-sequence-idle-us",
+        &idle_us,
+    ]);
+    let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
+    assert!(
+        config.contains("max_batch_size: 8\n")
+            && config.contains(&format!("max_sequence_idle_microseconds: {idle_us}\n"))
+            && config.contains("max_candidate_sequences: 64\n"),
+        "{config}"
+    );
+    let started = Instant::now();
+    let mut server = Server::start(&env, &repo, dir.path().join("server.log"));
+    let url = server.url();
+    let idle_s = IDLE_S.to_string();
+    let report = client_with_restarts(
+        &env,
+        &[
+            "endpoint",
+            &url,
+            "lm",
+            path_str(&model),
+            "--sequences",
+            "64",
+            "--steps",
+            "32",
+            "--prompt-max",
+            "16",
+            "--int-high",
+            "50",
+            "--idle-s",
+            &idle_s,
+        ],
+        &mut server,
+        &repo,
+        dir.path(),
+        Duration::from_secs(600),
+    );
+    assert_no_errors(&report, &server);
+    let n = |path: &str| -> u64 {
+        report
+            .pointer(path)
+            .and_then(|v| v.as_u64())
+            .unwrap_or_else(|| panic!("{path} missing: {report}"))
+    };
+    // A: 64 sequences of mixed prompt lengths; a quarter abandoned, the rest completed.
+    let lengths = report["prompt_lengths"].as_array().expect("lengths").len();
+    assert!(lengths >= 8, "prompt lengths not mixed: {report}");
+    assert_eq!((n("/a/completed"), n("/a/abandoned")), (48, 16), "{report}");
+    // B: 64 sequences held slots together (the abandoned slots came back), all completed;
+    // the abandoned sequences were then unknown to Triton.
+    assert_eq!(n("/b/completed"), 64, "{report}");
+    assert_eq!(n("/abandoned_forgotten"), 16, "{report}");
+    // Sequences at different positions ran in shared executions of up to 8.
+    let (inferences, executions) = (n("/a_b_inference_count"), n("/a_b_execution_count"));
+    assert_eq!(inferences, n("/a_b_answers"), "{report}");
+    assert!(executions < inferences, "{report}");
+    let largest = report["a_b_batch_sizes"]
+        .as_array()
+        .and_then(|b| b.last())
+        .and_then(|b| b.as_u64());
+    assert_eq!(largest, Some(8), "{report}");
+    // C: after the restart, every request of a sequence begun before it failed with
+    // Triton's own error; the sequences held at step 8 were all lost.
+    assert_eq!(n("/c/paused_lost"), 8, "{report}");
+    assert_eq!(
+        n("/c/running_lost") + n("/c/running_completed"),
+        8,
+        "{report}"
+    );
+    for message in report["c"]["lost_messages"].as_array().expect("messages") {
+        let m = message.as_str().unwrap_or_default();
+        assert!(
+            m.contains("must specify the START flag on the first request of the sequence"),
+            "{m}"
+        );
+    }
+    // D: new sequences on the new server.
+    assert_eq!(n("/d/completed"), 16, "{report}");
+    // E: the start flag on an id in flight starts over: position 0, zero state (compared
+    // with its own run below).
+    assert_eq!(report["e"]["first_try"], "abandoned", "{report}");
+    assert_eq!(n("/e/answers_before_start_again"), 5, "{report}");
+    assert_eq!(report["e"]["again"], "completed", "{report}");
+    // Every completed sequence equals its own run; so do the answers the others got.
+    for key in ["max_rel_completed", "max_rel_other"] {
+        let r = report[key].as_f64().expect(key);
+        assert!(r <= REL_TOL, "{key} {r:.3e}: {report}");
+    }
+    eprintln!(
+        "endpoint: {report}\n(server start, load and restart: {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The ```python blocks of docs/serving.md, in order.
+fn serving_md_python_blocks() -> Vec<String> {
+    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serving.md");
+    let text = std::fs::read_to_string(path).expect("read docs/serving.md");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for event in Parser::new(&text) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "python" => {
+                current = Some(String::new())
+            }
+            Event::Text(t) => {
+                if let Some(c) = current.as_mut() {
+                    c.push_str(&t)
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// docs/serving.md's client loop, run as written (only the server's address replaced)
+/// against a repository written from a seeded aMLP built with a plain `--with-past` and
+/// one built `--with-past growing`: it prints the greedy tokens `gmlp-onnx generate`
+/// prints for the same file and prompt.
+#[test]
+fn the_client_loop_of_the_serving_docs_runs_as_written() {
+    let env = triton_env();
+    let blocks = serving_md_python_blocks();
+    assert_eq!(blocks.len(), 1, "the client loop");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = dir.path().join("repo");
+    let mut models = Vec::new();
+    for (name, past) in [
+        ("lm", &["--with-past"][..]),
+        ("lm-growing", &["--with-past", "growing"]),
+    ] {
+        let model = dir.path().join(format!("{name}.onnx"));
+        let mut args = vec![
+            "build",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "2",
+            "--d-model",
+            "64",
+            "--d-ffn",
+            "256",
+            "--attn-dim",
+            "32",
+            "--seq-len",
+            "64",
+            "--vocab-size",
+            "256",
+            "--causal",
+            "--seed",
+            "5",
+        ];
+        args.extend_from_slice(past);
+        args.extend_from_slice(&[
+            "-q",
+            "-o",
+            path_str(&model),
+            "--triton-repo",
+            path_str(&repo),
+            "--triton-name",
+            name,
+        ]);
+        gmlp_ok(&args);
+        models.push((name, model));
+    }
+    let server = Server::start(&env, &repo, dir.path().join("server.log"));
+    for (name, model) in &models {
+        let script = blocks[0]
+            .replace("127.0.0.1:8000", &server.url())
+            .replace("client.infer(\"lm\"", &format!("client.infer(\"{name}\""));
+        let o = Command::new(&env.python)
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .expect("run the docs' client loop");
+        assert!(o.status.success(), "{script}\n{}", output_text(&o));
+        let printed = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let generate = gmlp(&[
+            "generate",
+            path_str(model),
+            "--runtime",
+            "ort-cpu",
+            "--prompt-ids",
+            "80,101,114",
+            "--max-new-tokens",
+            "16",
+            "--json",
+            "-q",
+        ]);
+        assert!(generate.status.success(), "{}", output_text(&generate));
+        let v: serde_json::Value = serde_json::from_slice(&generate.stdout).expect("json");
+        let expected: Vec<i64> = serde_json::from_value(v[0]["tokens"].clone()).expect("tokens");
+        let mut distinct = expected.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() >= 5, "a varied continuation: {expected:?}");
+        let expected_text = format!(
+            "[{}]",
+            expected
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert_eq!(printed, expected_text, "{name}");
+    }
 }
 
 /// Every file and folder under `dir`, for "nothing was written" checks.

@@ -6,7 +6,6 @@
 //! with the default (`ort`) graph of the same weights.
 
 use crate::common::*;
-use clap::ValueEnum;
 
 #[test]
 fn cli_target_flags_and_refusals() {
@@ -104,11 +103,11 @@ fn cli_target_flags_and_refusals() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
+    use clap::ValueEnum;
     use gmlp_onnx::gmlp::export::export_for;
     use gmlp_onnx::gmlp::metadata::TARGET_KEY;
     use gmlp_onnx::gmlp::reference::{forward_tokens, forward_vision};
     use gmlp_onnx::gmlp::targets::BuildTarget;
-    use clap::ValueEnum;
     use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode};
     use gmlp_onnx::gmlp::{Precision, SpatialForm, Task};

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use super::{invalid, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
 use crate::error::Result;
+use crate::gmlp::decoding::POSITION;
+use crate::gmlp::emit::INPUT_IDS;
 use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;
 use crate::onnx::proto as onnx;
@@ -13,12 +15,13 @@ use crate::onnx::reader::{declared_inputs, declared_outputs, DeclaredTensor};
 
 /// How many sequences Triton's `oldest` sequence batcher tracks at once per model.
 pub const MAX_CANDIDATE_SEQUENCES: u32 = 64;
-/// How long a sequence of a with-past model may stay idle before Triton frees its state.
-pub const SEQUENCE_IDLE_US: u64 = 60_000_000;
 /// Prefix of a with-past model's state inputs.
 pub const PAST_PREFIX: &str = "past_";
 /// Prefix of the outputs that carry the next state.
 pub const PRESENT_PREFIX: &str = "present_";
+/// The output the position counter adds to a static-state model: `position` plus the
+/// request's token count, which Triton feeds back as the next request's `position`.
+pub const NEXT_POSITION: &str = "triton_next_position";
 
 /// Checks a Triton model name. The name is a directory of the repository, a path segment
 /// of every HTTP URL (`/v2/models/NAME/infer`) and the `name` field of `config.pbtxt`, so
@@ -85,19 +88,45 @@ pub struct TritonTensor {
     pub reshape: Option<Vec<i64>>,
 }
 
+/// What an implicit state carries from one request of a sequence to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateKind {
+    /// A state that grows with every token, along `sequence_axis` of the full ONNX shape
+    /// (batch included); it starts as one zero slot, which the adapter
+    /// ([`adapt_with_past`](super::adapt_with_past)) slices off.
+    Growing {
+        /// The axis along which the state grows.
+        sequence_axis: usize,
+    },
+    /// A fixed-size (static) state, starting as zeros: served as the model has it.
+    Fixed,
+    /// The static form's `position`: the tokens the sequence has sent before, starting at
+    /// 0 and advanced by each request's token count (the [`NEXT_POSITION`] output the
+    /// counter adds, [`add_position_counter`](super::add_position_counter)).
+    Position,
+}
+
 /// An implicit state of a with-past model: Triton feeds `input` from the `output` of the
-/// previous request of the same sequence, starting from zeros: one zero slot for a state
-/// that grows (see [`adapt_with_past`](super::adapt_with_past)), the whole fixed-size state
-/// for a static one.
+/// previous request of the same sequence, starting from zeros when a request carries the
+/// sequence's start flag.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImplicitState {
-    /// The `past_*` input (name, type, dims as in [`TritonTensor`]).
+    /// The state input (`past_*`, or `position`; name, type, dims as in [`TritonTensor`]).
     pub input: TritonTensor,
-    /// The matching `present_*` output.
+    /// The matching output (`present_*`, or [`NEXT_POSITION`]).
     pub output_name: String,
-    /// The axis of the full ONNX shape (batch included) along which a growing state
-    /// grows; `None` for a fixed-size (static) state.
-    pub sequence_axis: Option<usize>,
+    /// What it carries.
+    pub kind: StateKind,
+}
+
+impl ImplicitState {
+    /// The axis a growing state grows along (`None` for the fixed-size kinds).
+    pub fn sequence_axis(&self) -> Option<usize> {
+        match self.kind {
+            StateKind::Growing { sequence_axis } => Some(sequence_axis),
+            StateKind::Fixed | StateKind::Position => None,
+        }
+    }
 }
 
 /// A configuration ready to render as `config.pbtxt`.
@@ -113,6 +142,20 @@ pub struct TritonConfig {
     pub outputs: Vec<TritonTensor>,
     /// Implicit states (empty for a stateless model).
     pub states: Vec<ImplicitState>,
+}
+
+impl TritonConfig {
+    /// True when the model's state grows (served behind the one-slot adapter, one
+    /// sequence per execution).
+    pub fn growing(&self) -> bool {
+        self.states.iter().any(|s| s.sequence_axis().is_some())
+    }
+
+    /// True when the server keeps each sequence's position (a static-state model served
+    /// behind the position counter).
+    pub fn counts_positions(&self) -> bool {
+        self.states.iter().any(|s| s.kind == StateKind::Position)
+    }
 }
 
 fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<TritonTensor> {
@@ -197,9 +240,49 @@ enum PastKind {
     Static,
 }
 
+/// The position counter of a static-state model: its `position` input (int64 `[batch]`,
+/// one per sequence) becomes an implicit state of dims `[ 1 ]` that starts at 0, fed from
+/// [`NEXT_POSITION`] (the counter declares both `[batch, 1]`); the model must also take
+/// `input_ids` `[batch, sequence]`, whose sequence length advances the count.
+fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Result<ImplicitState> {
+    let int64 = DataType::Int64 as i32;
+    if position.elem_type != int64 || !matches!(position.shape.as_slice(), [Dim::Symbol(_)]) {
+        let shape: Vec<String> = position.shape.iter().map(Dim::to_string).collect();
+        return Err(invalid(format!(
+            "a static-state model's {POSITION} input must be int64 [batch] (one position per sequence) for Triton to count it; it is {} [{}]",
+            refused_or_named(position.elem_type),
+            shape.join(", ")
+        )));
+    }
+    let tokens_ok = inputs
+        .iter()
+        .any(|t| t.name == INPUT_IDS && t.elem_type == int64 && t.shape.len() == 2);
+    if !tokens_ok {
+        return Err(invalid(format!(
+            "a static-state model served with its position kept by Triton needs an int64 input {INPUT_IDS} [batch, sequence], whose length advances the position"
+        )));
+    }
+    Ok(ImplicitState {
+        input: TritonTensor {
+            name: position.name.clone(),
+            data_type: "TYPE_INT64",
+            dims: vec![1],
+            reshape: None,
+        },
+        output_name: NEXT_POSITION.to_string(),
+        kind: StateKind::Position,
+    })
+}
+
+/// An element type for messages: Triton's name where it has one, else the refused kind.
+fn refused_or_named(code: i32) -> &'static str {
+    triton_data_type(code).unwrap_or_else(|| refused_type_name(code))
+}
+
 /// Derives the configuration of a decoded model: each graph input and output with
 /// Triton's type and dims, and for a with-past model the implicit states pairing each
-/// `past_*` input with its `present_*` output.
+/// `past_*` input with its `present_*` output; a static-state model's `position` input is
+/// one more implicit state, the count of tokens its sequence has sent.
 pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonConfig> {
     options.check()?;
     let declared_in = declared_inputs(model);
@@ -225,6 +308,11 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         (false, true) => Some(PastKind::Static),
         (false, false) => Some(PastKind::Growing),
     };
+    if past_kind.is_none() && options.max_sequence_idle_us.is_some() {
+        return Err(invalid(
+            "--triton-max-sequence-idle-us applies to with-past models (Triton's sequence batcher); this model has no past_* state",
+        ));
+    }
     let max_batch_size = match (options.max_batch_size, past_kind) {
         (None, None) | (None, Some(PastKind::Static)) => DEFAULT_MAX_BATCH_SIZE,
         (None, Some(PastKind::Growing))
@@ -246,6 +334,10 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
     let mut states = Vec::new();
     let mut state_outputs = Vec::new();
     for t in &declared_in {
+        if past_kind == Some(PastKind::Static) && t.name == POSITION {
+            states.push(position_state(t, &declared_in)?);
+            continue;
+        }
         let Some(suffix) = t.name.strip_prefix(PAST_PREFIX) else {
             inputs.push(triton_tensor(t, batched, "input")?);
             continue;
@@ -268,7 +360,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         let variable: Vec<usize> = (0..input.dims.len())
             .filter(|&i| input.dims[i] == -1)
             .collect();
-        let sequence_axis = match past_kind {
+        let kind = match past_kind {
             Some(PastKind::Static) => {
                 if output.dims != input.dims {
                     return Err(invalid(format!(
@@ -276,7 +368,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
                         t.name, input.dims, output.dims
                     )));
                 }
-                None
+                StateKind::Fixed
             }
             _ => {
                 if variable.len() != 1 || output.dims[variable[0]] != -1 {
@@ -285,14 +377,16 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
                         t.name, input.dims
                     )));
                 }
-                Some(variable[0] + 1)
+                StateKind::Growing {
+                    sequence_axis: variable[0] + 1,
+                }
             }
         };
         state_outputs.push(present.clone());
         states.push(ImplicitState {
             input,
             output_name: present,
-            sequence_axis,
+            kind,
         });
     }
     if inputs.is_empty() {

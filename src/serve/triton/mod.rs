@@ -10,11 +10,13 @@
 //! requests of a sequence and a client sends only the new tokens.
 //!
 //! A static-state model (docs/static-state.md: `past_*` [batch, n, width], a `position`
-//! input `[batch]`) is served as it is: each state starts as n zero rows, every sequence's
-//! state has the same size, so the `oldest` strategy batches requests of different
-//! sequences at different positions (`max_batch_size` 8 by default, the dynamic batcher's
-//! queue delay); the client sends each request's `position` (the tokens its sequence has
-//! sent before), as `dims: [ 1 ]` reshaped to the model's per-sequence scalar.
+//! input `[batch]`) is served with its weights and nodes as built: each state starts as n
+//! zero rows, every sequence's state has the same size, so the `oldest` strategy batches
+//! requests of different sequences at different positions (`max_batch_size` 8 by default,
+//! the dynamic batcher's queue delay). Its `position` is one more implicit state, a
+//! counter: [`add_position_counter`] adds the output `position` + the request's token
+//! count, fed back to the next request and reset to 0 by the start flag. A client sends
+//! only `input_ids`, like the growing form's.
 //!
 //! Two limits of Triton r24.10 shape the growing form (evidence in docs/serving.md,
 //! "With-past models"): the first state of a sequence always has size 1 in each variable
@@ -27,7 +29,7 @@
 //! strategy, so that sequences interleave request by request without being batched.
 //!
 //! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`state`] holds
-//! the adapter, [`repository`] writes the entry; everything is re-exported here.
+//! the adapters, [`repository`] writes the entry; everything is re-exported here.
 
 use clap::ValueEnum;
 
@@ -41,13 +43,15 @@ pub mod state;
 mod testing;
 
 pub use config::{
-    check_model_name, plan, triton_data_type, ImplicitState, TritonConfig, TritonTensor,
-    MAX_CANDIDATE_SEQUENCES, PAST_PREFIX, PRESENT_PREFIX, SEQUENCE_IDLE_US,
+    check_model_name, plan, triton_data_type, ImplicitState, StateKind, TritonConfig, TritonTensor,
+    MAX_CANDIDATE_SEQUENCES, NEXT_POSITION, PAST_PREFIX, PRESENT_PREFIX,
 };
 pub use repository::{
     check_target, write_repository, RepositoryPaths, RepositoryWritten, DATA_FILE, MODEL_FILE,
 };
-pub use state::{adapt_with_past, ADAPTER_METADATA_KEY};
+pub use state::{
+    adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
+};
 
 /// Default `max_batch_size` of a generated configuration for a stateless model.
 pub const DEFAULT_MAX_BATCH_SIZE: u32 = 8;
@@ -56,6 +60,9 @@ pub const DEFAULT_MAX_BATCH_SIZE: u32 = 8;
 pub const WITH_PAST_MAX_BATCH_SIZE: u32 = 1;
 /// Default `max_queue_delay_microseconds` of the dynamic batcher.
 pub const DEFAULT_MAX_QUEUE_DELAY_US: u64 = 100;
+/// Default `max_sequence_idle_microseconds` of a with-past model: how long a sequence may
+/// go without a request before Triton frees its slot and state.
+pub const DEFAULT_MAX_SEQUENCE_IDLE_US: u64 = 60_000_000;
 
 /// Where Triton runs the model instances (`instance_group.kind`, `--triton-kind`; each
 /// variant's first doc paragraph is its `--help` line).
@@ -100,6 +107,9 @@ pub struct TritonOptions {
     pub tensorrt: Option<TensorRtPrecision>,
     /// `max_queue_delay_microseconds`: how long the batcher waits to fill a batch.
     pub max_queue_delay_us: u64,
+    /// `max_sequence_idle_microseconds` of a with-past model (`None`:
+    /// [`DEFAULT_MAX_SEQUENCE_IDLE_US`]); refused for a stateless model.
+    pub max_sequence_idle_us: Option<u64>,
 }
 
 impl TritonOptions {
@@ -113,6 +123,7 @@ impl TritonOptions {
             instance_count: 1,
             tensorrt: None,
             max_queue_delay_us: DEFAULT_MAX_QUEUE_DELAY_US,
+            max_sequence_idle_us: None,
         }
     }
 
@@ -122,6 +133,11 @@ impl TritonOptions {
         if self.version == 0 {
             return Err(invalid(
                 "--triton-version must be >= 1 (Triton ignores a version directory named 0)",
+            ));
+        }
+        if self.max_sequence_idle_us == Some(0) {
+            return Err(invalid(
+                "--triton-max-sequence-idle-us must be >= 1 (Triton reads 0 as its own default of 1 s)",
             ));
         }
         if self.instance_count == 0 {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::config::{TritonConfig, TritonTensor, MAX_CANDIDATE_SEQUENCES, SEQUENCE_IDLE_US};
-use super::{InstanceKind, TensorRtPrecision};
+use super::config::{StateKind, TritonConfig, TritonTensor, MAX_CANDIDATE_SEQUENCES};
+use super::{InstanceKind, TensorRtPrecision, DEFAULT_MAX_SEQUENCE_IDLE_US};
 
 /// A string literal of the protobuf text format.
 fn quoted(s: &str) -> String {
@@ -72,7 +72,10 @@ impl TritonConfig {
             }
         } else {
             let _ = writeln!(out, "sequence_batching {{");
-            let _ = writeln!(out, "  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}");
+            let idle = o
+                .max_sequence_idle_us
+                .unwrap_or(DEFAULT_MAX_SEQUENCE_IDLE_US);
+            let _ = writeln!(out, "  max_sequence_idle_microseconds: {idle}");
             let _ = writeln!(out, "  oldest {{");
             let _ = writeln!(
                 out,
@@ -80,8 +83,7 @@ impl TritonConfig {
             );
             // Growing states run one request at a time (max_batch_size 1); static ones
             // wait as long as the dynamic batcher would, to batch sequences together.
-            let static_state = self.states.iter().all(|s| s.sequence_axis.is_none());
-            let delay = if static_state {
+            let delay = if !self.growing() {
                 o.max_queue_delay_us
             } else {
                 0
@@ -90,8 +92,8 @@ impl TritonConfig {
             let _ = writeln!(out, "  }}");
             let _ = writeln!(out, "  state [");
             for (i, s) in self.states.iter().enumerate() {
-                // The one zero slot the adapter slices off (see adapt_with_past), or the
-                // whole fixed-size state.
+                // The one zero slot the adapter slices off (see adapt_with_past), the
+                // whole fixed-size state, or position 0.
                 let initial: Vec<i64> = s
                     .input
                     .dims
@@ -104,10 +106,10 @@ impl TritonConfig {
                 let _ = writeln!(out, "      data_type: {}", s.input.data_type);
                 let _ = writeln!(out, "      dims: {}", dims_text(&s.input.dims));
                 let _ = writeln!(out, "      initial_state: {{");
-                let initial_name = if s.sequence_axis.is_none() {
-                    "zeros"
-                } else {
-                    "slot"
+                let initial_name = match s.kind {
+                    StateKind::Growing { .. } => "slot",
+                    StateKind::Fixed => "zeros",
+                    StateKind::Position => "start",
                 };
                 let _ = writeln!(out, "        name: \"{initial_name}\"");
                 let _ = writeln!(out, "        data_type: {}", s.input.data_type);
@@ -225,7 +227,7 @@ instance_group [
     }
 
     #[test]
-    fn static_state_models_batch_sequences_and_take_their_position_per_request() {
+    fn static_state_models_batch_sequences_and_keep_their_position_as_a_state() {
         let m = model(
             &[
                 tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
@@ -242,13 +244,18 @@ instance_group [
             config.max_batch_size,
             crate::serve::triton::DEFAULT_MAX_BATCH_SIZE
         );
-        assert_eq!(config.states[0].sequence_axis, None);
-        assert_eq!(config.states[0].input.dims, vec![32, 16]);
-        assert_eq!(config.inputs[1].dims, vec![1]);
-        assert_eq!(config.inputs[1].reshape, Some(vec![]));
+        assert_eq!(config.states[1].kind, StateKind::Fixed);
+        assert_eq!(config.states[1].input.dims, vec![32, 16]);
+        // The client sends input_ids only; the position is a state of its own.
+        let names: Vec<&str> = config.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["input_ids"]);
+        assert_eq!(config.states[0].kind, StateKind::Position);
+        assert!(config.counts_positions() && !config.growing());
         let text = config.to_pbtxt();
         assert!(
-            text.contains("dims: [ 1 ]\n    reshape: { shape: [ ] }"),
+            text.contains(
+                "input_name: \"position\"\n      output_name: \"triton_next_position\"\n      data_type: TYPE_INT64\n      dims: [ 1 ]\n      initial_state: {\n        name: \"start\"\n        data_type: TYPE_INT64\n        dims: [ 1 ]\n        zero_data: true"
+            ),
             "{text}"
         );
         assert!(
@@ -258,12 +265,59 @@ instance_group [
             "{text}"
         );
         assert!(text.contains("max_queue_delay_microseconds: 100"), "{text}");
+        assert!(
+            text.contains("max_sequence_idle_microseconds: 60000000"),
+            "{text}"
+        );
         let mut options = TritonOptions::new("lm");
         options.max_batch_size = Some(16);
-        assert_eq!(plan(&m, &options).unwrap().max_batch_size, 16);
+        options.max_sequence_idle_us = Some(2_500_000);
+        let config = plan(&m, &options).unwrap();
+        assert_eq!(config.max_batch_size, 16);
+        assert!(config
+            .to_pbtxt()
+            .contains("max_sequence_idle_microseconds: 2500000"));
         options.max_batch_size = Some(0);
         let e = plan(&m, &options).unwrap_err().to_string();
         assert!(e.contains("needs max_batch_size >= 1"), "{e}");
+    }
+
+    #[test]
+    fn a_position_the_server_cannot_count_is_refused() {
+        let past = tensor("past_sgu.0", DataType::Float, &["batch", "32", "16"]);
+        let outputs = [
+            tensor("logits", DataType::Float, &["batch", "sequence", "50"]),
+            tensor("present_sgu.0", DataType::Float, &["batch", "32", "16"]),
+        ];
+        let ids = tensor("input_ids", DataType::Int64, &["batch", "sequence"]);
+        for (position, tokens, expected) in [
+            (
+                tensor("position", DataType::Int32, &["batch"]),
+                ids.clone(),
+                "must be int64 [batch]",
+            ),
+            (
+                tensor("position", DataType::Int64, &["batch", "1"]),
+                ids.clone(),
+                "it is TYPE_INT64 [batch, 1]",
+            ),
+            (
+                tensor("position", DataType::Int64, &["batch"]),
+                tensor("tokens", DataType::Int64, &["batch", "sequence"]),
+                "needs an int64 input input_ids",
+            ),
+        ] {
+            let m = model(&[tokens, position, past.clone()], &outputs);
+            let e = plan(&m, &TritonOptions::new("lm")).unwrap_err().to_string();
+            assert!(e.contains(expected), "{e}");
+        }
+        // A stateless model has no sequence to be idle.
+        let mut options = TritonOptions::new("tiny");
+        options.max_sequence_idle_us = Some(1_000_000);
+        let e = plan(&token_model(), &options).unwrap_err().to_string();
+        assert!(e.contains("applies to with-past models"), "{e}");
+        options.max_sequence_idle_us = Some(0);
+        assert!(options.check().is_err());
     }
 
     #[test]

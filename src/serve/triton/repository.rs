@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::config::{plan, TritonConfig};
-use super::state::{adapt_with_past, ADAPTER_METADATA_KEY};
+use super::state::{
+    adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
+};
 use super::{invalid, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
@@ -102,6 +104,15 @@ pub fn write_repository(
     let paths = check_target(repo, options)?;
     let mut model = read_model(model_path)?;
     check_external_data(&model, model_path)?;
+    if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
+        .iter()
+        .any(|key| metadata_value(&model, key).is_some())
+    {
+        return Err(invalid(format!(
+            "{} already carries the Triton state adapter; give the original with-past model",
+            model_path.display()
+        )));
+    }
     let config = plan(&model, options)?;
     let text = config.to_pbtxt();
     let existing_config = match std::fs::read_to_string(&paths.config) {
@@ -122,17 +133,16 @@ pub fn write_repository(
         _ => PathBuf::from("."),
     };
     let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
-    // Growing states go behind the adapter; static ones are served as they are.
-    let growing = config.states.iter().any(|s| s.sequence_axis.is_some());
-    let reencode = renamed || growing;
+    // Growing states go behind the one-slot adapter; a static model's position behind
+    // the counter; its fixed-size states are served as they are.
+    let growing = config.growing();
+    let counted = config.counts_positions();
+    let reencode = renamed || growing || counted;
     if growing {
-        if metadata_value(&model, ADAPTER_METADATA_KEY).is_some() {
-            return Err(invalid(format!(
-                "{} already carries the Triton state adapter; give the original with-past model",
-                model_path.display()
-            )));
-        }
         adapt_with_past(&mut model, &config.states)?;
+    }
+    if counted {
+        add_position_counter(&mut model, &config.states)?;
     }
     if renamed {
         if let Some(mut edit) = ModelEdit::new(&mut model) {
