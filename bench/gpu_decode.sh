@@ -72,7 +72,7 @@ while IFS= read -r line; do
   step "fixture-$name" "$bin" build --weights "$src" $flags -o "$m/$name.onnx" -q
   step "fixture-$name-validate" "$bin" validate "$m/$name.onnx" --runtimes tract,$rt \
     --inputs "$fix/$name.inputs.npz" --expected "$fix/$name.expected.npz" --report "$out/json/fixture-$name.json"
-  if [[ " $flags " == *" --causal "* ]]; then
+  if [[ " $flags " == *" --causal "* ]] || [ "$gcount" -gt 0 ]; then
     # shellcheck disable=SC2086
     if "$bin" build --weights "$src" $flags --with-past -o "$m/$name-past.onnx" -q 2>/dev/null; then
       step "fixture-$name-past" "$bin" validate "$m/$name-past.onnx" --runtimes tract,$rt \

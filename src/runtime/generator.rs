@@ -72,6 +72,9 @@ impl Generation {
     }
 }
 
+/// What [`Generator::generate_observing`] shows the logits of every pick to.
+type Observer<'a> = &'a mut dyn FnMut(ArrayView2<f32>);
+
 /// Generates tokens with a [`Decoder`].
 pub struct Generator {
     decoder: Decoder,
@@ -118,7 +121,7 @@ impl Generator {
         prompts: &[Vec<i64>],
         new_tokens: usize,
         progress: &mut dyn FnMut(usize),
-        mut observe: Option<&mut dyn FnMut(ArrayView2<f32>)>,
+        mut observe: Option<Observer>,
     ) -> Result<Generation> {
         let batch = self.decoder.batch();
         let n = self.decoder.model().info.max_sequence;

@@ -230,11 +230,15 @@ impl OrtRuntime {
 /// environment, no TF32, CUDA graphs when `graphs`): the one-node helpers of
 /// device-resident decoding.
 fn cuda_session_from_memory(name: &'static str, bytes: &[u8], graphs: bool) -> Result<Session> {
-    let library = find_library(None)?;
-    let environment = environment_for(&library).map_err(|reason| Error::RuntimeUnavailable {
-        runtime: name.into(),
-        reason,
-    })?;
+    // The library the model's session loaded (the process has one environment).
+    let environment = ENVIRONMENT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .as_ref()
+        .map(|(_, env)| env.clone())
+        .ok_or_else(|| {
+            Error::Internal("a helper session before any ONNX Runtime session".into())
+        })?;
     let builder = Session::builder(&environment)
         .map_err(|e| failed(name, e))?
         .with_log_level(ort::logging::LogLevel::Fatal)

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{gmlp, output_text, path_str, small_token_model, small_vision_model};
+use crate::common::{
+    gmlp, output_text, path_str, small_token_model, small_vision_model, Amlp, Build,
+};
 
 /// Tolerance of Triton's answers against ONNX Runtime in-process: a batch of several
 /// requests runs other kernel blockings than one request (5e-7 seen).
@@ -278,6 +280,28 @@ fn gmlp_ok(args: &[&str]) -> String {
     output_text(&o)
 }
 
+/// The causal aMLPs these tests serve: 2 blocks of d 32, d_ffn 64, attention 8, a
+/// vocabulary of 50, n = `seq_len`, spread weights.
+fn causal_amlp(seq_len: usize) -> Build {
+    Build::preset("amlp-base").args(&[
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--d-ffn",
+        "64",
+        "--attn-dim",
+        "8",
+        "--seq-len",
+        &seq_len.to_string(),
+        "--vocab-size",
+        "50",
+        "--causal",
+        "--init",
+        "spread",
+    ])
+}
+
 fn assert_no_errors(report: &serde_json::Value, server: &Server) {
     let errors = report["errors"].as_array().expect("errors list");
     assert!(
@@ -310,22 +334,9 @@ fn a_repository_written_by_gmlp_onnx_is_served_by_triton_and_matches_onnx_runtim
         delay,
     ]);
     let token = dir.path().join("amlp.onnx");
-    gmlp_ok(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "1",
-        "--seq-len",
-        "32",
-        "--vocab-size",
-        "300",
-        "--init",
-        "spread",
-        "--external-data",
-        "-q",
-        "-o",
-        path_str(&token),
+    let amlp = Build::amlp(1, Amlp::Short).args(&["--init", "spread", "--external-data", "-q"]);
+    let mut argv = amlp.argv(&token);
+    argv.extend([
         "--triton-repo",
         path_str(&repo),
         "--triton-name",
@@ -333,6 +344,7 @@ fn a_repository_written_by_gmlp_onnx_is_served_by_triton_and_matches_onnx_runtim
         "--triton-max-queue-delay-us",
         delay,
     ]);
+    gmlp_ok(&argv);
     assert!(repo.join("amlp/1/model.onnx.data").is_file());
     let token_copy = small_token_model(dir.path());
     gmlp_ok(&[
@@ -434,30 +446,9 @@ fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     // And a real one from `build --with-past growing`: a causal aMLP (heads 1, Toeplitz gather),
     // 2 blocks, n = 16 (48 steps of one token fill 4 sequences of 12).
     let real = dir.path().join("amlp-with-past.onnx");
-    gmlp_ok(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--d-model",
-        "32",
-        "--d-ffn",
-        "64",
-        "--attn-dim",
-        "8",
-        "--seq-len",
-        "16",
-        "--vocab-size",
-        "50",
-        "--causal",
-        "--with-past",
-        "growing",
-        "--init",
-        "spread",
-        "-o",
-        path_str(&real),
-    ]);
+    causal_amlp(16)
+        .args(&["--with-past", "growing"])
+        .write(&real);
     let work = dir.path().join("real");
     std::fs::create_dir(&work).expect("mkdir");
     check_with_past_model(&env, &real, 50, &work);
@@ -545,29 +536,9 @@ fn static_state_sequences_at_different_positions_batch_together() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join("amlp-static.onnx");
     let repo = dir.path().join("repo-static");
-    let out = gmlp_ok(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--d-model",
-        "32",
-        "--d-ffn",
-        "64",
-        "--attn-dim",
-        "8",
-        "--seq-len",
-        "24",
-        "--vocab-size",
-        "50",
-        "--causal",
-        "--with-past",
-        "static",
-        "--init",
-        "spread",
-        "-o",
-        path_str(&model),
+    let amlp = causal_amlp(24).args(&["--with-past", "static"]);
+    let mut argv = amlp.argv(&model);
+    argv.extend([
         "--triton-repo",
         path_str(&repo),
         "--triton-name",
@@ -576,6 +547,7 @@ fn static_state_sequences_at_different_positions_batch_together() {
         "--triton-max-queue-delay-us",
         "20000",
     ]);
+    let out = gmlp_ok(&argv);
     assert!(
         out.contains("max_batch_size 8, 6 implicit states of fixed size and the position"),
         "{out}"
@@ -656,10 +628,7 @@ fn an_int4_with_past_model_is_served_with_its_weights_as_built() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = dir.path().join("amlp-int4.onnx");
     let repo = dir.path().join("repo-int4");
-    let out = gmlp_ok(&[
-        "build",
-        "--preset",
-        "amlp-base",
+    let amlp = Build::preset("amlp-base").args(&[
         "--layers",
         "2",
         "--d-model",
@@ -678,13 +647,10 @@ fn an_int4_with_past_model_is_served_with_its_weights_as_built() {
         "int4",
         "--init",
         "spread",
-        "-o",
-        path_str(&model),
-        "--triton-repo",
-        path_str(&repo),
-        "--triton-name",
-        "lm",
     ]);
+    let mut argv = amlp.argv(&model);
+    argv.extend(["--triton-repo", path_str(&repo), "--triton-name", "lm"]);
+    let out = gmlp_ok(&argv);
     assert!(
         out.contains("static state") && out.contains("max_batch_size 8"),
         "{out}"
@@ -743,29 +709,9 @@ fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
     let model = dir.path().join("lm.onnx");
     let repo = dir.path().join("repo");
     let idle_us = (IDLE_S * 1_000_000).to_string();
-    gmlp_ok(&[
-        "build",
-        "--preset",
-        "amlp-base",
-        "--layers",
-        "2",
-        "--d-model",
-        "32",
-        "--d-ffn",
-        "64",
-        "--attn-dim",
-        "8",
-        "--seq-len",
-        "48",
-        "--vocab-size",
-        "50",
-        "--causal",
-        "--with-past",
-        "--init",
-        "spread",
-        "-q",
-        "-o",
-        path_str(&model),
+    let amlp = causal_amlp(48).args(&["--with-past", "-q"]);
+    let mut argv = amlp.argv(&model);
+    argv.extend([
         "--triton-repo",
         path_str(&repo),
         "--triton-name",
@@ -773,6 +719,7 @@ fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
         "--triton-max-sequence-idle-us",
         &idle_us,
     ]);
+    gmlp_ok(&argv);
     let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
     assert!(
         config.contains("max_batch_size: 8\n")
@@ -905,37 +852,13 @@ fn the_client_loop_of_the_serving_docs_runs_as_written() {
         ("lm-growing", &["--with-past", "growing"]),
     ] {
         let model = dir.path().join(format!("{name}.onnx"));
-        let mut args = vec![
-            "build",
-            "--preset",
-            "amlp-base",
-            "--layers",
-            "2",
-            "--d-model",
-            "64",
-            "--d-ffn",
-            "256",
-            "--attn-dim",
-            "32",
-            "--seq-len",
-            "64",
-            "--vocab-size",
-            "256",
-            "--causal",
-            "--seed",
-            "5",
-        ];
-        args.extend_from_slice(past);
-        args.extend_from_slice(&[
-            "-q",
-            "-o",
-            path_str(&model),
-            "--triton-repo",
-            path_str(&repo),
-            "--triton-name",
-            name,
-        ]);
-        gmlp_ok(&args);
+        let amlp = Build::amlp(2, Amlp::Medium)
+            .args(&["--causal", "--seed", "5"])
+            .args(past)
+            .args(&["-q"]);
+        let mut argv = amlp.argv(&model);
+        argv.extend(["--triton-repo", path_str(&repo), "--triton-name", name]);
+        gmlp_ok(&argv);
         models.push((name, model));
     }
     let server = Server::start(&env, &repo, dir.path().join("server.log"));
