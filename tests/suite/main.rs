@@ -34,6 +34,7 @@ mod ops;
 mod pictures;
 mod presets;
 mod pytorch;
+#[cfg(feature = "test-onnxruntime")]
 mod runs;
 mod spellings;
 #[cfg(feature = "test-onnxruntime")]

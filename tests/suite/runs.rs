@@ -36,10 +36,6 @@ fn data_address(t: &NamedTensor) -> usize {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn runs_into_given_arrays_write_them_in_place_and_equal_plain_runs() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny_tokens(SpatialForm::ToeplitzGather, Some(8), true);
@@ -126,10 +122,6 @@ fn nonzero_positions(x: &[f32]) -> ArrayD<i64> {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "test-onnxruntime"),
-    ignore = "needs the test Python environment (ONNX Runtime, onnx): scripts/test"
-)]
 fn an_output_whose_shape_follows_the_input_values_is_not_forced_into_the_last_shape() {
     // y = NonZero(x): inputs of one shape give outputs of as many columns as non-zeros.
     let model = ModelProto {
