@@ -37,6 +37,23 @@ fn failed(e: impl std::fmt::Display) -> Error {
     }
 }
 
+/// tract's refusal to load a file, said in our words where the file is one of ours that
+/// tract cannot run by design: opset 24's `TensorScatter`, which tract 0.23 lacks, writes the
+/// static state of `--target ort-gpu` files (exit 3, like a runtime that is not there).
+fn failed_to_load(e: impl std::fmt::Display) -> Error {
+    let reason = one_line(format!("{e:#}"));
+    if reason.contains("Unimplemented(TensorScatter)") {
+        return Error::RuntimeUnavailable {
+            runtime: "tract".into(),
+            reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, --target ort-gpu): run it with --runtimes ort-cpu or ort-cuda, or build it with --target ort for tract".into(),
+        };
+    }
+    Error::RuntimeFailed {
+        runtime: "tract".into(),
+        reason,
+    }
+}
+
 impl TractRuntime {
     /// Loads and optimizes `path` (external data files are resolved beside it).
     pub fn load(path: &Path) -> Result<Self> {
@@ -53,7 +70,12 @@ impl TractRuntime {
         let (model, dequantized) = if dequantize_nbits {
             Self::parse_dequantized(path)?
         } else {
-            (tract_onnx::onnx().model_for_path(path).map_err(failed)?, 0)
+            (
+                tract_onnx::onnx()
+                    .model_for_path(path)
+                    .map_err(failed_to_load)?,
+                0,
+            )
         };
         let input_names = model
             .input_outlets()
@@ -74,9 +96,9 @@ impl TractRuntime {
             .collect();
         let plan = model
             .into_optimized()
-            .map_err(failed)?
+            .map_err(failed_to_load)?
             .into_runnable()
-            .map_err(failed)?;
+            .map_err(failed_to_load)?;
         Ok(TractRuntime {
             plan,
             input_names,
@@ -99,7 +121,7 @@ impl TractRuntime {
         let pb = onnx
             .proto_model_for_read(&mut bytes.as_slice())
             .map_err(failed)?;
-        let parsed = onnx.parse(&pb, dir.to_str()).map_err(failed)?;
+        let parsed = onnx.parse(&pb, dir.to_str()).map_err(failed_to_load)?;
         if !parsed.unresolved_inputs.is_empty() {
             return Err(failed(format!(
                 "could not resolve inputs {:?}",

@@ -103,6 +103,48 @@ fn static_state_graphs_read_no_shape() {
     }
 }
 
+/// `--target ort-gpu` writes the static state with opset 24's `TensorScatter`, says so on
+/// the build line, and tract (which has no `TensorScatter`) refuses the file in our words,
+/// naming the runtimes that run it (exit 3: the runtime cannot run it), while the default
+/// target's file says `ScatterND`.
+#[test]
+fn ort_gpu_files_name_their_scatter_and_tract_refuses_them_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("gpu.onnx");
+    let build =
+        Build::amlp(1, Amlp::Tiny).args(&["--causal", "--with-past", "--target", "ort-gpu"]);
+    let o = build.run(&gpu);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let text = output_text(&o);
+    assert!(
+        text.contains("opset 24") && text.contains("static state (TensorScatter)"),
+        "{text}"
+    );
+    assert_eq!(
+        op_count(&gpu, "TensorScatter"),
+        3,
+        "sgu, key and value of the one block"
+    );
+    let o = gmlp(&["validate", path_str(&gpu), "--runtimes", "tract"]);
+    assert_fails(
+        &o,
+        3,
+        &[
+            "tract 0.23 has no TensorScatter",
+            "--runtimes ort-cpu or ort-cuda",
+        ],
+    );
+    let ort = dir.path().join("ort.onnx");
+    let o = Build::amlp(1, Amlp::Tiny)
+        .args(&["--causal", "--with-past"])
+        .run(&ort);
+    assert!(
+        output_text(&o).contains("static state (ScatterND)"),
+        "{}",
+        output_text(&o)
+    );
+}
+
 /// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
 /// built with the `test-onnxruntime` feature that scripts/test turns on.
 #[cfg(feature = "test-onnxruntime")]
