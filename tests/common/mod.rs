@@ -385,3 +385,29 @@ pub fn op_count(path: &Path, op: &str) -> usize {
         .filter(|n| n.op_type() == op)
         .count()
 }
+
+/// The ```python blocks of docs/`page`, in order (the docs' loops, run as written).
+pub fn doc_python_blocks(page: &str) -> Vec<String> {
+    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs")
+        .join(page);
+    let text = std::fs::read_to_string(&path).expect("read the page");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for event in Parser::new(&text) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "python" => {
+                current = Some(String::new())
+            }
+            Event::Text(t) => {
+                if let Some(c) = current.as_mut() {
+                    c.push_str(&t)
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
+            _ => {}
+        }
+    }
+    blocks
+}

@@ -811,30 +811,6 @@ fn the_endpoint_holds_up_under_load_abandoned_sequences_and_a_restart() {
     );
 }
 
-/// The ```python blocks of docs/serving.md, in order.
-fn serving_md_python_blocks() -> Vec<String> {
-    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serving.md");
-    let text = std::fs::read_to_string(path).expect("read docs/serving.md");
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for event in Parser::new(&text) {
-        match event {
-            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "python" => {
-                current = Some(String::new())
-            }
-            Event::Text(t) => {
-                if let Some(c) = current.as_mut() {
-                    c.push_str(&t)
-                }
-            }
-            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
-            _ => {}
-        }
-    }
-    blocks
-}
-
 /// docs/serving.md's client loop, run as written (only the server's address replaced)
 /// against a repository written from a seeded aMLP built with a plain `--with-past` and
 /// one built `--with-past growing`: it prints the greedy tokens `gmlp-onnx generate`
@@ -842,7 +818,7 @@ fn serving_md_python_blocks() -> Vec<String> {
 #[test]
 fn the_client_loop_of_the_serving_docs_runs_as_written() {
     let env = triton_env();
-    let blocks = serving_md_python_blocks();
+    let blocks = crate::common::doc_python_blocks("serving.md");
     assert_eq!(blocks.len(), 1, "the client loop");
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = dir.path().join("repo");

@@ -7,34 +7,7 @@
 
 use std::path::Path;
 
-use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-
-use crate::common::{gmlp, output_text, path_str, python, Amlp, Build};
-
-/// The ```python blocks of `page` (under docs/), in order.
-fn python_blocks(page: &str) -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docs")
-        .join(page);
-    let text = std::fs::read_to_string(&path).expect("read the page");
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for event in Parser::new(&text) {
-        match event {
-            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) if &*lang == "python" => {
-                current = Some(String::new())
-            }
-            Event::Text(t) => {
-                if let Some(c) = current.as_mut() {
-                    c.push_str(&t)
-                }
-            }
-            Event::End(TagEnd::CodeBlock) => blocks.extend(current.take()),
-            _ => {}
-        }
-    }
-    blocks
-}
+use crate::common::{doc_python_blocks, gmlp, output_text, path_str, python, Amlp, Build};
 
 /// A seeded byte-level aMLP (2 blocks, d 64, n = 64; paper init with `seed`, whose greedy
 /// continuations of the docs' prompts vary) built with `past` flags into `dir/name`.
@@ -97,7 +70,7 @@ fn list(line: &str) -> Vec<i64> {
 
 #[test]
 fn the_static_state_loops_of_the_docs_run_as_written() {
-    let blocks = python_blocks("static-state.md");
+    let blocks = doc_python_blocks("static-state.md");
     assert_eq!(blocks.len(), 2, "the plain loop and the I/O-binding loop");
     assert!(blocks.iter().all(|b| !b.contains("model.onnx")));
     let dir = tempfile::tempdir().unwrap();
@@ -113,7 +86,7 @@ fn the_static_state_loops_of_the_docs_run_as_written() {
 
 #[test]
 fn the_growing_state_loop_of_the_docs_runs_as_written() {
-    let blocks = python_blocks("generation.md");
+    let blocks = doc_python_blocks("generation.md");
     assert_eq!(blocks.len(), 1, "the growing-state loop");
     let dir = tempfile::tempdir().unwrap();
     let model = build(dir.path(), "model.onnx", "2", &["--with-past", "growing"]);

@@ -108,6 +108,7 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
+    use crate::common::decoding::{decode, rel};
     use gmlp_onnx::gmlp::export::export_for;
     use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens};
     use gmlp_onnx::gmlp::targets::BuildTarget;
@@ -117,7 +118,7 @@ mod with_onnxruntime {
     use gmlp_onnx::runtime::decoder::Decoder;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use ndarray::s;
-    use ndarray::{concatenate, Array2, Array3, Axis};
+    use ndarray::{Array2, Array3};
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
@@ -150,25 +151,6 @@ mod with_onnxruntime {
         f32_output(&run(kind, path, &feed))
             .into_dimensionality()
             .unwrap()
-    }
-
-    fn rel(a: &Array3<f32>, b: &Array3<f32>) -> f64 {
-        rel_diff(&a.clone().into_dyn(), &b.clone().into_dyn())
-    }
-
-    /// Feeds `ids` in `chunks` through a decoder and returns the logits of every position.
-    fn decode(decoder: &mut Decoder, ids: &Array2<i64>, chunks: &[usize]) -> Array3<f32> {
-        let mut parts = Vec::new();
-        let mut start = 0;
-        for &len in chunks {
-            let logits = decoder
-                .feed(ids.slice(s![.., start..start + len]))
-                .unwrap_or_else(|e| panic!("{} chunk {start}+{len}: {e}", decoder.runtime_name()));
-            parts.push(logits);
-            start += len;
-        }
-        let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
-        concatenate(Axis(1), &views).unwrap()
     }
 
     #[test]
