@@ -97,7 +97,8 @@ pub struct Decoder {
     batch: usize,
     /// Tokens fed so far to each sequence (the position of its next token).
     positions: Vec<usize>,
-    /// Every token fed so far, [batch, P] (variable-length models re-run it).
+    /// Every token fed so far to a variable-length model, [batch, P] (it re-runs them; empty
+    /// for the others).
     history: Array2<i64>,
     /// Each sequence's row of its last token in the last run (T − 1, or a shorter
     /// prompt's last row).
@@ -341,10 +342,14 @@ impl Decoder {
             ));
         }
         let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
-        let mut history = self.history.clone();
-        if mode == SequenceMode::Variable {
-            history.append(Axis(1), ids).map_err(internal)?;
-        }
+        // Only a model without state re-reads the tokens before: kept for it alone.
+        let history = if mode == SequenceMode::Variable {
+            let mut all = self.history.clone();
+            all.append(Axis(1), ids).map_err(internal)?;
+            Some(all)
+        } else {
+            None
+        };
         match &mut self.engine {
             Engine::Bound(session) => session.run(ids, &positions)?,
             Engine::Carried {
@@ -353,11 +358,7 @@ impl Decoder {
                 carry,
                 last,
             } => {
-                let fed = if mode == SequenceMode::Variable {
-                    history.clone()
-                } else {
-                    ids.to_owned()
-                };
+                let fed = history.clone().unwrap_or_else(|| ids.to_owned());
                 let mut inputs = vec![NamedTensor {
                     name: INPUT_IDS.into(),
                     value: TensorValue::I64(fed.into_dyn()),
@@ -382,7 +383,9 @@ impl Decoder {
                 );
             }
         }
-        self.history = history;
+        if let Some(history) = history {
+            self.history = history;
+        }
         for p in &mut self.positions {
             *p += t;
         }
