@@ -17,7 +17,8 @@ warm-up runs, with TF32 off (as gmlp-onnx's default), on CUDA device 0:
   [B, 1, V] bound on the device, after a prompt of `--prompt` tokens; once without and once
   with CUDA graphs (`enable_cuda_graph`, `gpu_graph_id` = B; the prompt runs with -1).
 The step here is the run alone (no token pick): gmlp-onnx's step also picks the token (an
-ArgMax on the device) and moves it and the position to the device.
+ArgMax appended to its copy of the graph, which also advances the position on the device)
+and copies the ids back to the host.
 """
 import json
 import os

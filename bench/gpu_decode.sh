@@ -48,7 +48,7 @@ for tag in static24 static17; do
   step "generate-$tag-b8" "$bin" generate "$m/$tag.onnx" --prompts-file "$out/prompts8.txt" \
     --max-new-tokens 64 --runtime $rt --json -q > "$out/json/generate-$tag-b8.json"
 done
-# Tokens: ort-cuda (device state, CUDA graphs, ArgMax on the device) vs ort-cpu and tract.
+# Tokens: ort-cuda (device state, CUDA graphs, ArgMax in the step's graph) vs ort-cpu and tract.
 step compare-static17 "$bin" generate "$m/static17.onnx" --prompt-ids "$prompt" --max-new-tokens 16 \
   --compare tract,ort-cpu,$rt --json -q > "$out/json/compare-static17.json"
 step compare-static24 "$bin" generate "$m/static24.onnx" --prompts-file "$out/prompts8.txt" \

@@ -5,7 +5,7 @@
 //! and metadata.
 //!
 //! The operator helpers ([`slice_node`], [`concat_node`], [`shape_node`], [`gather_node`],
-//! [`reshape_node`], [`add_node`]) document what they emit like those
+//! [`reshape_node`], [`add_node`], [`arg_max_node`]) document what they emit like those
 //! of the op files (`ops/`), but take value names instead of shaped values: a read graph
 //! declares shapes only at its interface. Nodes become `NodeProto`s through the writer's
 //! conversion.
@@ -136,6 +136,21 @@ impl<'m> ModelEdit<'m> {
         });
     }
 
+    /// Declares the graph output `name` with the declared type and shape of the graph input
+    /// `like` (a node added by the edit must compute it); false when there is no such input.
+    pub fn add_output_like(&mut self, name: &str, like: &str) -> bool {
+        let Some(input) = self.graph.input.iter().find(|v| v.name() == like) else {
+            return false;
+        };
+        let output = onnx::ValueInfoProto {
+            name: Some(name.to_string()),
+            r#type: input.r#type.clone(),
+            ..Default::default()
+        };
+        self.graph.output.push(output);
+        true
+    }
+
     /// Adds the i64 vector `values` as the initializer `name` (stored in `int64_data`).
     pub fn add_i64_initializer(&mut self, name: &str, values: &[i64]) {
         self.graph.initializer.push(onnx::TensorProto {
@@ -250,6 +265,18 @@ pub fn gather_node(name: &str, data: &str, indices: &str, output: &str) -> Node 
 /// [Reshape](https://onnx.ai/onnx/operators/onnx__Reshape.html): versions 1, 5 (`shape` becomes an input), 13, 14 (`allowzero`), 19, 21, 23; the input form without `allowzero` from 5 on.
 pub fn reshape_node(name: &str, data: &str, shape: &str, output: &str) -> Node {
     node(name, "Reshape", &[data, shape], vec![], output)
+}
+
+/// The node `name` computing `output`, the i64 index of the first largest element of
+/// `data` along `axis`, that axis removed (`keepdims` 0, `select_last_index` 0).
+///
+/// [ArgMax](https://onnx.ai/onnx/operators/onnx__ArgMax.html): versions 1, 11 (negative axes), 12 (`select_last_index`), 13 (bfloat16); the same form in every opset here.
+pub fn arg_max_node(name: &str, data: &str, axis: i64, output: &str) -> Node {
+    let attributes = vec![
+        ("axis".to_string(), Attr::Int(axis)),
+        ("keepdims".to_string(), Attr::Int(0)),
+    ];
+    node(name, "ArgMax", &[data], attributes, output)
 }
 
 /// The node `name` computing `output` = `a` + `b` (numpy broadcasting).

@@ -23,7 +23,8 @@ use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
 use crate::runtime::{
-    open, Bound, CarriedState, Runtime, RuntimeKind, RuntimeOptions, StaticLayout, StaticSession,
+    open, open_static, Bound, CarriedState, Runtime, RuntimeKind, RuntimeOptions, StaticLayout,
+    StaticSession,
 };
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -138,43 +139,39 @@ impl Decoder {
             let runtime = open(kind, path, options)?;
             return Ok(Decoder::carried(runtime, model, batch));
         }
+        let layout = static_layout(&model, batch);
         let mut graph_options = options.clone();
         graph_options.cuda_graphs = kind == RuntimeKind::OrtCuda;
-        let (runtime, open_note) = match open(kind, path, &graph_options) {
-            Ok(rt) => (rt, None),
+        let (bound, open_note) = match open_static(kind, path, &graph_options, &layout) {
+            Ok(bound) => (bound, None),
             Err(e) if graph_options.cuda_graphs => {
                 let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
-                (open(kind, path, options)?, Some(note))
+                (open_static(kind, path, options, &layout)?, Some(note))
             }
             Err(e) => return Err(e),
         };
-        let mut decoder = Decoder::new(runtime, model, batch)?;
+        let mut decoder = Decoder::from_bound(bound, model, batch);
         decoder.open_note = open_note;
         Ok(decoder)
     }
 
     /// A decoder over an already loaded runtime: a static-state model whose updates allow
     /// it keeps its state in buffers bound once where the runtime has them
-    /// ([`Runtime::bind_static`]).
+    /// ([`Runtime::bind_static`], which loads the file again for ONNX Runtime).
     pub fn new(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Result<Decoder> {
         if !model.in_place {
             return Ok(Decoder::carried(runtime, model, batch));
         }
-        let layout = StaticLayout {
-            batch,
-            positions: model.info.max_sequence,
-            vocab: model.vocab_size,
-            state: model
-                .info
-                .state
-                .iter()
-                .map(|s| (s.past.clone(), s.present.clone(), s.width))
-                .collect(),
-        };
-        Ok(match runtime.bind_static(&layout)? {
+        let bound = runtime.bind_static(&static_layout(&model, batch))?;
+        Ok(Decoder::from_bound(bound, model, batch))
+    }
+
+    /// A decoder over a runtime's answer to binding a static-state model.
+    fn from_bound(bound: Bound, model: DecodingModel, batch: usize) -> Decoder {
+        match bound {
             Bound::Static(session) => Decoder::with_engine(Engine::Bound(session), model, batch),
             Bound::Unbound(runtime) => Decoder::carried(runtime, model, batch),
-        })
+        }
     }
 
     /// A decoder carrying the state through host arrays or the runtime's own values.
@@ -466,8 +463,9 @@ impl Decoder {
     }
 
     /// The greedy next token of each sequence (the first largest logit after its last
-    /// token), picked where the logits are: on the CUDA device when they are there (only
-    /// the ids come back), else on the host from [`Decoder::next_logits`].
+    /// token), picked where the logits are: by the run itself in a static-state session
+    /// after a step (on the CUDA device for ort-cuda: only the ids come back), else on the
+    /// host from [`Decoder::next_logits`].
     pub fn greedy_next(&mut self) -> Result<Vec<i64>> {
         if let Engine::Bound(session) = &mut self.engine {
             if let Some(ids) = session.greedy()? {
@@ -486,6 +484,21 @@ impl Decoder {
             runtime: self.runtime_name().to_string(),
             reason: format!("the model returned no usable output {output}"),
         }
+    }
+}
+
+/// What a static-state session needs of `model` to decode `batch` sequences.
+fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
+    StaticLayout {
+        batch,
+        positions: model.info.max_sequence,
+        vocab: model.vocab_size,
+        state: model
+            .info
+            .state
+            .iter()
+            .map(|s| (s.past.clone(), s.present.clone(), s.width))
+            .collect(),
     }
 }
 

@@ -185,62 +185,14 @@ impl Generator {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use ndarray::Array2;
 
     use super::*;
-    use crate::gmlp::export::export_for;
-    use crate::gmlp::init::{InitScheme, SeededInit};
     use crate::gmlp::sampling::argmax;
-    use crate::gmlp::targets::BuildTarget;
-    use crate::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};
-    use crate::onnx::writer::write_model;
+    use crate::gmlp::SequenceMode;
+    use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
     use crate::tensor::{NamedTensor, TensorValue};
-
-    /// A small causal aMLP (n = 12, vocabulary 50) with spread seeded weights, so that its
-    /// greedy continuations vary.
-    fn tiny() -> GmlpConfig {
-        GmlpConfig {
-            task: Task::Tokens {
-                vocab_size: 50,
-                seq_len: 12,
-                tied_embedding: false,
-            },
-            layers: 2,
-            d_model: 16,
-            d_ffn: 32,
-            attn_dim: Some(8),
-            causal: true,
-            heads: 1,
-            shift_tokens: 0,
-            spatial: SpatialForm::ToeplitzGather,
-            norm_eps: 1e-5,
-            sgu_norm_eps: 1e-5,
-            dtype: Precision::F32,
-            block: Default::default(),
-        }
-    }
-
-    fn write(dir: &std::path::Path, mode: SequenceMode) -> std::path::PathBuf {
-        let source = Arc::new(SeededInit {
-            seed: 3,
-            scheme: InitScheme::Spread,
-        });
-        let model = export_for(
-            &tiny(),
-            source,
-            "test",
-            None,
-            &BuildTarget::at_opset(17),
-            mode,
-        )
-        .unwrap();
-        let path = dir.join(format!("{}.onnx", mode.as_str()));
-        write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
-        path
-    }
 
     /// The greedy continuation computed the slow way, independently of the decoder: the
     /// variable-length model re-run on the whole prefix of each sequence, the argmax of
@@ -274,7 +226,7 @@ mod tests {
     #[test]
     fn greedy_generation_with_state_equals_rerunning_the_prefix() {
         let dir = tempfile::tempdir().unwrap();
-        let variable = write(dir.path(), SequenceMode::Variable);
+        let variable = write_tiny(dir.path(), SequenceMode::Variable);
         let prompts = vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]];
         let new = 6;
         let expected: Vec<Vec<i64>> = prompts
@@ -292,7 +244,7 @@ mod tests {
             SequenceMode::WithPast,
             SequenceMode::Variable,
         ] {
-            let path = write(dir.path(), mode);
+            let path = write_tiny(dir.path(), mode);
             // The static state batches prompts of different lengths; the others one at a time.
             let batches: Vec<Vec<Vec<i64>>> = match mode {
                 SequenceMode::Static => vec![prompts.clone()],
@@ -327,7 +279,7 @@ mod tests {
     #[test]
     fn sampling_repeats_with_its_seed_and_refuses_what_cannot_decode() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path(), SequenceMode::Static);
+        let path = write_tiny(dir.path(), SequenceMode::Static);
         let run = |seed| {
             let decoder =
                 Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 2).unwrap();

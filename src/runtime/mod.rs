@@ -15,6 +15,8 @@ pub mod decoder;
 pub mod discovery;
 pub mod generator;
 pub mod onnxruntime;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tract;
 
 /// Which runtime to use (`--runtimes`, `--runtime`, `--compare`; each variant's first doc
@@ -136,7 +138,9 @@ pub trait Runtime {
     /// This runtime as a [`StaticSession`] for a static-state model laid out as `layout`
     /// (whose graph writes each `present_*` output by a scatter that is its `past_*`
     /// input's only reader; the caller checks this), or itself back when it has no such
-    /// form (tract: the state is then carried by [`Runtime::run_carrying`]).
+    /// form (tract: the state is then carried by [`Runtime::run_carrying`]). ONNX Runtime
+    /// loads the file again, with the outputs its steps feed each other
+    /// ([`open_static`] loads it once).
     fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound>;
 }
 
@@ -183,10 +187,10 @@ pub trait StaticSession {
     /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab] (one
     /// copy of those rows only).
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>>;
-    /// The argmax of the last run's logits at its last row, per sequence, computed where
-    /// the logits are (an `ArgMax` on the CUDA device, so that only [batch] ids come
-    /// back); `None` when the logits are on the host already or the last run was not a
-    /// single step (the caller then picks from [`StaticSession::logits_at`]).
+    /// The argmax of the last run's logits at its last row, per sequence, computed by the
+    /// run itself where the logits are (an `ArgMax` in the session's graph, on the CUDA
+    /// device for ort-cuda, so that only [batch] ids come back); `None` when the last run
+    /// was not a single step (the caller then picks from [`StaticSession::logits_at`]).
     fn greedy(&mut self) -> Result<Option<Vec<i64>>>;
     /// A host copy of every state tensor, by `past_*` name, in model order.
     fn state(&mut self) -> Result<Vec<NamedTensor>>;
@@ -297,6 +301,29 @@ pub fn missing_output(name: &str) -> Error {
         reason: format!("the model returned no output {name}"),
     }
 }
+
+/// Loads the static-state model `model` (whose graph writes each `present_*` output by a
+/// scatter that is its `past_*` input's only reader; the caller checks this) in the
+/// runtime `kind` as a [`StaticSession`] laid out as `layout` where the runtime has one
+/// (ONNX Runtime), else as it is (tract); loading it once, as [`open`] and then
+/// [`Runtime::bind_static`] would not.
+pub fn open_static(
+    kind: RuntimeKind,
+    model: &Path,
+    options: &RuntimeOptions,
+    layout: &StaticLayout,
+) -> Result<Bound> {
+    match kind {
+        RuntimeKind::Tract => open(kind, model, options)?.bind_static(layout),
+        RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Bound::Static(onnxruntime::open_static(
+            model,
+            kind == RuntimeKind::OrtCuda,
+            options,
+            layout,
+        )?)),
+    }
+}
+
 /// Loads `model` in the runtime `kind`.
 pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
     match kind {

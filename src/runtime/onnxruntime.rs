@@ -27,6 +27,7 @@ use crate::tensor::{with_array, NamedTensor, TensorValue};
 mod bound;
 mod cuda_memory;
 mod outputs;
+mod step_model;
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -110,8 +111,46 @@ pub struct OrtRuntime {
     profiling: bool,
     /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
     cuda_graphs: bool,
+    /// The file and options it was loaded from (a static-state session reloads the file
+    /// with its step outputs, [`Runtime::bind_static`]).
+    path: PathBuf,
+    options: RuntimeOptions,
     _environment: Environment,
 }
+
+/// What a session is made from.
+pub(crate) enum ModelSource<'a> {
+    /// The file as it is.
+    File(&'a Path),
+    /// `bytes`, an edited copy of the file `path` (its external data, if any, is still
+    /// read from beside `path`).
+    Edited { path: &'a Path, bytes: &'a [u8] },
+}
+
+impl ModelSource<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            ModelSource::File(path) | ModelSource::Edited { path, .. } => path,
+        }
+    }
+}
+
+/// The static-state model `path` on the CPU execution provider or on CUDA, as a
+/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (bound.rs).
+pub(crate) fn open_static(
+    path: &Path,
+    cuda: bool,
+    options: &RuntimeOptions,
+    layout: &StaticLayout,
+) -> Result<Box<dyn crate::runtime::StaticSession>> {
+    Ok(Box::new(bound::BoundStatic::open(
+        path, cuda, options, layout,
+    )?))
+}
+
+/// ONNX Runtime's session option naming the folder of the external data files of a model
+/// loaded from memory (`kOrtSessionOptionsModelExternalInitializersFileFolderPath`).
+const EXTERNAL_DATA_FOLDER: &str = "session.model_external_initializers_file_folder_path";
 
 /// Counts, per execution provider, the distinct graph nodes that ran in an ONNX Runtime
 /// profile (the Chrome-trace JSON written by `end_profiling`): events with
@@ -163,6 +202,15 @@ fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
 impl OrtRuntime {
     /// Loads `model` on the CPU execution provider, or on CUDA when `cuda` is set.
     pub fn load(model: &Path, cuda: bool, options: &RuntimeOptions) -> Result<Self> {
+        OrtRuntime::load_from(ModelSource::File(model), cuda, options)
+    }
+
+    /// [`OrtRuntime::load`] of the file or of an edited copy of it.
+    pub(crate) fn load_from(
+        source: ModelSource,
+        cuda: bool,
+        options: &RuntimeOptions,
+    ) -> Result<Self> {
         let name = if cuda { "ort-cuda" } else { "ort-cpu" };
         let library = find_library(options.ort_library.as_deref()).map_err(|e| match e {
             Error::RuntimeUnavailable { reason, .. } => Error::RuntimeUnavailable {
@@ -200,7 +248,26 @@ impl OrtRuntime {
             }
             builder = register_cuda(builder, options.cuda_tf32, options.cuda_graphs)?;
         }
-        let session = builder.commit_from_file(model).map_err(|e| {
+        let committed = match &source {
+            ModelSource::File(path) => builder.commit_from_file(path),
+            ModelSource::Edited { path, bytes } => {
+                let folder = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let folder = folder.to_str().ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the folder of {} is not UTF-8, which ONNX Runtime needs to find its external data",
+                        path.display()
+                    ))
+                })?;
+                builder
+                    .with_config_entry(EXTERNAL_DATA_FOLDER, folder)
+                    .map_err(|e| failed(name, e))?
+                    .commit_from_memory(bytes)
+            }
+        };
+        let session = committed.map_err(|e| {
             let message = e.to_string();
             if cuda && refused_cpu_fallback(&message) {
                 // Not the input's fault: CUDA cannot run the whole graph (exit 3, like a
@@ -221,31 +288,11 @@ impl OrtRuntime {
             shapes: None,
             profiling: options.ort_profile_prefix.is_some(),
             cuda_graphs: cuda && options.cuda_graphs,
+            path: source.path().to_path_buf(),
+            options: options.clone(),
             _environment: environment,
         })
     }
-}
-
-/// A session of the in-memory model `bytes` on the CUDA execution provider (the process's
-/// environment, no TF32, CUDA graphs when `graphs`): the one-node helpers of
-/// device-resident decoding.
-fn cuda_session_from_memory(name: &'static str, bytes: &[u8], graphs: bool) -> Result<Session> {
-    // The library the model's session loaded (the process has one environment).
-    let environment = ENVIRONMENT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .as_ref()
-        .map(|(_, env)| env.clone())
-        .ok_or_else(|| {
-            Error::Internal("a helper session before any ONNX Runtime session".into())
-        })?;
-    let builder = Session::builder(&environment)
-        .map_err(|e| failed(name, e))?
-        .with_log_level(ort::logging::LogLevel::Fatal)
-        .map_err(|e| failed(name, e))?;
-    register_cuda(builder, false, graphs)?
-        .commit_from_memory(bytes)
-        .map_err(|e| failed(name, e))
 }
 
 #[cfg(feature = "cuda")]
@@ -350,9 +397,10 @@ impl Runtime for OrtRuntime {
     }
 
     fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound> {
-        Ok(Bound::Static(Box::new(bound::BoundStatic::new(
-            *self, layout,
-        )?)))
+        let (path, cuda, options) = (self.path.clone(), self.cuda, self.options.clone());
+        // The step's session replaces this one (freed first: one copy of the weights).
+        drop(self);
+        Ok(Bound::Static(open_static(&path, cuda, &options, layout)?))
     }
 }
 

@@ -315,6 +315,91 @@ mod with_onnxruntime {
         }
     }
 
+    /// Greedy steps in ONNX Runtime take their tokens from the run itself: the session's
+    /// copy of the graph ends in an `ArgMax` and a `position + 1` that write the next
+    /// step's inputs, two sets used in turn. Over batches of prompts of different lengths
+    /// (the sets alternate every step), two generations on one decoder (reset between) and
+    /// sampled tokens (written over the graph's), the tokens equal tract's, picked on the
+    /// host from its logits, at opsets 17 and 24; and a file with external data decodes
+    /// through the edited copy in memory like its inline twin.
+    #[test]
+    fn tokens_picked_by_the_graph_equal_tracts_host_picks() {
+        use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
+        use gmlp_onnx::runtime::generator::{Generator, Sampling};
+        let dir = tempfile::tempdir().unwrap();
+        // Untied embedding and head (two heads): continuations that do not repeat the
+        // last token.
+        let (_, cfg) = causal_configs().swap_remove(2);
+        let source: Arc<dyn WeightSource> = Arc::new(spread(9));
+        let generate = |kind: RuntimeKind, path: &std::path::Path, sampling: Sampling| {
+            let batches = [
+                vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]],
+                vec![vec![8, 8], vec![1], vec![30, 4, 4, 12]],
+            ];
+            let decoder = Decoder::open(kind, path, &options(), 3).unwrap();
+            assert_eq!(decoder.in_place(), kind != RuntimeKind::Tract);
+            let mut generator = Generator::new(decoder, sampling).unwrap();
+            batches
+                .iter()
+                .map(|prompts| generator.generate(prompts, 7, &mut |_| {}).unwrap().tokens)
+                .collect::<Vec<_>>()
+        };
+        let sampled = Sampling {
+            temperature: Some(1.0),
+            top_k: Some(8),
+            seed: 11,
+        };
+        let tract_file = write_for(
+            &cfg,
+            source.clone(),
+            SequenceMode::Static,
+            &BuildTarget::at_opset(17),
+            dir.path(),
+            "s17.onnx",
+        );
+        let expected = generate(RuntimeKind::Tract, &tract_file, Sampling::GREEDY);
+        let distinct: std::collections::BTreeSet<i64> =
+            expected.iter().flatten().flatten().copied().collect();
+        assert!(distinct.len() >= 6, "continuations that vary: {expected:?}");
+        let expected_sampled = generate(RuntimeKind::Tract, &tract_file, sampled);
+        assert_ne!(expected_sampled, expected, "sampling differs from greedy");
+        for opset in [17, 24] {
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::Static,
+                &BuildTarget::at_opset(opset),
+                dir.path(),
+                &format!("o{opset}.onnx"),
+            );
+            let got = generate(RuntimeKind::OrtCpu, &path, Sampling::GREEDY);
+            assert_eq!(got, expected, "opset {opset} greedy");
+            let got = generate(RuntimeKind::OrtCpu, &path, sampled);
+            assert_eq!(got, expected_sampled, "opset {opset} sampled");
+        }
+        let model = gmlp_onnx::gmlp::export::export_for(
+            &cfg,
+            source,
+            "test",
+            None,
+            &BuildTarget::at_opset(17),
+            SequenceMode::Static,
+        )
+        .unwrap();
+        let external = dir.path().join("external.onnx");
+        let written = write_model_with(
+            &model.graph,
+            &model.info,
+            &external,
+            ExternalData::Always,
+            |_, _| {},
+        )
+        .unwrap();
+        assert!(written.data_file.is_some());
+        let got = generate(RuntimeKind::OrtCpu, &external, Sampling::GREEDY);
+        assert_eq!(got, expected, "external data");
+    }
+
     /// A position outside 0..n, or one whose T rows would pass n, fails at the graph's
     /// checking `Gather` in both runtimes (an error, no out-of-bounds read or write).
     #[test]

@@ -2,18 +2,25 @@
 //! through ort's `IoBinding`. Each state tensor ([batch, n, width], float32) is bound both
 //! as its `past_*` input and as its `present_*` output, so that the scatter writing a run's
 //! new rows (`ScatterND`, `TensorScatter`) finds its output already holding the rest and
-//! copies nothing (its kernels skip the copy when the two buffers are one); a step's
-//! `input_ids` [batch, 1], `position` [batch] and `logits` [batch, 1, vocab] have buffers
-//! bound once too. On the CPU execution provider these are host tensors; on CUDA they are
-//! device memory, written and read through [`CudaMemory`], so that a step moves only its
-//! ids and positions to the device and what is read back to the host; with CUDA graphs
-//! (`RuntimeOptions::cuda_graphs`) ONNX Runtime captures a step once (graph id = the
-//! batch size, after its warm-up runs) and replays it, while runs of other lengths (the
-//! prompts) run uncaptured (`gpu_graph_id` −1). Greedy tokens are then picked by a second,
-//! one-node session (`ArgMax`) reading the step's logits on the device, in the spirit of
-//! onnxruntime-genai's device-side sampling: only [batch] ids come back.
+//! copies nothing (its kernels skip the copy when the two buffers are one). On the CPU
+//! execution provider the buffers are host tensors; on CUDA they are device memory,
+//! written and read through [`CudaMemory`].
+//!
+//! The session runs the file with two more outputs (step_model.rs): the greedy tokens
+//! (`ArgMax` of the logits) and `position + 1`. A single-token step has two sets of
+//! `input_ids` [batch, 1] and `position` [batch] buffers used in turn: the step that reads
+//! one set writes its greedy tokens and next positions into the other, so that a greedy
+//! step finds its inputs already written by the run before it, and only the [batch] ids
+//! come back to the host (as onnxruntime-genai samples on the device and advances its
+//! positions by a kernel). A sampled token, or any other input, is written over them first.
+//! With CUDA graphs (`RuntimeOptions::cuda_graphs`) ONNX Runtime captures each of the two
+//! step bindings once (graph ids 0 and 1: a graph replays fixed addresses) after their
+//! warm-up runs and replays them, while runs of other lengths (the prompts) run uncaptured
+//! (`gpu_graph_id` −1). A step is then one graph replay and one copy of [batch] ids.
 
 use std::ffi::c_void;
+
+use std::path::Path;
 
 use ndarray::{Array2, Array3, ArrayView2};
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
@@ -22,14 +29,12 @@ use ort::value::Tensor;
 use ort::AsPointer;
 
 use super::cuda_memory::CudaMemory;
-use super::{cuda_session_from_memory, failed, OrtRuntime};
+use super::step_model::{step_model, NEXT_INPUT_IDS, NEXT_POSITION};
+use super::{failed, ModelSource, OrtRuntime};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::onnx::builder::GraphBuilder;
-use crate::onnx::graph::{Dim, ElemType};
-use crate::onnx::writer::{encode_model_to_vec, ModelInfo};
-use crate::runtime::{StaticLayout, StaticSession};
+use crate::runtime::{RuntimeOptions, StaticLayout, StaticSession};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// Where the bound buffers live.
@@ -157,8 +162,8 @@ struct StateBuffer {
     tensor: Tensor<f32>,
 }
 
-/// The buffers of a run of T tokens and the binding that names them.
-struct RunBuffers {
+/// The buffers of a prompt's run of T tokens and the binding that names them.
+struct PromptRun {
     ids: Tensor<i64>,
     position: Tensor<i64>,
     logits: Tensor<f32>,
@@ -167,47 +172,80 @@ struct RunBuffers {
     tokens: usize,
 }
 
-/// The one-node `ArgMax` session of greedy steps on the device (captured as a CUDA graph
-/// too), reading the step's logits and writing the step's `input_ids` buffer, so that the
-/// next step finds its ids already there.
-struct DeviceArgmax {
-    session: Session,
-    binding: IoBinding,
-    options: RunOptions,
+/// One of a step's two sets of inputs, and what they hold as far as the host knows
+/// (`None`: not known, i.e. written by a run and not read back since).
+struct StepInputs {
+    ids: Tensor<i64>,
+    position: Tensor<i64>,
+    ids_held: Option<Vec<i64>>,
+    positions_held: Option<Vec<i64>>,
+}
+
+/// The single-token step (see the module documentation): binding k reads `inputs[k]` and
+/// writes the greedy tokens and next positions into `inputs[1 − k]`; both write `logits`.
+struct Step {
+    inputs: [StepInputs; 2],
+    logits: Tensor<f32>,
+    bindings: [IoBinding; 2],
+    /// Each binding's run options (with CUDA graphs: its graph id).
+    options: [RunOptions; 2],
+    /// The set of inputs the next step reads (0 or 1).
+    turn: usize,
+}
+
+/// Which run was last, whose logits are read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LastRun {
+    Nothing,
+    Step,
+    Prompt,
 }
 
 /// ONNX Runtime's static-state session (see the module documentation).
 pub(crate) struct BoundStatic {
-    /// The loaded model (its session runs the bindings).
+    /// The loaded step model (its session runs the bindings).
     runtime: OrtRuntime,
     name: &'static str,
     memory: Memory,
     layout: StaticLayout,
     state: Vec<StateBuffer>,
     /// The single-token step's buffers (made on the first step).
-    step: Option<RunBuffers>,
-    /// The last run of another length (a prompt), whose logits are read after it.
-    prompt: Option<RunBuffers>,
-    /// Whether the last run was a step.
-    last_was_step: bool,
-    /// The ids the device `ArgMax` wrote into the step's `input_ids` buffer last, if
-    /// nothing has written it since (a step with these ids skips its copy).
-    ids_on_device: Option<Vec<i64>>,
-    /// The run options of a step and of a prompt (CUDA graphs: the graph ids).
-    step_options: RunOptions,
+    step: Option<Step>,
+    /// The last run of another length (a prompt).
+    prompt: Option<PromptRun>,
+    last: LastRun,
+    /// The run options of a prompt (CUDA graphs: uncaptured).
     prompt_options: RunOptions,
     graphs: bool,
-    argmax: Option<DeviceArgmax>,
 }
 
 impl BoundStatic {
-    /// The session of `runtime` (on CUDA for ort-cuda, with CUDA graphs when it was
-    /// loaded with them) with its state buffers for `layout`, zeroed.
-    pub(crate) fn new(runtime: OrtRuntime, layout: &StaticLayout) -> Result<BoundStatic> {
+    /// Loads the static-state model `path` with its step outputs (step_model.rs) on the
+    /// CPU execution provider or on CUDA (with CUDA graphs when `options` ask for them),
+    /// with its state buffers for `layout`, zeroed.
+    pub(crate) fn open(
+        path: &Path,
+        cuda: bool,
+        options: &RuntimeOptions,
+        layout: &StaticLayout,
+    ) -> Result<BoundStatic> {
+        let bytes = step_model(path)?;
+        let runtime = OrtRuntime::load_from(
+            ModelSource::Edited {
+                path,
+                bytes: &bytes,
+            },
+            cuda,
+            options,
+        )?;
+        drop(bytes);
+        BoundStatic::new(runtime, layout)
+    }
+
+    fn new(runtime: OrtRuntime, layout: &StaticLayout) -> Result<BoundStatic> {
         let name = runtime.name;
         let graphs = runtime.cuda_graphs;
-        let session = &runtime.session;
-        let memory = if name == "ort-cuda" {
+        let memory = if runtime.cuda {
             let info = MemoryInfo::new(
                 AllocationDevice::CUDA,
                 0,
@@ -216,7 +254,7 @@ impl BoundStatic {
             )
             .map_err(|e| failed(name, e))?;
             Memory::Cuda {
-                allocator: Allocator::new(session, info).map_err(|e| failed(name, e))?,
+                allocator: Allocator::new(&runtime.session, info).map_err(|e| failed(name, e))?,
                 cuda: CudaMemory::load()?,
             }
         } else {
@@ -233,17 +271,7 @@ impl BoundStatic {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut step_options = RunOptions::new().map_err(|e| failed(name, e))?;
-        let mut prompt_options = RunOptions::new().map_err(|e| failed(name, e))?;
-        if graphs {
-            // One graph per batch size (a session serves one); prompts run uncaptured.
-            step_options
-                .set("gpu_graph_id", layout.batch.to_string())
-                .map_err(|e| failed(name, e))?;
-            prompt_options
-                .set("gpu_graph_id", "-1")
-                .map_err(|e| failed(name, e))?;
-        }
+        let prompt_options = run_options(name, graphs.then_some(-1))?;
         Ok(BoundStatic {
             runtime,
             name,
@@ -252,29 +280,17 @@ impl BoundStatic {
             state,
             step: None,
             prompt: None,
-            last_was_step: false,
-            ids_on_device: None,
-            step_options,
+            last: LastRun::Nothing,
             prompt_options,
             graphs,
-            argmax: None,
         })
     }
 
-    /// Buffers and a binding for runs of `tokens` tokens.
-    fn run_buffers(&mut self, tokens: usize) -> Result<RunBuffers> {
-        let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
-        let ids = self.memory.zeros::<i64>(name, &[b, tokens])?;
-        let position = self.memory.zeros::<i64>(name, &[b])?;
-        let mut logits = self.memory.zeros::<f32>(name, &[b, tokens, v])?;
-        let mut binding = self
-            .runtime
-            .session
-            .create_binding()
-            .map_err(|e| failed(name, e))?;
+    /// A binding with the state bound in place (past and present one buffer each).
+    fn state_binding(&mut self) -> Result<IoBinding> {
+        let name = self.name;
         let bind = |e| failed(name, e);
-        binding.bind_input(INPUT_IDS, &ids).map_err(bind)?;
-        binding.bind_input(POSITION, &position).map_err(bind)?;
+        let mut binding = self.runtime.session.create_binding().map_err(bind)?;
         for s in &self.state {
             binding
                 .bind_input(s.past.as_str(), &s.tensor)
@@ -285,8 +301,21 @@ impl BoundStatic {
                 .bind_output(s.present.as_str(), &mut s.tensor)
                 .map_err(bind)?;
         }
+        Ok(binding)
+    }
+
+    /// Buffers and a binding for a prompt of `tokens` tokens.
+    fn prompt_run(&mut self, tokens: usize) -> Result<PromptRun> {
+        let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
+        let bind = |e| failed(name, e);
+        let ids = self.memory.zeros::<i64>(name, &[b, tokens])?;
+        let position = self.memory.zeros::<i64>(name, &[b])?;
+        let mut logits = self.memory.zeros::<f32>(name, &[b, tokens, v])?;
+        let mut binding = self.state_binding()?;
+        binding.bind_input(INPUT_IDS, &ids).map_err(bind)?;
+        binding.bind_input(POSITION, &position).map_err(bind)?;
         binding.bind_output(LOGITS, &mut logits).map_err(bind)?;
-        Ok(RunBuffers {
+        Ok(PromptRun {
             ids,
             position,
             logits,
@@ -295,44 +324,142 @@ impl BoundStatic {
         })
     }
 
-    /// The buffers of the last run.
-    fn last(&self) -> Result<&RunBuffers> {
-        let last = if self.last_was_step {
-            self.step.as_ref()
-        } else {
-            self.prompt.as_ref()
+    /// The step's two sets of inputs, its logits and its two bindings.
+    fn step_buffers(&mut self) -> Result<Step> {
+        let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
+        let bind = |e| failed(name, e);
+        let inputs = |memory: &Memory| -> Result<StepInputs> {
+            Ok(StepInputs {
+                ids: memory.zeros::<i64>(name, &[b, 1])?,
+                position: memory.zeros::<i64>(name, &[b])?,
+                ids_held: None,
+                positions_held: None,
+            })
         };
-        last.ok_or_else(|| Error::Internal("logits read before any run".into()))
+        let mut sets = [inputs(&self.memory)?, inputs(&self.memory)?];
+        let mut logits = self.memory.zeros::<f32>(name, &[b, 1, v])?;
+        let mut bindings = Vec::with_capacity(2);
+        for k in 0..2 {
+            let mut binding = self.state_binding()?;
+            let (read, written) = match &mut sets {
+                [first, second] if k == 0 => (&*first, second),
+                [first, second] => (&*second, first),
+            };
+            binding.bind_input(INPUT_IDS, &read.ids).map_err(bind)?;
+            binding.bind_input(POSITION, &read.position).map_err(bind)?;
+            binding.bind_output(LOGITS, &mut logits).map_err(bind)?;
+            binding
+                .bind_output(NEXT_INPUT_IDS, &mut written.ids)
+                .map_err(bind)?;
+            binding
+                .bind_output(NEXT_POSITION, &mut written.position)
+                .map_err(bind)?;
+            bindings.push(binding);
+        }
+        let [first, second]: [IoBinding; 2] = bindings
+            .try_into()
+            .map_err(|_| Error::Internal("two step bindings".into()))?;
+        let graph = |k: i64| run_options(name, self.graphs.then_some(k));
+        Ok(Step {
+            inputs: sets,
+            logits,
+            bindings: [first, second],
+            options: [graph(0)?, graph(1)?],
+            turn: 0,
+        })
     }
 
-    /// The `ArgMax` session over the step's logits (made on first use).
-    fn device_argmax(&mut self) -> Result<&mut DeviceArgmax> {
-        if self.argmax.is_none() {
-            let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
-            let bytes = argmax_model(b, v)?;
-            let session = cuda_session_from_memory(name, &bytes, self.graphs)?;
-            let step = self
-                .step
-                .as_mut()
-                .ok_or_else(|| Error::Internal("greedy pick before any step".into()))?;
-            let mut binding = session.create_binding().map_err(|e| failed(name, e))?;
-            binding
-                .bind_input(LOGITS, &step.logits)
-                .map_err(|e| failed(name, e))?;
-            binding
-                .bind_output(ARGMAX_OUTPUT, &mut step.ids)
-                .map_err(|e| failed(name, e))?;
-            let options = RunOptions::new().map_err(|e| failed(name, e))?;
-            self.argmax = Some(DeviceArgmax {
-                session,
-                binding,
-                options,
-            });
+    /// A single-token step of `ids` [batch] at `positions`: what its inputs do not already
+    /// hold is written, then its binding runs.
+    fn run_step(&mut self, ids: Vec<i64>, positions: &[i64]) -> Result<()> {
+        if self.step.is_none() {
+            self.step = Some(self.step_buffers()?);
         }
-        self.argmax
+        let step = self
+            .step
             .as_mut()
-            .ok_or_else(|| Error::Internal("no argmax session".into()))
+            .ok_or_else(|| Error::Internal("step buffers missing".into()))?;
+        let k = step.turn;
+        let [first, second] = &mut step.inputs;
+        let (read, written) = if k == 0 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        let mut wrote = false;
+        if read.ids_held.as_ref() != Some(&ids) {
+            read.ids_held = None;
+            self.memory.write(&mut read.ids, &ids)?;
+            read.ids_held = Some(ids);
+            wrote = true;
+        }
+        if read.positions_held.as_deref() != Some(positions) {
+            read.positions_held = None;
+            self.memory.write(&mut read.position, positions)?;
+            read.positions_held = Some(positions.to_vec());
+            wrote = true;
+        }
+        if wrote {
+            self.memory.synchronize()?;
+        }
+        written.ids_held = None;
+        written.positions_held = None;
+        self.last = LastRun::Nothing;
+        run_bound(
+            self.name,
+            &mut self.runtime.session,
+            &step.bindings[k],
+            &step.options[k],
+        )?;
+        written.positions_held = Some(positions.iter().map(|p| p + 1).collect());
+        step.turn = 1 - k;
+        self.last = LastRun::Step;
+        Ok(())
     }
+
+    /// A prompt's run of `ids` [batch, T] at `positions`.
+    fn run_prompt(&mut self, ids: &[i64], tokens: usize, positions: &[i64]) -> Result<()> {
+        if self.prompt.as_ref().is_none_or(|p| p.tokens != tokens) {
+            self.prompt = None;
+            self.prompt = Some(self.prompt_run(tokens)?);
+        }
+        let prompt = self
+            .prompt
+            .as_mut()
+            .ok_or_else(|| Error::Internal("prompt buffers missing".into()))?;
+        self.memory.write(&mut prompt.ids, ids)?;
+        self.memory.write(&mut prompt.position, positions)?;
+        self.memory.synchronize()?;
+        self.last = LastRun::Nothing;
+        run_bound(
+            self.name,
+            &mut self.runtime.session,
+            &prompt.binding,
+            &self.prompt_options,
+        )?;
+        self.last = LastRun::Prompt;
+        Ok(())
+    }
+
+    /// The logits buffer of the last run and its T.
+    fn last_logits(&self) -> Result<(&Tensor<f32>, usize)> {
+        match (self.last, &self.step, &self.prompt) {
+            (LastRun::Step, Some(step), _) => Ok((&step.logits, 1)),
+            (LastRun::Prompt, _, Some(prompt)) => Ok((&prompt.logits, prompt.tokens)),
+            _ => Err(Error::Internal("logits read before any run".into())),
+        }
+    }
+}
+
+/// Run options with the CUDA graph id `graph` (−1: run uncaptured), if any.
+fn run_options(name: &str, graph: Option<i64>) -> Result<RunOptions> {
+    let mut options = RunOptions::new().map_err(|e| failed(name, e))?;
+    if let Some(id) = graph {
+        options
+            .set("gpu_graph_id", id.to_string())
+            .map_err(|e| failed(name, e))?;
+    }
+    Ok(options)
 }
 
 /// Runs `binding` on `session`. ort's `run_binding` also asks ONNX Runtime for every bound
@@ -353,32 +480,6 @@ fn run_bound(
     unsafe { ort::Error::result_from_status(status) }.map_err(|e| failed(name, e))
 }
 
-/// The output of the argmax model.
-const ARGMAX_OUTPUT: &str = "next_ids";
-
-/// A one-node model: `logits` f32 [batch, 1, vocab] → `next_ids` = ArgMax over the
-/// vocabulary, i64 [batch, 1] (the first largest, as the host's greedy pick).
-fn argmax_model(batch: usize, vocab: usize) -> Result<Vec<u8>> {
-    let mut g = GraphBuilder::new(17)?;
-    let logits = g.input(
-        LOGITS,
-        ElemType::F32,
-        vec![Dim::Fixed(batch), Dim::Fixed(1), Dim::Fixed(vocab)],
-    )?;
-    let ids = g.arg_max("argmax", &logits, 2)?;
-    let ids = g.rename(&ids, ARGMAX_OUTPUT)?;
-    let graph = g.finish("greedy", vec![ids]);
-    encode_model_to_vec(
-        &graph,
-        &ModelInfo {
-            producer_name: "gmlp-onnx".into(),
-            producer_version: env!("CARGO_PKG_VERSION").into(),
-            doc_string: "greedy pick on the device".into(),
-            metadata: Vec::new(),
-        },
-    )
-}
-
 impl StaticSession for BoundStatic {
     fn name(&self) -> &str {
         self.name
@@ -387,7 +488,7 @@ impl StaticSession for BoundStatic {
     fn note(&self) -> Option<String> {
         self.graphs.then(|| {
             format!(
-                "state, ids, positions and logits on the device; each step of {} sequences replays one CUDA graph",
+                "state, ids, positions and logits on the device; each step of {} sequences replays a CUDA graph that also picks the greedy tokens",
                 self.layout.batch
             )
         })
@@ -403,51 +504,27 @@ impl StaticSession for BoundStatic {
             )));
         }
         let ids: Vec<i64> = ids.iter().copied().collect();
-        let name = self.name;
-        let ids_there = t == 1 && self.ids_on_device.as_ref() == Some(&ids);
-        let buffers = if t == 1 {
-            if self.step.is_none() {
-                self.step = Some(self.run_buffers(1)?);
-            }
-            self.step.as_mut()
+        if t == 1 {
+            self.run_step(ids, positions)
         } else {
-            if self.prompt.as_ref().is_none_or(|p| p.tokens != t) {
-                self.prompt = None;
-                self.prompt = Some(self.run_buffers(t)?);
-            }
-            self.prompt.as_mut()
+            self.run_prompt(&ids, t, positions)
         }
-        .ok_or_else(|| Error::Internal("run buffers missing".into()))?;
-        if !ids_there {
-            self.memory.write(&mut buffers.ids, &ids)?;
-        }
-        self.memory.write(&mut buffers.position, positions)?;
-        self.memory.synchronize()?;
-        let options = if t == 1 {
-            &self.step_options
-        } else {
-            &self.prompt_options
-        };
-        self.ids_on_device = None;
-        run_bound(name, &mut self.runtime.session, &buffers.binding, options)?;
-        self.last_was_step = t == 1;
-        Ok(())
     }
 
     fn logits(&mut self) -> Result<Array3<f32>> {
-        let last = self.last()?;
-        let (b, t, v) = (self.layout.batch, last.tokens, self.layout.vocab);
+        let (logits, t) = self.last_logits()?;
+        let (b, v) = (self.layout.batch, self.layout.vocab);
         let mut out = Array3::zeros((b, t, v));
         let slice = out
             .as_slice_mut()
             .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-        self.memory.read(&last.logits, 0, slice)?;
+        self.memory.read(logits, 0, slice)?;
         Ok(out)
     }
 
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        let last = self.last()?;
-        let (b, t, v) = (self.layout.batch, last.tokens, self.layout.vocab);
+        let (logits, t) = self.last_logits()?;
+        let (b, v) = (self.layout.batch, self.layout.vocab);
         if rows.len() != b || rows.iter().any(|&r| r >= t) {
             return Err(Error::Internal(format!(
                 "rows {rows:?} of a run of {t} tokens"
@@ -458,25 +535,22 @@ impl StaticSession for BoundStatic {
             let slice = row
                 .as_slice_mut()
                 .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-            self.memory.read(&last.logits, (k * t + r) * v, slice)?;
+            self.memory.read(logits, (k * t + r) * v, slice)?;
         }
         Ok(out)
     }
 
     fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
-        if matches!(self.memory, Memory::Host) || !self.last_was_step {
+        let (LastRun::Step, Some(step)) = (self.last, self.step.as_mut()) else {
             return Ok(None);
+        };
+        let next = &mut step.inputs[step.turn];
+        if let Some(ids) = &next.ids_held {
+            return Ok(Some(ids.clone()));
         }
-        let name = self.name;
-        let argmax = self.device_argmax()?;
-        run_bound(name, &mut argmax.session, &argmax.binding, &argmax.options)?;
         let mut ids = vec![0i64; self.layout.batch];
-        let step = self
-            .step
-            .as_ref()
-            .ok_or_else(|| Error::Internal("greedy pick before any step".into()))?;
-        self.memory.read(&step.ids, 0, &mut ids)?;
-        self.ids_on_device = Some(ids.clone());
+        self.memory.read(&next.ids, 0, &mut ids)?;
+        next.ids_held = Some(ids.clone());
         Ok(Some(ids))
     }
 

@@ -1,0 +1,176 @@
+//! The model a static-state session of ONNX Runtime runs: the file's graph with two more
+//! outputs, so that a step's run leaves the next step's inputs where they are read, with
+//! no work on the host in between (the way onnxruntime-genai picks tokens on the device
+//! and advances its positions by a kernel rather than from the host):
+//!
+//! - `next_input_ids` = `ArgMax(logits)` over the vocabulary, [batch, T]: every row's
+//!   greedy token (the first largest logit, as the host's pick);
+//! - `next_position` = `position + 1`, [batch]: where a single-token step goes next.
+//!
+//! A step's binding writes them into the `input_ids` and `position` buffers of the step
+//! after it (two sets of buffers used in turn, see bound.rs); a prompt's run leaves them
+//! unbound. The file itself is not changed: the edited copy is loaded from memory.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::gmlp::decoding::POSITION;
+use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
+use crate::onnx::reader::read_model;
+
+/// The greedy tokens of a run, [batch, T].
+pub(crate) const NEXT_INPUT_IDS: &str = "next_input_ids";
+/// `position + 1`, [batch].
+pub(crate) const NEXT_POSITION: &str = "next_position";
+/// The constant 1 of [`NEXT_POSITION`].
+const ONE: &str = "next_position/one";
+
+/// The static-state model `path` with the outputs [`NEXT_INPUT_IDS`] and
+/// [`NEXT_POSITION`] added, encoded.
+pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
+    let mut model = read_model(path)?;
+    let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
+    let mut edit =
+        ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
+    let taken = edit.value_names();
+    if let Some(name) = [NEXT_INPUT_IDS, NEXT_POSITION, ONE]
+        .into_iter()
+        .find(|n| taken.contains(*n))
+    {
+        return Err(bad(format!(
+            "the graph already has a value named {name}, which static-state decoding adds"
+        )));
+    }
+    for needed in [INPUT_IDS, POSITION] {
+        if !taken.contains(needed) {
+            return Err(bad(format!("the graph has no input {needed}")));
+        }
+    }
+    edit.add_i64_initializer(ONE, &[1]);
+    edit.wrap_nodes(
+        &[],
+        &[
+            arg_max_node("next_input_ids/argmax", LOGITS, -1, NEXT_INPUT_IDS),
+            add_node("next_position/add", POSITION, ONE, NEXT_POSITION),
+        ],
+    );
+    if !(edit.add_output_like(NEXT_INPUT_IDS, INPUT_IDS)
+        && edit.add_output_like(NEXT_POSITION, POSITION))
+    {
+        return Err(bad(format!(
+            "the graph does not declare {INPUT_IDS} and {POSITION} as inputs"
+        )));
+    }
+    Ok(prost::Message::encode_to_vec(&model))
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{Array1, Array2, ArrayD, IxDyn};
+
+    use super::*;
+    use crate::gmlp::sampling::argmax;
+    use crate::gmlp::SequenceMode;
+    use crate::onnx::proto::{GraphProto, ModelProto};
+    use crate::runtime::decoder::DecodingModel;
+    use crate::runtime::testing::write_tiny;
+    use crate::runtime::{open, RuntimeKind, RuntimeOptions};
+    use crate::tensor::{NamedTensor, TensorValue};
+
+    fn output_names(g: &GraphProto) -> Vec<String> {
+        g.output.iter().map(|o| o.name().to_string()).collect()
+    }
+
+    /// The edit of a built static-state model: the two outputs after the file's own,
+    /// declared like the inputs they feed, computed by two nodes appended last.
+    #[test]
+    fn a_static_model_gains_the_two_step_outputs_after_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let before = read_model(&path).unwrap().graph.unwrap();
+        let bytes = step_model(&path).unwrap();
+        let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
+        let after = after.graph.unwrap();
+        let mut expected = output_names(&before);
+        expected.extend([NEXT_INPUT_IDS.to_string(), NEXT_POSITION.to_string()]);
+        assert_eq!(output_names(&after), expected);
+        let declared = |list: &[crate::onnx::proto::ValueInfoProto], name: &str| {
+            list.iter()
+                .find(|v| v.name() == name)
+                .unwrap()
+                .r#type
+                .clone()
+        };
+        assert_eq!(
+            declared(&after.output, NEXT_INPUT_IDS),
+            declared(&after.input, INPUT_IDS)
+        );
+        assert_eq!(
+            declared(&after.output, NEXT_POSITION),
+            declared(&after.input, POSITION)
+        );
+        let last: Vec<&str> = after
+            .node
+            .iter()
+            .rev()
+            .take(2)
+            .map(|n| n.op_type())
+            .collect();
+        assert_eq!(last, ["Add", "ArgMax"]);
+        assert_eq!(after.node.len(), before.node.len() + 2);
+        // Editing twice is refused: the names are taken.
+        let twice = dir.path().join("twice.onnx");
+        std::fs::write(&twice, &bytes).unwrap();
+        let err = step_model(&twice).unwrap_err().to_string();
+        assert!(
+            err.contains("already has a value named next_input_ids"),
+            "{err}"
+        );
+    }
+
+    /// tract runs the edited graph: its greedy tokens are the host's pick from its logits
+    /// at every row, and its next positions are one past the given ones.
+    #[test]
+    fn the_step_outputs_are_the_greedy_tokens_and_the_next_positions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let edited = dir.path().join("step.onnx");
+        std::fs::write(&edited, step_model(&path).unwrap()).unwrap();
+        let model = DecodingModel::of(&read_model(&path).unwrap()).unwrap();
+        let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
+        let mut inputs = vec![
+            NamedTensor {
+                name: INPUT_IDS.into(),
+                value: TensorValue::I64(ids.into_dyn()),
+            },
+            NamedTensor {
+                name: POSITION.into(),
+                value: TensorValue::I64(Array1::from(vec![0i64, 4]).into_dyn()),
+            },
+        ];
+        let n = model.info.max_sequence;
+        inputs.extend(model.info.state.iter().map(|s| NamedTensor {
+            name: s.past.clone(),
+            value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, n, s.width]))),
+        }));
+        let mut rt = open(RuntimeKind::Tract, &edited, &RuntimeOptions::default()).unwrap();
+        let out = rt.run(&inputs).unwrap();
+        let find = |name: &str| &out.iter().find(|o| o.name == name).unwrap().value;
+        let (TensorValue::F32(logits), TensorValue::I64(next), TensorValue::I64(position)) =
+            (find(LOGITS), find(NEXT_INPUT_IDS), find(NEXT_POSITION))
+        else {
+            panic!("output types")
+        };
+        assert_eq!(next.shape(), [2, 3]);
+        for b in 0..2 {
+            for t in 0..3 {
+                let row: Vec<f32> = (0..50).map(|v| logits[[b, t, v]]).collect();
+                assert_eq!(next[[b, t]], argmax(&row) as i64, "row {b}, {t}");
+            }
+        }
+        let distinct: std::collections::BTreeSet<i64> = next.iter().copied().collect();
+        assert!(distinct.len() >= 3, "tokens that vary: {next:?}");
+        assert_eq!(position.iter().copied().collect::<Vec<_>>(), [1, 5]);
+    }
+}
