@@ -211,6 +211,19 @@ def summary_main(args):
         t, m = ours.get(f"{tag}_b8_tokens_per_s"), ours.get(f"{tag}_b8_median_tokens_per_s")
         if t and m:
             print(f"{tag} batch 8: gmlp-onnx {m:.0f} tokens/s at the median step, {t:.0f} over all 63 steps (warm-up and capture included)")
+    # Issue 30's GPU goals, on the ort-gpu file (static24), at the median step.
+    step1, tps8 = ours.get("static24_b1_step_ms"), ours.get("static24_b8_median_tokens_per_s")
+    if step1 is not None:
+        print(f"goal static24 batch-1 step <= 0.5 ms: {step1:.3f} ms, {'met' if step1 <= 0.5 else 'MISSED'}")
+    if tps8 is not None:
+        print(f"goal static24 batch-8 >= 9,000 tokens/s: {tps8:.0f}, {'met' if tps8 >= 9000 else 'MISSED'}")
+    dev, py = ours.get("validate_device_ms"), ort_.get("whole_logits_on_device_ms")
+    if dev is not None and py:
+        print(f"goal whole forward on the device <= 1.1x ONNX Runtime's: {dev / py:.2f}x, {'met' if dev <= 1.1 * py else 'MISSED'}")
+    for k, v in ours.items():
+        # What generate said it did (e.g. "CUDA graphs off: ..." when ONNX Runtime refused them).
+        if k.endswith("_note") or k.endswith("_error"):
+            print(f"{k}: {v}")
     for k, v in ours.items():
         if k.startswith("check_"):
             print(f"{k}: {v}")
