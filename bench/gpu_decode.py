@@ -211,7 +211,8 @@ def summary_main(args):
         t, m = ours.get(f"{tag}_b8_tokens_per_s"), ours.get(f"{tag}_b8_median_tokens_per_s")
         if t and m:
             print(f"{tag} batch 8: gmlp-onnx {m:.0f} tokens/s at the median step, {t:.0f} over all 63 steps (warm-up and capture included)")
-    # Issue 30's GPU goals, on the ort-gpu file (static24), at the median step.
+    # The GPU goals of BENCHMARKS.md ("Generation on the GPU"), on the ort-gpu file (static24),
+    # at the median step.
     step1, tps8 = ours.get("static24_b1_step_ms"), ours.get("static24_b8_median_tokens_per_s")
     if step1 is not None:
         print(f"goal static24 batch-1 step <= 0.5 ms: {step1:.3f} ms, {'met' if step1 <= 0.5 else 'MISSED'}")
