@@ -363,18 +363,18 @@ mod with_onnxruntime {
         assert!(distinct.len() >= 6, "continuations that vary: {expected:?}");
         let expected_sampled = generate(RuntimeKind::Tract, &tract_file, sampled);
         assert_ne!(expected_sampled, expected, "sampling differs from greedy");
-        for opset in [17, 24] {
-            let path = write_for(
-                &cfg,
-                source.clone(),
-                SequenceMode::Static,
-                &BuildTarget::at_opset(opset),
-                dir.path(),
-                &format!("o{opset}.onnx"),
-            );
-            let got = generate(RuntimeKind::OrtCpu, &path, Sampling::GREEDY);
+        let opset24 = write_for(
+            &cfg,
+            source.clone(),
+            SequenceMode::Static,
+            &BuildTarget::at_opset(24),
+            dir.path(),
+            "s24.onnx",
+        );
+        for (opset, path) in [(17, &tract_file), (24, &opset24)] {
+            let got = generate(RuntimeKind::OrtCpu, path, Sampling::GREEDY);
             assert_eq!(got, expected, "opset {opset} greedy");
-            let got = generate(RuntimeKind::OrtCpu, &path, sampled);
+            let got = generate(RuntimeKind::OrtCpu, path, sampled);
             assert_eq!(got, expected_sampled, "opset {opset} sampled");
         }
         let model = gmlp_onnx::gmlp::export::export_for(
