@@ -231,6 +231,16 @@ def summary_main(args):
     for k, v in ort_.items():
         if k.endswith("_error"):
             print(f"ORT {k}: {v}")
+    genai = load("genai.json")
+    if genai:
+        ours_ms = genai.get("gmlp_onnx_step_ms")
+        for name in ["genai", "genai_cuda_graph"]:
+            ms = genai.get(f"{name}_step_ms")
+            if ms is not None and ours_ms:
+                print(f"onnxruntime-genai ({name}) step, batch 1, static17 folder: {ms:.3f} ms vs gmlp-onnx "
+                      f"{ours_ms:.3f} ms ({ms / ours_ms:.2f}x); tokens equal: {genai.get(name + '_tokens_equal')}")
+            if genai.get(f"{name}_error"):
+                print(f"genai {name}_error: {genai[name + '_error']}")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,16 @@ step compare-static17 "$bin" generate "$m/static17.onnx" --prompt-ids "$prompt" 
 step compare-static24 "$bin" generate "$m/static24.onnx" --prompts-file "$out/prompts8.txt" \
   --max-new-tokens 16 --compare ort-cpu,$rt --json -q > "$out/json/compare-static24.json"
 
+# onnxruntime-genai-cuda's step on the genai folder of the same static17 model, next to ours
+# (bench/genai_decode.py; runs when its Python package can be imported: BENCHMARKS.md says
+# how it travels to the GPU machine).
+if python3 -c "import onnxruntime_genai" 2>/dev/null; then
+  step genai python3 "$here/genai_decode.py" "$bin" "$m/genai" --device "${GPU_DECODE_DEVICE:-cuda}" \
+    --rounds 3 > "$out/genai.json"
+else
+  echo "=== genai: onnxruntime_genai not importable, skipped" >&2
+fi
+
 # The third-party fixtures: whole forward tract vs ort-cuda and vs the upstream outputs; causal
 # ones also with past (the decoding check, then generation on ort-cuda vs upstream's greedy).
 python3 - "$fix/fixtures.json" > "$out/fixtures.list" <<'PY'

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cli::generate::run(args),
         Command::Inspect { model, json, plot } => cli::inspect::run(&model, json, plot.as_deref()),
         Command::Triton(args) => cli::triton::run(args),
+        Command::Genai(args) => cli::genai::run(args),
         Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
     })
 }

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
-use gmlp_onnx::runtime::generator::{Generation, Generator, Sampling};
+use gmlp_onnx::runtime::generator::{Generation, Generator, Sampling, StopReason};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
@@ -53,6 +53,12 @@ pub struct GenerateArgs {
     /// Sample among the k most likely tokens.
     #[arg(long)]
     pub top_k: Option<usize>,
+    /// Sample among the fewest most likely tokens whose probabilities add up to p (after --top-k; 0 < p <= 1).
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Stop a sequence at this token (included in its tokens) [default: the model's own end token (build --eos-token-id), else none].
+    #[arg(long, value_name = "ID")]
+    pub eos_token_id: Option<i64>,
     /// Seed of the sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -84,6 +90,8 @@ struct GenerationReport {
     state_in_place: bool,
     prompt_tokens: usize,
     tokens: Vec<i64>,
+    /// Why the sequence stopped: `end_token` (its last token) or `max_new_tokens`.
+    stopped: StopReason,
     /// Time to the first new token: the prompt's run and the first pick.
     prefill_ms: f64,
     prefill_tokens_per_s: f64,
@@ -191,6 +199,9 @@ pub(crate) fn generate_on(
     let note = announce_note(&decoder);
     let (mode, state_in_place) = (decoder.model().info.mode.as_str(), decoder.in_place());
     let mut generator = Generator::new(decoder, sampling(a))?;
+    if a.eos_token_id.is_some() {
+        generator = generator.with_end_token(a.eos_token_id)?;
+    }
     let target = if a.quiet || a.json {
         ProgressDrawTarget::hidden()
     } else {
@@ -220,6 +231,7 @@ pub(crate) fn sampling(a: &GenerateArgs) -> Sampling {
     Sampling {
         temperature: a.temperature,
         top_k: a.top_k,
+        top_p: a.top_p,
         seed: a.seed,
     }
 }
@@ -269,6 +281,11 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             state_in_place: r.state_in_place,
             prompt_tokens: prompt.len(),
             tokens: g.tokens.first().cloned().unwrap_or_default(),
+            stopped: g
+                .stopped
+                .first()
+                .copied()
+                .unwrap_or(StopReason::MaxNewTokens),
             prefill_ms: g.prefill_ms,
             prefill_tokens_per_s: prompt.len() as f64 / (g.prefill_ms / 1e3),
             steps: g.step_ms.len(),
@@ -284,6 +301,9 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         for g in &results {
             println!("{} ({} model):", g.runtime, g.mode);
             println!("{}", show_tokens(&g.tokens, model.vocab_size));
+            if g.stopped == StopReason::EndToken {
+                println!("stopped at the end token");
+            }
             println!(
                 "prefill: {} tokens in {:.1} ms ({:.0} tokens/s)",
                 g.prompt_tokens, g.prefill_ms, g.prefill_tokens_per_s

@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod doctor;
+pub mod genai;
 pub mod generate;
 pub mod inspect;
 pub mod presets;
@@ -81,6 +82,8 @@ pub enum Command {
     },
     /// Put an existing ONNX file into a Triton Inference Server model repository.
     Triton(triton::TritonArgs),
+    /// Write an onnxruntime-genai model folder (og.Model(DIR)) for a static-state causal model.
+    Genai(genai::GenaiArgs),
 }
 
 /// The runtimes of a comma-separated runtime list, each once, in their first order

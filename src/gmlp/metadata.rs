@@ -31,6 +31,10 @@ pub const TARGET_KEY: &str = "gmlp_onnx.target";
 /// and widths and the state bytes per token per block; absent for fixed-length models.
 pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
 
+/// The token that ends a sequence, when the model has one (`build --eos-token-id`): the
+/// id as decimal text. `generate` stops a sequence there, and a genai folder declares it.
+pub const END_TOKEN_KEY: &str = "gmlp_onnx.end_token";
+
 /// How a weight-quantized model's weights are stored (`--dtype int4`,
 /// `int8-weight-only`): per group of
 /// parameters the operator, bits, block size and scale rule, and what stays float; see

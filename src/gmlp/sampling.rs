@@ -1,6 +1,9 @@
 //! Choosing the next token from a row of logits: greedy (argmax), or sampling from the
-//! softmax at a temperature, optionally restricted to the k most likely tokens, drawn from
-//! a seeded SplitMix64 stream so that a run can be repeated (and compared across runtimes).
+//! softmax at a temperature, optionally restricted to the k most likely tokens and then to
+//! the smallest set of most likely tokens whose probability reaches p (nucleus sampling,
+//! Holtzman et al. 2020; the order of onnxruntime-genai's top-k-then-top-p search), drawn
+//! from a seeded SplitMix64 stream so that a run can be repeated (and compared across
+//! runtimes).
 
 use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
@@ -9,14 +12,26 @@ use crate::rng::SplitMix64;
 pub struct Sampler {
     temperature: f64,
     top_k: Option<usize>,
+    top_p: Option<f64>,
     rng: SplitMix64,
 }
 
 impl Sampler {
-    /// Greedy when `temperature` is 0 (and no `top_k`); otherwise samples at `temperature`
-    /// (> 0, default 1 when only `top_k` is given) among the `top_k` most likely tokens.
-    pub fn new(temperature: Option<f64>, top_k: Option<usize>, seed: u64) -> Result<Sampler> {
-        let temperature = temperature.unwrap_or(if top_k.is_some() { 1.0 } else { 0.0 });
+    /// Greedy when `temperature` is 0 (and no `top_k` or `top_p`); otherwise samples at
+    /// `temperature` (> 0, default 1 when only `top_k` or `top_p` is given) among the
+    /// `top_k` most likely tokens, and among those the fewest most likely whose
+    /// probabilities add up to `top_p` (0 < p ≤ 1).
+    pub fn new(
+        temperature: Option<f64>,
+        top_k: Option<usize>,
+        top_p: Option<f64>,
+        seed: u64,
+    ) -> Result<Sampler> {
+        let temperature = temperature.unwrap_or(if top_k.is_some() || top_p.is_some() {
+            1.0
+        } else {
+            0.0
+        });
         if !(temperature.is_finite() && temperature >= 0.0) {
             return Err(Error::InvalidArgument(
                 "--temperature must be a finite number >= 0".into(),
@@ -25,9 +40,15 @@ impl Sampler {
         if top_k == Some(0) {
             return Err(Error::InvalidArgument("--top-k must be at least 1".into()));
         }
+        if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            return Err(Error::InvalidArgument(
+                "--top-p must be a probability in (0, 1]".into(),
+            ));
+        }
         Ok(Sampler {
             temperature,
             top_k,
+            top_p,
             rng: SplitMix64::keyed(seed, "sampling"),
         })
     }
@@ -50,11 +71,25 @@ impl Sampler {
         }
         let kept = &order[..self.top_k.unwrap_or(order.len()).min(order.len())];
         let max = f64::from(logits[kept[0]]);
-        let weights: Vec<f64> = kept
+        let mut weights: Vec<f64> = kept
             .iter()
             .map(|&i| ((f64::from(logits[i]) - max) / self.temperature).exp())
             .collect();
-        let total: f64 = weights.iter().sum();
+        let mut total: f64 = weights.iter().sum();
+        if let Some(p) = self.top_p {
+            // The fewest most likely tokens whose probability reaches p (at least one).
+            let mut sum = 0.0;
+            let keep = weights
+                .iter()
+                .position(|w| {
+                    sum += w;
+                    sum >= p * total
+                })
+                .map_or(weights.len(), |k| k + 1);
+            weights.truncate(keep);
+            total = weights.iter().sum();
+        }
+        let kept = &kept[..weights.len()];
         let mut draw = self.rng.next_f64() * total;
         for (&id, w) in kept.iter().zip(&weights) {
             if draw < *w {
@@ -89,15 +124,17 @@ mod tests {
     #[test]
     fn greedy_takes_the_argmax_and_sampling_repeats_with_the_seed() {
         let logits = [0.1f32, 2.0, -1.0, 2.0, 1.5];
-        let mut greedy = Sampler::new(None, None, 0).unwrap();
+        let mut greedy = Sampler::new(None, None, None, 0).unwrap();
         assert!(greedy.is_greedy());
         assert_eq!(greedy.pick(&logits), 1, "first of the tied maxima");
         assert_eq!(
-            Sampler::new(Some(0.7), Some(1), 3).unwrap().pick(&logits),
+            Sampler::new(Some(0.7), Some(1), None, 3)
+                .unwrap()
+                .pick(&logits),
             1
         );
         let draw = |seed| {
-            let mut s = Sampler::new(Some(1.0), Some(3), seed).unwrap();
+            let mut s = Sampler::new(Some(1.0), Some(3), None, seed).unwrap();
             (0..200).map(|_| s.pick(&logits)).collect::<Vec<_>>()
         };
         let a = draw(5);
@@ -109,10 +146,40 @@ mod tests {
         // Frequencies follow the softmax: p(4) = e^-0.5 / (2 + e^-0.5) ≈ 0.23.
         let fours = a.iter().filter(|&&t| t == 4).count() as f64 / a.len() as f64;
         assert!((fours - 0.233).abs() < 0.08, "{fours}");
-        assert!(Sampler::new(Some(-1.0), None, 0).is_err());
-        assert!(Sampler::new(Some(f64::NAN), None, 0).is_err());
-        assert!(Sampler::new(None, Some(0), 0).is_err());
-        let mut s = Sampler::new(None, None, 0).unwrap();
+        assert!(Sampler::new(Some(-1.0), None, None, 0).is_err());
+        assert!(Sampler::new(Some(f64::NAN), None, None, 0).is_err());
+        assert!(Sampler::new(None, Some(0), None, 0).is_err());
+        for p in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(Sampler::new(None, None, Some(p), 0).is_err(), "top_p {p}");
+        }
+        let mut s = Sampler::new(None, None, None, 0).unwrap();
         assert_eq!(s.pick(&[f32::NAN, 1.0]), 1);
+    }
+
+    #[test]
+    fn top_p_keeps_the_fewest_most_likely_tokens_reaching_p() {
+        // Probabilities at temperature 1: softmax(ln 0.5, ln 0.3, ln 0.15, ln 0.05).
+        let logits = [0.5f32.ln(), 0.3f32.ln(), 0.15f32.ln(), 0.05f32.ln()];
+        let draw = |p: f64, seed| {
+            let mut s = Sampler::new(None, None, Some(p), seed).unwrap();
+            assert!(!s.is_greedy());
+            (0..400).map(|_| s.pick(&logits)).collect::<Vec<_>>()
+        };
+        // p = 0.75: 0.5 + 0.3 reaches it, so tokens 0 and 1 only, in ratio 5:3.
+        let a = draw(0.75, 1);
+        assert!(a.iter().all(|&t| t < 2), "only the nucleus");
+        let zeros = a.iter().filter(|&&t| t == 0).count() as f64 / a.len() as f64;
+        assert!((zeros - 0.625).abs() < 0.08, "{zeros}");
+        // p = 0.4 is reached by the first token alone.
+        assert!(draw(0.4, 2).iter().all(|&t| t == 0));
+        // p = 1 keeps every token, each drawn sometimes.
+        let all = draw(1.0, 3);
+        for t in 0..4 {
+            assert!(all.contains(&t), "token {t} never drawn");
+        }
+        // top-k first, then top-p within it: k = 3, p = 0.9 of (0.5, 0.3, 0.15)/0.95.
+        let mut s = Sampler::new(None, Some(3), Some(0.9), 4).unwrap();
+        let picks: Vec<usize> = (0..400).map(|_| s.pick(&logits)).collect();
+        assert!(picks.iter().all(|&t| t < 3) && picks.contains(&2));
     }
 }

@@ -121,19 +121,7 @@ impl<'m> ModelEdit<'m> {
     /// Declares the graph output `name`: a tensor of element type `elem` and shape `shape`
     /// (a node added by the edit must compute it).
     pub fn add_output(&mut self, name: &str, elem: DataType, shape: &[Dim]) {
-        self.graph.output.push(onnx::ValueInfoProto {
-            name: Some(name.to_string()),
-            r#type: Some(onnx::TypeProto {
-                value: Some(onnx::type_proto::Value::TensorType(
-                    onnx::type_proto::Tensor {
-                        elem_type: Some(elem as i32),
-                        shape: Some(shape_proto(shape)),
-                    },
-                )),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        self.graph.output.push(tensor_value_info(name, elem, shape));
     }
 
     /// Declares the graph output `name` with the declared type and shape of the graph input
@@ -186,12 +174,184 @@ impl<'m> ModelEdit<'m> {
         }
     }
 
+    /// Places `nodes` immediately before the node that computes `value` (so they may read
+    /// what that node reads); false when no node computes it.
+    pub fn insert_before(&mut self, value: &str, nodes: &[Node]) -> bool {
+        self.insert_at(value, nodes, 0)
+    }
+
+    /// Places `nodes` immediately after the node that computes `value` (so they may read
+    /// it); false when no node computes it.
+    pub fn insert_after(&mut self, value: &str, nodes: &[Node]) -> bool {
+        self.insert_at(value, nodes, 1)
+    }
+
+    fn insert_at(&mut self, value: &str, nodes: &[Node], offset: usize) -> bool {
+        let Some(at) = self.producer_index(value) else {
+            return false;
+        };
+        let tail = self.graph.node.split_off(at + offset);
+        self.graph.node.extend(nodes.iter().map(node_proto));
+        self.graph.node.extend(tail);
+        true
+    }
+
+    fn producer_index(&self, value: &str) -> Option<usize> {
+        self.graph
+            .node
+            .iter()
+            .position(|n| n.output.iter().any(|o| o == value))
+    }
+
+    /// The node that computes `value`, if any.
+    pub fn producer(&self, value: &str) -> Option<&onnx::NodeProto> {
+        self.producer_index(value).map(|i| &self.graph.node[i])
+    }
+
+    /// The nodes that read `value`.
+    pub fn readers(&self, value: &str) -> Vec<&onnx::NodeProto> {
+        self.graph
+            .node
+            .iter()
+            .filter(|n| n.input.iter().any(|i| i == value))
+            .collect()
+    }
+
+    /// Renames the output `from` of the node that computes it to `to`, and nothing else:
+    /// the nodes that read `from` keep reading `from` (a node added after it must compute
+    /// `from` again, e.g. from `to`).
+    pub fn rename_producer_output(&mut self, from: &str, to: &str) {
+        if let Some(i) = self.producer_index(from) {
+            for o in self.graph.node[i].output.iter_mut().filter(|o| *o == from) {
+                *o = to.to_string();
+            }
+        }
+    }
+
+    /// Replaces input `index` of the node that computes `value` by `input` (nothing happens
+    /// when no node computes `value` or it has fewer inputs).
+    pub fn set_producer_input(&mut self, value: &str, index: usize, input: &str) {
+        if let Some(i) = self.producer_index(value) {
+            if let Some(slot) = self.graph.node[i].input.get_mut(index) {
+                *slot = input.to_string();
+            }
+        }
+    }
+
+    /// Sets the integer attribute `attribute` of the node that computes `value` (added when
+    /// the node has none).
+    pub fn set_producer_int_attribute(&mut self, value: &str, attribute: &str, to: i64) {
+        let Some(i) = self.producer_index(value) else {
+            return;
+        };
+        let n = &mut self.graph.node[i];
+        match n.attribute.iter_mut().find(|a| a.name() == attribute) {
+            Some(a) => a.i = Some(to),
+            None => n.attribute.push(onnx::AttributeProto {
+                name: Some(attribute.to_string()),
+                r#type: Some(onnx::attribute_proto::AttributeType::Int as i32),
+                i: Some(to),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Renames the graph input `from` to `to`, in its declaration and in every node that
+    /// reads it.
+    pub fn rename_input(&mut self, from: &str, to: &str) {
+        for v in self.graph.input.iter_mut().filter(|v| v.name() == from) {
+            v.name = Some(to.to_string());
+        }
+        self.redirect_reads(from, to);
+    }
+
+    /// Declares the graph input `name`: a tensor of element type `elem` and shape `shape`.
+    pub fn add_input(&mut self, name: &str, elem: DataType, shape: &[Dim]) {
+        self.graph.input.push(tensor_value_info(name, elem, shape));
+    }
+
+    /// Removes the graph input `name` from the interface (a node added by the edit must
+    /// then compute the value, or no node may read it).
+    pub fn remove_input(&mut self, name: &str) {
+        self.graph.input.retain(|v| v.name() != name);
+    }
+
+    /// Removes the graph output `name` from the interface (the value stays computed).
+    pub fn remove_output(&mut self, name: &str) {
+        self.graph.output.retain(|v| v.name() != name);
+    }
+
+    /// Declares graph output `name` with the shape `shape` instead of its own (nothing
+    /// happens when there is no such output; its element type stays).
+    pub fn set_output_shape(&mut self, name: &str, shape: &[Dim]) {
+        for v in self.graph.output.iter_mut().filter(|v| v.name() == name) {
+            if let Some(onnx::type_proto::Value::TensorType(t)) =
+                v.r#type.as_mut().and_then(|t| t.value.as_mut())
+            {
+                t.shape = Some(shape_proto(shape));
+            }
+        }
+    }
+
+    /// Adds the i64 scalar `value` as the initializer `name` (dims `[]`).
+    pub fn add_i64_scalar_initializer(&mut self, name: &str, value: i64) {
+        self.graph.initializer.push(onnx::TensorProto {
+            name: Some(name.to_string()),
+            data_type: Some(DataType::Int64 as i32),
+            dims: vec![],
+            int64_data: vec![value],
+            ..Default::default()
+        });
+    }
+
+    /// Adds the scalar `value` of the float type `elem` (float32 or float16) as the
+    /// initializer `name` (dims `[]`); false for another type.
+    pub fn add_float_scalar_initializer(&mut self, name: &str, elem: DataType, value: f32) -> bool {
+        let mut t = onnx::TensorProto {
+            name: Some(name.to_string()),
+            data_type: Some(elem as i32),
+            dims: vec![],
+            ..Default::default()
+        };
+        match elem {
+            DataType::Float => t.float_data = vec![value],
+            // float16 values are stored as their bit patterns in int32_data.
+            DataType::Float16 => {
+                t.int32_data = vec![i32::from(half::f16::from_f32(value).to_bits())]
+            }
+            _ => return false,
+        }
+        self.graph.initializer.push(t);
+        true
+    }
+
+    /// Removes the metadata properties `key`.
+    pub fn remove_metadata(&mut self, key: &str) {
+        self.metadata.retain(|p| p.key() != key);
+    }
+
     /// Appends the metadata property `key` = `value`.
     pub fn add_metadata(&mut self, key: &str, value: &str) {
         self.metadata.push(onnx::StringStringEntryProto {
             key: Some(key.to_string()),
             value: Some(value.to_string()),
         });
+    }
+}
+
+fn tensor_value_info(name: &str, elem: DataType, shape: &[Dim]) -> onnx::ValueInfoProto {
+    onnx::ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(onnx::TypeProto {
+            value: Some(onnx::type_proto::Value::TensorType(
+                onnx::type_proto::Tensor {
+                    elem_type: Some(elem as i32),
+                    shape: Some(shape_proto(shape)),
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 
@@ -284,6 +444,43 @@ pub fn arg_max_node(name: &str, data: &str, axis: i64, output: &str) -> Node {
 /// [Add](https://onnx.ai/onnx/operators/onnx__Add.html): versions 1, 6, 7 (multidirectional broadcasting), 13, 14 (types); the same form since 7.
 pub fn add_node(name: &str, a: &str, b: &str, output: &str) -> Node {
     node(name, "Add", &[a, b], vec![], output)
+}
+
+/// The node `name` computing `output` as the entries `indices` of `data` along `axis`.
+///
+/// [Gather](https://onnx.ai/onnx/operators/onnx__Gather.html): versions 1, 11 (negative indices), 13; the same form in every opset here.
+pub fn gather_axis_node(name: &str, data: &str, indices: &str, axis: i64, output: &str) -> Node {
+    let attributes = vec![("axis".to_string(), Attr::Int(axis))];
+    node(name, "Gather", &[data, indices], attributes, output)
+}
+
+/// The node `name` computing `output` = `a` · `b` (numpy broadcasting).
+///
+/// [Mul](https://onnx.ai/onnx/operators/onnx__Mul.html): versions 1, 6, 7 (multidirectional broadcasting), 13, 14 (types); the same form since 7.
+pub fn mul_node(name: &str, a: &str, b: &str, output: &str) -> Node {
+    node(name, "Mul", &[a, b], vec![], output)
+}
+
+/// The node `name` computing `output` = min(`a`, `b`) elementwise (numpy broadcasting).
+///
+/// [Min](https://onnx.ai/onnx/operators/onnx__Min.html): versions 1, 6, 8 (broadcasting), 12 (integer types), 13; int64 inputs from 12 on.
+pub fn min_node(name: &str, a: &str, b: &str, output: &str) -> Node {
+    node(name, "Min", &[a, b], vec![], output)
+}
+
+/// The node `name` computing `output` = `data` unchanged.
+///
+/// [Identity](https://onnx.ai/onnx/operators/onnx__Identity.html): versions 1, 13, 14, 16, 19, 21, 23; the same form in every opset here.
+pub fn identity_node(name: &str, data: &str, output: &str) -> Node {
+    node(name, "Identity", &[data], vec![], output)
+}
+
+/// The node `name` computing `output` as `data` with a new axis of size 1 at each of
+/// `axes` (an i64 vector value).
+///
+/// [Unsqueeze](https://onnx.ai/onnx/operators/onnx__Unsqueeze.html): versions 1, 11 (negative axes), 13 (`axes` becomes an input), 21, 23; the input form from 13 on.
+pub fn unsqueeze_node(name: &str, data: &str, axes: &str, output: &str) -> Node {
+    node(name, "Unsqueeze", &[data, axes], vec![], output)
 }
 
 fn node(

@@ -17,7 +17,7 @@ use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY};
+use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::gmlp::sampling::argmax;
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
@@ -38,6 +38,9 @@ pub struct DecodingModel {
     /// A static-state model whose graph writes every `present_*` by a scatter that is the
     /// only reader of its `past_*` ([`updates_in_place`]), so the two may share a buffer.
     pub in_place: bool,
+    /// The token that ends a sequence, if the model names one (metadata
+    /// [`END_TOKEN_KEY`], `build --eos-token-id`; ignored when outside the vocabulary).
+    pub end_token: Option<i64>,
 }
 
 impl DecodingModel {
@@ -56,6 +59,9 @@ impl DecodingModel {
                 info,
                 vocab_size,
                 in_place,
+                end_token: metadata_value(model, END_TOKEN_KEY)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .filter(|&id| id >= 0 && (id as u64) < vocab_size as u64),
             }),
             Task::Vision { .. } | Task::Backbone { .. } => None,
         }

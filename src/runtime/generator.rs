@@ -1,7 +1,9 @@
 //! The one generation loop (in the spirit of onnxruntime-genai's `Generator`: feed the
 //! prompts, then pick the next tokens and append them until done), used by `generate`,
 //! `generate --prompts-file`, validate's decoding check and the tests: prefill, pick,
-//! append, stop, over a [`Decoder`] of any runtime and state form. Each sequence has its
+//! append, stop, over a [`Decoder`] of any runtime and state form. A sequence stops at its
+//! end token (included in its tokens, as genai and Hugging Face's `generate` do) or after
+//! the tokens asked for; the others of its batch go on. Each sequence has its
 //! own [`Sampler`] seeded with the same seed, so that it gets the tokens it would get
 //! decoded alone. Greedy picks happen where the logits are ([`Decoder::greedy_next`]: on
 //! the CUDA device only the ids come back).
@@ -17,10 +19,12 @@ use crate::runtime::decoder::Decoder;
 /// How the next tokens are picked.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sampling {
-    /// Temperature; 0 = greedy [default: 0, or 1 with `top_k`].
+    /// Temperature; 0 = greedy [default: 0, or 1 with `top_k` or `top_p`].
     pub temperature: Option<f64>,
     /// Sample among the k most likely tokens.
     pub top_k: Option<usize>,
+    /// Then among the fewest most likely tokens whose probabilities reach p.
+    pub top_p: Option<f64>,
     /// Seed of every sequence's sampling stream.
     pub seed: u64,
 }
@@ -30,13 +34,24 @@ impl Sampling {
     pub const GREEDY: Sampling = Sampling {
         temperature: None,
         top_k: None,
+        top_p: None,
         seed: 0,
     };
 
     /// A sampler of this setting (checks it).
     pub fn sampler(&self) -> Result<Sampler> {
-        Sampler::new(self.temperature, self.top_k, self.seed)
+        Sampler::new(self.temperature, self.top_k, self.top_p, self.seed)
     }
+}
+
+/// Why a sequence stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It produced the end token (the last of its tokens).
+    EndToken,
+    /// It produced the tokens asked for.
+    MaxNewTokens,
 }
 
 /// What one generation produced, with its timings.
@@ -44,8 +59,10 @@ impl Sampling {
 pub struct Generation {
     /// Tokens of each prompt.
     pub prompt_tokens: Vec<usize>,
-    /// The new tokens of each sequence.
+    /// The new tokens of each sequence (up to and including its end token).
     pub tokens: Vec<Vec<i64>>,
+    /// Why each sequence stopped.
+    pub stopped: Vec<StopReason>,
     /// Time to the first new tokens: the prompts' run and the first pick, ms.
     pub prefill_ms: f64,
     /// Each later step: feeding the previous tokens and picking the next, ms.
@@ -79,13 +96,38 @@ type Observer<'a> = &'a mut dyn FnMut(ArrayView2<f32>);
 pub struct Generator {
     decoder: Decoder,
     sampling: Sampling,
+    end_token: Option<i64>,
 }
 
 impl Generator {
-    /// A generator over `decoder` picking as `sampling` says (checked here).
+    /// A generator over `decoder` picking as `sampling` says (checked here), stopping each
+    /// sequence at the model's end token if it names one.
     pub fn new(decoder: Decoder, sampling: Sampling) -> Result<Generator> {
         sampling.sampler()?;
-        Ok(Generator { decoder, sampling })
+        let end_token = decoder.model().end_token;
+        Ok(Generator {
+            decoder,
+            sampling,
+            end_token,
+        })
+    }
+
+    /// Stops each sequence at `end_token` instead of the model's own (`None`: never stops
+    /// early); refuses an id outside the vocabulary.
+    pub fn with_end_token(mut self, end_token: Option<i64>) -> Result<Generator> {
+        let vocab = self.decoder.model().vocab_size;
+        if let Some(id) = end_token.filter(|&id| id < 0 || id as u64 >= vocab as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "end token {id} is outside the vocabulary 0..{vocab}"
+            )));
+        }
+        self.end_token = end_token;
+        Ok(self)
+    }
+
+    /// The token that ends a sequence, if any.
+    pub fn end_token(&self) -> Option<i64> {
+        self.end_token
     }
 
     /// The decoder (its runtime, model and state).
@@ -94,7 +136,8 @@ impl Generator {
     }
 
     /// Feeds `prompts` (one per sequence of the decoder, from a fresh state) and generates
-    /// `new_tokens` tokens for each, calling `progress` with the count so far.
+    /// up to `new_tokens` tokens for each (fewer for a sequence that ends), calling
+    /// `progress` with the steps so far.
     pub fn generate(
         &mut self,
         prompts: &[Vec<i64>],
@@ -138,15 +181,21 @@ impl Generator {
         let greedy = samplers.iter().all(Sampler::is_greedy);
         self.decoder.reset()?;
         let mut tokens = vec![Vec::with_capacity(new_tokens); batch];
+        let mut stopped: Vec<Option<StopReason>> = vec![None; batch];
+        // Each sequence's latest pick: what the next step feeds (an ended sequence goes on
+        // being fed its picks, unrecorded, so that the batch keeps its shape).
+        let mut last: Vec<i64> = vec![0; batch];
         let mut step_ms = Vec::with_capacity(new_tokens.saturating_sub(1));
         let started = Instant::now();
         self.decoder.prefill(prompts)?;
         let mut prefill_ms = None;
         for k in 0..new_tokens {
+            if stopped.iter().all(Option::is_some) {
+                break;
+            }
             let step = Instant::now();
             if k > 0 {
-                let last: Vec<i64> = tokens.iter().map(|t: &Vec<i64>| t[k - 1]).collect();
-                let ids = Array2::from_shape_vec((batch, 1), last)
+                let ids = Array2::from_shape_vec((batch, 1), last.clone())
                     .map_err(|e| Error::Internal(e.to_string()))?;
                 self.decoder.advance(ids.view())?;
             }
@@ -164,8 +213,15 @@ impl Generator {
                         .collect()
                 }
             };
-            for (seq, t) in tokens.iter_mut().zip(next) {
-                seq.push(t);
+            for (b, t) in next.into_iter().enumerate() {
+                last[b] = t;
+                if stopped[b].is_some() {
+                    continue;
+                }
+                tokens[b].push(t);
+                if Some(t) == self.end_token {
+                    stopped[b] = Some(StopReason::EndToken);
+                }
             }
             let ms = step.elapsed().as_secs_f64() * 1e3;
             match prefill_ms {
@@ -177,6 +233,10 @@ impl Generator {
         Ok(Generation {
             prompt_tokens: prompts.iter().map(Vec::len).collect(),
             tokens,
+            stopped: stopped
+                .into_iter()
+                .map(|s| s.unwrap_or(StopReason::MaxNewTokens))
+                .collect(),
             prefill_ms: prefill_ms.unwrap_or_else(|| started.elapsed().as_secs_f64() * 1e3),
             step_ms,
         })
@@ -277,6 +337,49 @@ mod tests {
     }
 
     #[test]
+    fn each_sequence_stops_at_the_end_token_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let variable = write_tiny(dir.path(), SequenceMode::Variable);
+        let prompts = vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]];
+        let new = 6;
+        let expected: Vec<Vec<i64>> = prompts
+            .iter()
+            .map(|p| rerun_greedy(&variable, p, new))
+            .collect();
+        // The end token: the third token of the first continuation.
+        let end = expected[0][2];
+        let cut = |seq: &Vec<i64>| match seq.iter().position(|&t| t == end) {
+            Some(i) => (seq[..=i].to_vec(), StopReason::EndToken),
+            None => (seq.clone(), StopReason::MaxNewTokens),
+        };
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let decoder =
+            Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 3).unwrap();
+        let mut generator = Generator::new(decoder, Sampling::GREEDY)
+            .unwrap()
+            .with_end_token(Some(end))
+            .unwrap();
+        assert_eq!(generator.end_token(), Some(end));
+        let g = generator.generate(&prompts, new, &mut |_| {}).unwrap();
+        let want: Vec<(Vec<i64>, StopReason)> = expected.iter().map(cut).collect();
+        let got: Vec<(Vec<i64>, StopReason)> = g
+            .tokens
+            .iter()
+            .cloned()
+            .zip(g.stopped.iter().copied())
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0].1, StopReason::EndToken);
+        let decoder =
+            Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 1).unwrap();
+        let vocab = decoder.model().vocab_size as i64;
+        let refused = Generator::new(decoder, Sampling::GREEDY)
+            .unwrap()
+            .with_end_token(Some(vocab));
+        assert!(refused.is_err());
+    }
+
+    #[test]
     fn sampling_repeats_with_its_seed_and_refuses_what_cannot_decode() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
@@ -286,6 +389,7 @@ mod tests {
             let sampling = Sampling {
                 temperature: Some(1.5),
                 top_k: Some(10),
+                top_p: Some(0.9),
                 seed,
             };
             Generator::new(decoder, sampling)

@@ -97,3 +97,25 @@ fn the_growing_state_loop_of_the_docs_runs_as_written() {
         .collect();
     assert_eq!(tokens, varied(generated(&model, "72,101,108,108,111", 20)));
 }
+
+#[test]
+fn the_genai_loop_of_the_docs_runs_as_written() {
+    let blocks = doc_python_blocks("genai.md");
+    assert_eq!(blocks.len(), 1, "one Python block");
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("lm-genai");
+    let model = build(
+        dir.path(),
+        "lm.onnx",
+        "2",
+        &["--with-past", "--genai-dir", path_str(&folder)],
+    );
+    let printed = run_in(dir.path(), &blocks[0]);
+    let lines: Vec<&str> = printed.lines().collect();
+    let prompt: Vec<String> = "Pay attention to".bytes().map(|b| b.to_string()).collect();
+    // max_length 40 after a prompt of 16 bytes.
+    let want = varied(generated(&model, &prompt.join(","), 24));
+    assert_eq!(list(lines[0]), want, "genai's tokens are generate's");
+    // The decoded text (its byte-level round trip is tests/suite/genai.rs's).
+    assert_eq!(lines.len(), 2, "{printed}");
+}

@@ -17,6 +17,8 @@ mod cli;
 #[cfg(feature = "test-onnxruntime")]
 mod doc_loops;
 mod docs;
+#[cfg(feature = "test-onnxruntime")]
+mod genai;
 mod generation;
 mod hostile;
 mod import;

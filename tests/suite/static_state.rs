@@ -347,6 +347,7 @@ mod with_onnxruntime {
         let sampled = Sampling {
             temperature: Some(1.0),
             top_k: Some(8),
+            top_p: None,
             seed: 11,
         };
         let tract_file = write_for(

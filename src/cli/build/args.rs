@@ -178,4 +178,10 @@ pub struct BuildArgs {
     /// The --triton-* options of the repository.
     #[command(flatten)]
     pub triton: TritonFlags,
+    /// The token that ends a sequence (causal token models): recorded in the file, where `generate` stops and a genai folder declares it.
+    #[arg(long, value_name = "ID")]
+    pub eos_token_id: Option<i64>,
+    /// Also write an onnxruntime-genai model folder here (needs --with-past; see `gmlp-onnx genai`).
+    #[arg(long, value_name = "DIR")]
+    pub genai_dir: Option<PathBuf>,
 }

@@ -15,9 +15,14 @@ use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::distinct;
+use crate::cli::genai::print_folder;
 use crate::cli::progress::{progress_bar, validate_with_spinner};
 use crate::cli::triton::{file_stem, print_repository};
 use crate::cli::validate::finish_validation;
+use gmlp_onnx::gmlp::metadata::END_TOKEN_KEY;
+use gmlp_onnx::serve::genai::{
+    check_target as check_genai_target, end_token_for, write_folder, GenaiOptions,
+};
 
 mod args;
 pub use args::*;
@@ -303,6 +308,14 @@ fn write_with_progress(
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     check_output_paths(&a)?;
     let triton = triton_plan(&a)?;
+    if let Some(dir) = &a.genai_dir {
+        if a.with_past.is_none() {
+            anyhow::bail!(Error::InvalidArgument(
+                "--genai-dir needs --with-past (onnxruntime-genai runs the static state)".into()
+            ));
+        }
+        check_genai_target(dir)?;
+    }
     let target = BuildTarget::resolve(a.target, a.opset)?;
     let tolerance = ToleranceRequest {
         rtol: a.rtol,
@@ -334,10 +347,15 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         None => (target.target.sequence_for(&cfg), None),
     };
     mode.check(&cfg)?;
+    if a.genai_dir.is_some() && mode != SequenceMode::Static {
+        anyhow::bail!(Error::InvalidArgument(
+            "--genai-dir needs the static state (--with-past or --with-past static): onnxruntime-genai cannot share a growing state in place".into()
+        ));
+    }
     if let Some(note) = past_note {
         eprintln!("note: {note}");
     }
-    let model = export_for(
+    let mut model = export_for(
         &cfg,
         source.clone(),
         &description,
@@ -345,6 +363,23 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         &target,
         mode,
     )?;
+    if let Some(id) = a.eos_token_id {
+        let vocab = match cfg.task {
+            Task::Tokens { vocab_size, .. } if cfg.causal => vocab_size,
+            _ => anyhow::bail!(Error::InvalidArgument(
+                "--eos-token-id applies to causal token models".into()
+            )),
+        };
+        end_token_for(None, Some(id), vocab).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "--eos-token-id {id} is not one of the model's {vocab} token ids"
+            ))
+        })?;
+        model
+            .info
+            .metadata
+            .push((END_TOKEN_KEY.to_string(), id.to_string()));
+    }
     let c = model.counts.clone();
     let layout = if a.external_data {
         ExternalData::Always
@@ -373,6 +408,10 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     if let Some((repo, options)) = &triton {
         let w = written_so_far.or_remove(write_repository(&a.output, repo, options))?;
         print_repository(&w);
+    }
+    if let Some(dir) = &a.genai_dir {
+        let w = written_so_far.or_remove(write_folder(&a.output, dir, &GenaiOptions::default()))?;
+        print_folder(&w);
     }
     let state = match mode {
         // Which scatter writes the new rows (docs/static-state.md): TensorScatter from

@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use gmlp_onnx::runtime::decoder::DecodingModel;
+use gmlp_onnx::runtime::generator::StopReason;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::Error;
 
@@ -30,6 +31,8 @@ struct BatchGeneration {
     batch: usize,
     prompt_tokens: Vec<usize>,
     tokens: Vec<Vec<i64>>,
+    /// Why each sequence stopped: `end_token` (its last token) or `max_new_tokens`.
+    stopped: Vec<StopReason>,
     prefill_ms: f64,
     steps: usize,
     steps_ms: f64,
@@ -106,6 +109,7 @@ fn generate_batch_on(
         step_median_ms: g.step_median_ms(),
         step_tokens_per_s: g.step_tokens_per_s(),
         tokens: g.tokens,
+        stopped: g.stopped,
         note: r.note,
     })
 }
@@ -146,6 +150,9 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
             );
             for (b, seq) in g.tokens.iter().enumerate() {
                 println!("[{b}] {}", show_tokens(seq, model.vocab_size));
+                if g.stopped[b] == StopReason::EndToken {
+                    println!("[{b}] stopped at the end token");
+                }
             }
             println!(
                 "prefill: {} prompts ({} tokens) in {:.1} ms",

@@ -1,0 +1,336 @@
+//! The graph edit that turns a static-state file (docs/static-state.md) into the model of a
+//! genai folder, with the built file's nodes and weights: genai's names and shapes at the
+//! interface, the same arithmetic inside.
+//!
+//! - Each state tensor `past_X` `[batch, n, w]` becomes the key or value of its genai layer
+//!   ([`super::layout`]), declared `[batch, 1, n, w]`. Its scatter writes the rank-4 tensor
+//!   directly and is the graph output (so that genai's shared past/present buffer is written
+//!   in place, as before): `ScatterND` gets the indices (b, 0, row) instead of (b, row);
+//!   `TensorScatter` writes along axis 2 an update with a new axis 1. A `Reshape` (no copy)
+//!   gives the rest of the graph the `[batch, n, w]` view it read before.
+//! - `position` `[batch]` is computed as `position_ids[:, 0]` (genai gives each token its
+//!   position; a row's first is its P); `attention_mask` is declared, as genai feeds it, and
+//!   unused: the state's rows and the causal weights already say which tokens count.
+//! - Without an end token among the model's ids, the logits get one more entry, −∞, the id
+//!   the folder declares as end and pad token: the model never picks it, genai never stops
+//!   early, and pads fed as input read the last real embedding row instead (`Min`).
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
+use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::metadata::DECODING_KEY;
+use crate::onnx::dtype::DataType;
+use crate::onnx::edit::{
+    concat_node, gather_axis_node, identity_node, min_node, mul_node, reshape_node, slice_node,
+    unsqueeze_node, ModelEdit,
+};
+use crate::onnx::graph::Dim;
+use crate::onnx::proto as onnx;
+use crate::onnx::reader::{declared_outputs, updates_in_place};
+
+use super::layout::{pair_states, GenaiLayer, Slot};
+use super::{refused, EndToken, GENAI_METADATA_KEY};
+
+/// genai's input of each token's position (`decoder.inputs.position_ids`).
+pub const POSITION_IDS: &str = "position_ids";
+/// genai's attention mask input (`decoder.inputs.attention_mask`).
+pub const ATTENTION_MASK: &str = "attention_mask";
+
+/// Refuses a model whose decoding form genai cannot run, saying what to build instead.
+pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
+    let Some(info) = info else {
+        return Err(refused(
+            "it is not a causal token model with a carried state (build a causal model with --causal --with-past)",
+        ));
+    };
+    match info.mode {
+        SequenceMode::Static => Ok(info),
+        SequenceMode::Fixed | SequenceMode::Variable => Err(refused(
+            "it carries no state between runs (build it with --with-past)",
+        )),
+        SequenceMode::WithPast => Err(refused(
+            "its state grows with every token, which genai cannot share in place (build it with --with-past, the static state)",
+        )),
+    }
+}
+
+/// Edits `model`, a static-state file described by `info`, into genai's interface (see the
+/// module doc); `vocab` is the model's vocabulary size. Returns the layers, also recorded
+/// in the metadata under [`GENAI_METADATA_KEY`] (which replaces the decoding description:
+/// the edited model is no longer a static-state file of this tool).
+pub fn adapt_for_genai(
+    model: &mut onnx::ModelProto,
+    info: &DecodingInfo,
+    vocab: usize,
+    end: EndToken,
+) -> Result<Vec<GenaiLayer>> {
+    for s in &info.state {
+        if !updates_in_place(model, &s.past, &s.present) {
+            return Err(refused(&format!(
+                "its state {} is not written by one scatter into {} (not a static-state file of this tool)",
+                s.past, s.present
+            )));
+        }
+    }
+    let logits_type = declared_outputs(model)
+        .into_iter()
+        .find(|t| t.name == LOGITS)
+        .map(|t| t.elem_type)
+        .ok_or_else(|| refused("it has no logits output"))?;
+    let logits_type = DataType::try_from(logits_type).unwrap_or(DataType::Undefined);
+    let layers = pair_states(&info.state);
+    let n = info.max_sequence;
+    let mut edit = ModelEdit::new(model).ok_or_else(|| refused("it has no graph"))?;
+    if edit.has_subgraphs() {
+        return Err(refused("it has subgraphs (If, Loop, Scan)"));
+    }
+    let taken = edit.value_names();
+    let fresh = |name: &str| -> Result<String> {
+        if taken.contains(name) {
+            Err(refused(&format!(
+                "it already uses the name {name}, which the genai interface needs"
+            )))
+        } else {
+            Ok(name.to_string())
+        }
+    };
+    let batch = Dim::Symbol("batch".into());
+    let state_shape = |w: usize| vec![batch.clone(), Dim::Fixed(1), Dim::Fixed(n), Dim::Fixed(w)];
+
+    // position = position_ids[:, 0].
+    let position_ids = fresh(POSITION_IDS)?;
+    let attention_mask = fresh(ATTENTION_MASK)?;
+    let first = fresh("genai/first_position")?;
+    edit.add_i64_scalar_initializer(&first, 0);
+    edit.remove_input(POSITION);
+    edit.add_input(
+        &position_ids,
+        DataType::Int64,
+        &[batch.clone(), Dim::Symbol("sequence".into())],
+    );
+    edit.add_input(
+        &attention_mask,
+        DataType::Int64,
+        &[batch.clone(), Dim::Symbol("total_sequence".into())],
+    );
+    let mut before = vec![gather_axis_node(
+        "genai/position",
+        &position_ids,
+        &first,
+        1,
+        POSITION,
+    )];
+    let mut after = Vec::new();
+
+    // The constants of the rank-4 writes.
+    let names = Constants::new(&fresh)?;
+    let (mut uses_scatter_nd, mut uses_tensor_scatter) = (false, false);
+    let mut indices4: BTreeMap<String, String> = BTreeMap::new();
+    let mut view_shapes: BTreeMap<usize, String> = BTreeMap::new();
+    for layer in &layers {
+        for (k, (past4, present4, slot)) in layer.tensors().into_iter().enumerate() {
+            let (past4, present4) = (fresh(&past4)?, fresh(&present4)?);
+            let shape = state_shape(layer.width);
+            match slot {
+                Slot::Spare => {
+                    edit.add_input(&past4, DataType::Float, &shape);
+                    after.push(identity_node(
+                        &format!("genai/spare.{}.{k}", layer.index),
+                        &past4,
+                        &present4,
+                    ));
+                    edit.add_output(&present4, DataType::Float, &shape);
+                }
+                Slot::State { past, present } => {
+                    let scatter = edit
+                        .producer(present)
+                        .ok_or_else(|| refused(&format!("no node computes {present}")))?
+                        .clone();
+                    match scatter.op_type() {
+                        "ScatterND" => {
+                            let indices = scatter.input.get(1).cloned().unwrap_or_default();
+                            let i4 = match indices4.get(&indices) {
+                                Some(v) => v.clone(),
+                                None => {
+                                    let v = fresh(&format!("{indices}/genai_head"))?;
+                                    if !edit
+                                        .insert_after(&indices, &names.head_indices(&indices, &v))
+                                    {
+                                        return Err(refused(&format!(
+                                            "no node computes the scatter indices {indices}"
+                                        )));
+                                    }
+                                    indices4.insert(indices.clone(), v.clone());
+                                    v
+                                }
+                            };
+                            edit.set_producer_input(present, 1, &i4);
+                            uses_scatter_nd = true;
+                        }
+                        "TensorScatter" => {
+                            let update = scatter.input.get(1).cloned().unwrap_or_default();
+                            let update4 = fresh(&format!("{update}/genai_head"))?;
+                            edit.insert_before(
+                                present,
+                                &[unsqueeze_node(
+                                    &format!("{update}/genai_head"),
+                                    &update,
+                                    &names.head_axis,
+                                    &update4,
+                                )],
+                            );
+                            edit.set_producer_input(present, 1, &update4);
+                            edit.set_producer_int_attribute(present, "axis", 2);
+                            uses_tensor_scatter = true;
+                        }
+                        other => {
+                            return Err(refused(&format!(
+                                "its state {past} is written by {other}, not a scatter"
+                            )))
+                        }
+                    }
+                    let view = match view_shapes.get(&layer.width) {
+                        Some(v) => v.clone(),
+                        None => {
+                            let v = fresh(&format!("genai/state_view_shape_{}", layer.width))?;
+                            edit.add_i64_initializer(&v, &[0, n as i64, layer.width as i64]);
+                            view_shapes.insert(layer.width, v.clone());
+                            v
+                        }
+                    };
+                    edit.rename_producer_output(present, &present4);
+                    edit.insert_after(
+                        &present4,
+                        &[reshape_node(
+                            &format!("{present}/genai_view"),
+                            &present4,
+                            &view,
+                            present,
+                        )],
+                    );
+                    edit.remove_output(present);
+                    edit.add_output(&present4, DataType::Float, &shape);
+                    edit.rename_input(past, &past4);
+                    edit.set_input_shape(&past4, &shape);
+                }
+            }
+        }
+    }
+
+    let added_logit = matches!(end, EndToken::Added(_));
+    names.add(&mut edit, uses_scatter_nd, uses_tensor_scatter, added_logit);
+    if let EndToken::Added(id) = end {
+        // Pads and the end token fed back as input read the last real row.
+        let last = fresh("genai/last_id")?;
+        let ids = fresh("genai/input_ids_in_vocabulary")?;
+        edit.add_i64_scalar_initializer(&last, vocab as i64 - 1);
+        edit.redirect_reads(INPUT_IDS, &ids);
+        before.push(min_node("genai/ids", INPUT_IDS, &last, &ids));
+        // One more logit, −∞: the declared end token, never picked.
+        let model_logits = fresh("genai/model_logits")?;
+        let (first_logit, zero_logit, never) = (
+            fresh("genai/first_logit")?,
+            fresh("genai/zero_logit")?,
+            fresh("genai/end_logit")?,
+        );
+        let (zero, minus_inf) = (fresh("genai/zero")?, fresh("genai/minus_inf")?);
+        if !edit.add_float_scalar_initializer(&zero, logits_type, 0.0)
+            || !edit.add_float_scalar_initializer(&minus_inf, logits_type, f32::NEG_INFINITY)
+        {
+            return Err(refused("its logits are neither float32 nor float16"));
+        }
+        edit.rename_producer_output(LOGITS, &model_logits);
+        after.extend([
+            slice_node(
+                "genai/first_logit",
+                &model_logits,
+                &names.start0,
+                &names.end1,
+                &names.last_axis,
+                &first_logit,
+            ),
+            mul_node("genai/zero_logit", &first_logit, &zero, &zero_logit),
+            crate::onnx::edit::add_node("genai/end_logit", &zero_logit, &minus_inf, &never),
+            concat_node("genai/logits", &[&model_logits, &never], 2, LOGITS),
+        ]);
+        edit.set_output_shape(
+            LOGITS,
+            &[
+                batch.clone(),
+                Dim::Symbol("sequence".into()),
+                Dim::Fixed(id as usize + 1),
+            ],
+        );
+    }
+    edit.wrap_nodes(&before, &after);
+    edit.remove_metadata(DECODING_KEY);
+    let json = serde_json::to_string(&layers).map_err(|e| Error::Internal(e.to_string()))?;
+    edit.add_metadata(GENAI_METADATA_KEY, &json);
+    Ok(layers)
+}
+
+/// The initializers the rank-4 writes share.
+struct Constants {
+    start0: String,
+    end1: String,
+    start1: String,
+    end2: String,
+    last_axis: String,
+    head_axis: String,
+    zero: String,
+}
+
+impl Constants {
+    fn new(fresh: &dyn Fn(&str) -> Result<String>) -> Result<Constants> {
+        Ok(Constants {
+            start0: fresh("genai/start_0")?,
+            end1: fresh("genai/end_1")?,
+            start1: fresh("genai/start_1")?,
+            end2: fresh("genai/end_2")?,
+            last_axis: fresh("genai/axis_2")?,
+            head_axis: fresh("genai/head_axis")?,
+            zero: fresh("genai/zero_index")?,
+        })
+    }
+
+    /// Adds the initializers the edit uses: those of [`Constants::head_indices`] for
+    /// `ScatterND`, the new axis for `TensorScatter`, the first-logit slice for an added
+    /// end token.
+    fn add(&self, edit: &mut ModelEdit, scatter_nd: bool, tensor_scatter: bool, logit: bool) {
+        if scatter_nd || logit {
+            edit.add_i64_initializer(&self.start0, &[0]);
+            edit.add_i64_initializer(&self.end1, &[1]);
+            edit.add_i64_initializer(&self.last_axis, &[2]);
+        }
+        if scatter_nd {
+            edit.add_i64_initializer(&self.start1, &[1]);
+            edit.add_i64_initializer(&self.end2, &[2]);
+            edit.add_i64_scalar_initializer(&self.zero, 0);
+        }
+        if tensor_scatter {
+            edit.add_i64_initializer(&self.head_axis, &[1]);
+        }
+    }
+
+    /// `ScatterND` indices (b, 0, row) `[batch, sequence, 3]` from (b, row) `indices`.
+    fn head_indices(&self, indices: &str, output: &str) -> Vec<crate::onnx::graph::Node> {
+        let b = format!("{output}/batch");
+        let zero = format!("{output}/head");
+        let row = format!("{output}/row");
+        vec![
+            slice_node(&b, indices, &self.start0, &self.end1, &self.last_axis, &b),
+            mul_node(&zero, &b, &self.zero, &zero),
+            slice_node(
+                &row,
+                indices,
+                &self.start1,
+                &self.end2,
+                &self.last_axis,
+                &row,
+            ),
+            concat_node(output, &[&b, &zero, &row], 2, output),
+        ]
+    }
+}
