@@ -5,13 +5,16 @@ Each subcommand prints one JSON object on stdout.
   tokens FOLDER PROMPTS NEW   genai's greedy tokens (og.Generator, CPU): each prompt alone
                               (max_length = its length + NEW, or n with NEW = 0) and the
                               prompts as one right-padded batch; PROMPTS is "1,2,3;4,5".
-  state FOLDER BUILT PROMPT   the folder's model.onnx run by plain ONNX Runtime with genai's
+  state FOLDER BUILT PROMPT [TRITON_MODEL]
+                              the folder's model.onnx run by plain ONNX Runtime with genai's
                               inputs (position_ids, attention_mask, rank-4 key/value state
                               shared in place as genai does) against the built file with its
                               own inputs: the greedy tokens and the largest logit difference
                               over the prompt and the steps until n, once with every state
                               buffer zero and once NaN (what genai leaves on a device it does
-                              not zero).
+                              not zero); with TRITON_MODEL (a `gmlp-onnx triton` repository's
+                              model.onnx of the same file), also its greedy tokens with the
+                              position counter fed back as Triton does.
   text FOLDER TEXT            og.Tokenizer: the ids of TEXT and the text of those ids.
 """
 import json
@@ -52,7 +55,7 @@ def genai_tokens(folder, prompts, new):
     return {"single": [run([p])[0] for p in prompts], "batch": run(prompts)}
 
 
-def state_check(folder, built, prompt):
+def state_check(folder, built, prompt, triton=None):
     import onnx
     import onnxruntime as ort
 
@@ -114,12 +117,42 @@ def state_check(folder, built, prompt):
             feed_ids = [t]
         return tokens, logits_seen
 
-    out = {}
+    def decode_triton(fill):
+        # Triton's implicit states: past_* fed back from present_*, position [batch, 1]
+        # from triton_next_position (0 at the sequence's start).
+        session = ort.InferenceSession(triton, so, providers=["CPUExecutionProvider"])
+        state = {s: np.full((1, n, w), fill, np.float32) for s, w in widths.items()}
+        position = np.zeros((1, 1), np.int64)
+        tokens, logits_seen, feed_ids = [], [], list(prompt)
+        while int(position[0, 0]) + len(feed_ids) <= n:
+            feed = {"input_ids": np.array([feed_ids], np.int64), "position": position}
+            feed.update(state)
+            outs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+            for s in widths:
+                state[s] = outs["present_" + s[len("past_"):]]
+            position = outs["triton_next_position"]
+            logits_seen.append(outs["logits"][0])
+            t = int(np.argmax(outs["logits"][0, -1]))
+            tokens.append(t)
+            feed_ids = [t]
+        return tokens, logits_seen
+
+    def largest(pairs):  # the largest |a - b| over the steps (None when not finite)
+        d = max(float(np.max(np.abs(x - y[:, : x.shape[1]]))) for x, y in pairs)
+        return d if np.isfinite(d) else None
+
+    out, logits = {}, {}
     for name, fill in [("zero", 0.0), ("nan", np.nan)]:
         a, la = decode_ours(fill)
         b, lb = decode_theirs(fill)
-        diff = max(float(np.max(np.abs(x - y[:, : x.shape[1]]))) for x, y in zip(la, lb))
-        out[name] = {"ours": a, "genai_model": b, "max_abs_logit_diff": diff if np.isfinite(diff) else None}
+        out[name] = {"ours": a, "genai_model": b, "max_abs_logit_diff": largest(zip(la, lb))}
+        logits[name] = {"ours": la, "genai_model": lb}
+        if triton:
+            out[name]["triton_model"], logits[name]["triton_model"] = decode_triton(fill)
+    # The logits from NaN state against those from zero state, per file (0: bit for bit).
+    out["nan_vs_zero_max_abs_logit_diff"] = {
+        k: largest(zip(logits["zero"][k], logits["nan"][k])) for k in logits["zero"]
+    }
     return out
 
 
@@ -136,7 +169,7 @@ def main():
     if cmd == "tokens":
         r = genai_tokens(args[0], parse_prompts(args[1]), int(args[2]))
     elif cmd == "state":
-        r = state_check(args[0], args[1], parse_prompts(args[2])[0])
+        r = state_check(args[0], args[1], parse_prompts(args[2])[0], *args[3:4])
     elif cmd == "text":
         r = text_check(args[0], args[1])
     else:

@@ -4,7 +4,8 @@
 //! it): its greedy tokens equal `gmlp-onnx generate --runtime ort-cpu`'s, for one prompt up
 //! to n and for a right-padded batch of prompts of different lengths (each equal to the
 //! prompt alone); the folder's model through plain ONNX Runtime with genai's inputs gives
-//! the built file's logits and tokens, also when every state buffer starts as NaN; the
+//! the built file's logits and tokens, and the built file, the folder's model and Triton's
+//! repository model give the same tokens when every state buffer starts as NaN; the
 //! byte-level tokenizer round-trips text; an end token stops both loops at the same place;
 //! files genai cannot run are refused with one line and nothing written.
 
@@ -143,7 +144,7 @@ fn genai_generates_our_tokens_from_every_static_fixture() {
 }
 
 #[test]
-fn the_folder_model_holds_the_built_files_numbers_even_from_nan_state() {
+fn the_folder_model_holds_the_built_files_numbers_and_every_static_file_ignores_nan_state() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["lucid_amlp_causal", "lucid_shift_causal", "gpt_heads2_attn"] {
         let fx = Fixture::open(name);
@@ -151,12 +152,18 @@ fn the_folder_model_holds_the_built_files_numbers_even_from_nan_state() {
         fx.build("model.safetensors", &["--with-past"], &built);
         let folder = dir.path().join(name);
         write_folder(&built, &folder, &[]);
+        // Triton's repository model of the same file (its position counter added).
+        let repo = dir.path().join(format!("{name}-triton"));
+        let o = gmlp(&["triton", path_str(&built), "--repo", path_str(&repo)]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let triton = repo.join(name).join("1").join("model.onnx");
         let prompt: Vec<i64> = fx.ids("input_ids").row(0).iter().take(4).copied().collect();
         let r = genai_check(&[
             "state",
             path_str(&folder),
             path_str(&built),
             &ids_text(&prompt),
+            path_str(&triton),
         ]);
         let zero = &r["zero"];
         assert_eq!(
@@ -167,6 +174,11 @@ fn the_folder_model_holds_the_built_files_numbers_even_from_nan_state() {
         let want = tokens(&zero["ours"]);
         assert!(want.len() > 4, "{name}: decoded to n");
         assert_eq!(tokens(&zero["genai_model"]), want, "{name}");
+        assert_eq!(
+            tokens(&zero["triton_model"]),
+            want,
+            "{name}: Triton's model"
+        );
         // Every state buffer NaN before the prompt: the same tokens.
         let nan = &r["nan"];
         assert_eq!(
@@ -179,6 +191,19 @@ fn the_folder_model_holds_the_built_files_numbers_even_from_nan_state() {
             want,
             "{name}: folder model from NaN state"
         );
+        assert_eq!(
+            tokens(&nan["triton_model"]),
+            want,
+            "{name}: Triton's model from NaN state"
+        );
+        // Bit for bit: the unwritten rows never reach a logit.
+        for (file, diff) in r["nan_vs_zero_max_abs_logit_diff"].as_object().unwrap() {
+            assert_eq!(
+                diff.as_f64(),
+                Some(0.0),
+                "{name}: {file}: logits from NaN state"
+            );
+        }
     }
 }
 
