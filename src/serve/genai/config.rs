@@ -1,4 +1,4 @@
-//! `genai_config.json`, as onnxruntime-genai 0.18 reads it (src/config.cpp): the model's
+//! `genai_config.json`, as onnxruntime-genai 0.18 reads it (genai's config.cpp): the model's
 //! type and token ids, the decoder's file, names and sizes, and the search defaults.
 //! Only the fields a gMLP folder sets are written; genai fills in the rest.
 
@@ -20,7 +20,7 @@ pub struct GenaiConfig {
 /// `model`: what genai needs to know of the model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelSection {
-    /// `decoder`, genai's generic decoder-only type (src/models/model_type.h).
+    /// `decoder`, genai's generic decoder-only type (genai's models/model_type.h).
     #[serde(rename = "type")]
     pub kind: String,
     /// Token that starts a sequence (genai adds none to a prompt; the end token here).

@@ -1,5 +1,5 @@
 //! Which state tensor of a static-state file becomes which key or value of an
-//! onnxruntime-genai layer. genai's `DefaultKeyValueCache` (src/models/kv_cache.cpp) keeps,
+//! onnxruntime-genai layer. genai's `DefaultKeyValueCache` (genai's models/kv_cache.cpp) keeps,
 //! per layer L, a key `past_key_values.L.key` and a value `past_key_values.L.value` of
 //! rank 4 `[batch, heads, max_length, head_size]`; the key and the value of one layer must
 //! have the same shape, while the head size may differ between layers (it reads each

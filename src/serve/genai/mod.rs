@@ -6,8 +6,8 @@
 //! models a tokenizer that `og.Tokenizer` reads ([`tokenizer`]). Everything is written
 //! under temporary names and renamed into place together, like a Triton repository entry.
 //!
-//! genai's conventions, checked against its source (0.18: src/config.cpp,
-//! src/models/kv_cache.cpp, position_inputs.cpp, decoder_only.cpp): state as key/value
+//! genai's conventions, checked against its source (0.18: genai's config.cpp,
+//! models/kv_cache.cpp, position_inputs.cpp, decoder_only.cpp): state as key/value
 //! pairs of rank 4 with a fixed sequence dimension n (genai then shares one buffer for past
 //! and present, which the scatters write in place; `max_length` ≤ n); `position_ids` and
 //! `attention_mask` of one integer type; pad, end and start ids inside the vocabulary. A
