@@ -258,13 +258,21 @@ fn an_end_token_stops_generate_and_genai_at_the_same_place() {
 }
 
 #[test]
-fn a_byte_level_folder_reads_and_writes_text_through_og_tokenizer() {
+fn a_byte_level_folder_with_external_data_reads_and_writes_text_through_og_tokenizer() {
     let dir = tempfile::tempdir().unwrap();
     let built = Build::amlp(2, Amlp::Medium)
-        .args(&["--causal", "--with-past", "--init", "spread"])
+        .args(&[
+            "--causal",
+            "--with-past",
+            "--init",
+            "spread",
+            "--external-data",
+        ])
         .write(&dir.path().join("bytes.onnx"));
     let folder = dir.path().join("bytes");
     write_folder(&built, &folder, &[]);
+    // The weights travel as the folder's model.onnx.data (og.Model below loads them).
+    assert!(folder.join("model.onnx.data").is_file());
     let text = "Pay attention to MLPs: gMLP ≈ Transformer\n";
     let r = genai_check(&["text", path_str(&folder), text]);
     let bytes: Vec<i64> = text.bytes().map(i64::from).collect();
