@@ -512,4 +512,137 @@ mod with_onnxruntime {
             }
         }
     }
+
+    /// One greedy continuation of `prompt` [batch, T] by `steps` tokens, driving the file
+    /// run by run with every `past_*` buffer starting as `fill` (NaN or 0) and each run's
+    /// `present_*` fed back: the tokens and every run's last logits. Also checks that the
+    /// rows after the prompt still hold `fill` in the first run's `present_*` outputs (the
+    /// buffer really reached the graph and was written only at the new rows).
+    fn greedy_from_state(
+        kind: RuntimeKind,
+        path: &std::path::Path,
+        prompt: &Array2<i64>,
+        steps: usize,
+        fill: f32,
+    ) -> (Vec<Vec<i64>>, Vec<ArrayD<f32>>) {
+        let info = DecodingModel::read(path).unwrap().info;
+        let (batch, t) = prompt.dim();
+        let n = info.max_sequence;
+        let mut state: Vec<NamedTensor> = info
+            .state
+            .iter()
+            .map(|s| NamedTensor {
+                name: s.past.clone(),
+                value: TensorValue::F32(ArrayD::from_elem(IxDyn(&[batch, n, s.width]), fill)),
+            })
+            .collect();
+        let mut rt = runtime::open(kind, path, &options()).unwrap();
+        let (mut ids, mut position) = (prompt.clone(), 0i64);
+        let mut tokens = vec![Vec::new(); batch];
+        let mut all_logits = Vec::new();
+        for step in 0..=steps {
+            let mut feed = vec![
+                NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(ids.clone().into_dyn()),
+                },
+                NamedTensor {
+                    name: "position".into(),
+                    value: TensorValue::I64(Array1::from_elem(batch, position).into_dyn()),
+                },
+            ];
+            feed.extend(state.iter().cloned());
+            let out = rt
+                .run(&feed)
+                .unwrap_or_else(|e| panic!("{}: {e}", kind.name()));
+            position += ids.ncols() as i64;
+            let logits = out.iter().find(|o| o.name == "logits").unwrap();
+            let logits = f32_of(logits);
+            let last = logits
+                .slice(s![.., logits.shape()[1] - 1, ..])
+                .to_owned()
+                .into_dyn();
+            let picked = argmax_rows(&last);
+            all_logits.push(last);
+            for (b, &id) in picked.iter().enumerate() {
+                tokens[b].push(id as i64);
+            }
+            for (past, s) in state.iter_mut().zip(&info.state) {
+                let present = out.iter().find(|o| o.name == s.present).unwrap();
+                if step == 0 {
+                    let rest = f32_of(present).slice(s![.., t.., ..]).to_owned();
+                    assert!(
+                        rest.iter().all(|v| v.to_bits() == fill.to_bits()),
+                        "{}: {} rows after the prompt changed",
+                        kind.name(),
+                        s.present
+                    );
+                }
+                past.value = present.value.clone();
+            }
+            ids = Array2::from_shape_vec((batch, 1), picked.iter().map(|&i| i as i64).collect())
+                .unwrap();
+        }
+        (tokens, all_logits)
+    }
+
+    /// Unwritten state rows never reach an output: with every `past_*` buffer NaN before
+    /// the prompt, the greedy tokens and the logits of every run equal those from a state
+    /// of zeros (the graph reads the rows after each sequence's last one as 0 through a
+    /// `Where`; a causal weight of 0 times NaN would be NaN). Third-party causal checkpoints
+    /// (g-mlp-pytorch gMLP, aMLP and token-shift aMLP; g-mlp-gpt global layers, one and two
+    /// heads with attention) built by the CLI, in tract and ONNX Runtime at opset 17
+    /// (`ScatterND`), in ONNX Runtime at opset 24 (`TensorScatter`).
+    #[test]
+    fn nan_in_unwritten_state_rows_changes_no_token() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "lucid_shift_causal",
+            "gpt_tokens",
+            "gpt_heads2_attn",
+        ] {
+            let fx = Fixture::open(name);
+            let ids = fx.ids("input_ids");
+            let (batch, n) = ids.dim();
+            let prompt = ids.slice(s![.., ..n / 4]).to_owned();
+            let steps = 6;
+            for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
+                let path = dir.path().join(format!("{name}-{opset}.onnx"));
+                let opset_arg = opset.to_string();
+                fx.build(
+                    "model.safetensors",
+                    &["--with-past", "static", "--opset", &opset_arg],
+                    &path,
+                );
+                for &kind in &kinds {
+                    let (zero_tokens, zero_logits) =
+                        greedy_from_state(kind, &path, &prompt, steps, 0.0);
+                    let (nan_tokens, nan_logits) =
+                        greedy_from_state(kind, &path, &prompt, steps, f32::NAN);
+                    eprintln!(
+                        "{name} opset {opset} {}: tokens {:?}",
+                        kind.name(),
+                        zero_tokens
+                    );
+                    assert_eq!(zero_tokens.len(), batch);
+                    assert_eq!(
+                        nan_tokens,
+                        zero_tokens,
+                        "{name} opset {opset} {}",
+                        kind.name()
+                    );
+                    for (step, (a, b)) in nan_logits.iter().zip(&zero_logits).enumerate() {
+                        assert!(
+                            a.iter().all(|v| v.is_finite()),
+                            "{name} opset {opset} {} run {step}: non-finite logits",
+                            kind.name()
+                        );
+                        assert_eq!(a, b, "{name} opset {opset} {} run {step}", kind.name());
+                    }
+                }
+            }
+        }
+    }
 }
