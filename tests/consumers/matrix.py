@@ -374,6 +374,12 @@ def main():
                     status, message = "error", problem
                 else:
                     status = "pass" if max_rel <= tol else "mismatch"
+                limit = model.get("webgpu_cpu_nodes")
+                if status == "pass" and limit is not None and "cpu_nodes" in detail \
+                        and len(detail["cpu_nodes"]) > limit:
+                    status = "error"
+                    message = (f"{len(detail['cpu_nodes'])} nodes on the CPU EP, at most {limit}: "
+                               + ", ".join(detail["cpu_nodes"]))
             else:
                 status = "error"
                 if reference is None:
