@@ -103,6 +103,96 @@ fn static_state_graphs_read_no_shape() {
     }
 }
 
+/// The int64 values of a static-state graph: which node makes each one ("input",
+/// "initializer", or the op type), found by propagating element types from the inputs,
+/// initializers, `Constant`s and `Cast`s (every other op here keeps its first input's type).
+fn int64_values(model: &gmlp_onnx::onnx::proto::ModelProto) -> Vec<(String, String)> {
+    use std::collections::HashMap;
+    const INT64: i32 = 7;
+    let g = model.graph.as_ref().unwrap();
+    let mut elem: HashMap<String, i32> = HashMap::new();
+    for i in gmlp_onnx::onnx::reader::declared_inputs(model) {
+        elem.insert(i.name, i.elem_type);
+    }
+    for init in &g.initializer {
+        elem.insert(init.name().to_string(), init.data_type());
+    }
+    let mut made = Vec::new();
+    for n in &g.node {
+        let out_type = match n.op_type() {
+            "Constant" => n
+                .attribute
+                .iter()
+                .find_map(|a| a.t.as_ref().map(|t| t.data_type()))
+                .unwrap_or(0),
+            "Cast" => n
+                .attribute
+                .iter()
+                .find(|a| a.name() == "to")
+                .map_or(0, |a| a.i() as i32),
+            "ArgMax" | "Shape" | "Size" => INT64,
+            "Less" | "Greater" | "Equal" => 9,
+            "Where" => n
+                .input
+                .get(1)
+                .and_then(|i| elem.get(i))
+                .copied()
+                .unwrap_or(0),
+            _ => n
+                .input
+                .first()
+                .and_then(|i| elem.get(i))
+                .copied()
+                .unwrap_or(0),
+        };
+        for o in &n.output {
+            elem.insert(o.clone(), out_type);
+            if out_type == INT64 {
+                made.push((o.clone(), n.op_type().to_string()));
+            }
+        }
+    }
+    made
+}
+
+/// A static-state graph does its position arithmetic in f32: its only int64 values are the
+/// inputs, constants (shapes, axes) and the `Cast`s that make indices, so ONNX Runtime
+/// Web's WebGPU provider (no int64 arithmetic without `enableInt64`) runs every node but
+/// the two `Cast`s of the int64 inputs (docs/web.md, "WebGPU"; the consumer matrix counts
+/// them in the browser). Every small causal configuration, opsets 17 and 24 and the
+/// portable target.
+#[test]
+fn static_state_graphs_make_int64_values_by_cast_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let source: Arc<dyn WeightSource> = Arc::new(spread(3));
+    for (name, cfg) in causal_configs() {
+        for (label, cfg, target, _) in targets(&cfg) {
+            let file = format!("{name}-{label}.onnx");
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::Static,
+                &target,
+                dir.path(),
+                &file,
+            );
+            let made = int64_values(&read_model(&path).unwrap());
+            let computed: Vec<_> = made
+                .iter()
+                .filter(|(_, op)| op != "Cast" && op != "Constant")
+                .collect();
+            assert!(
+                computed.is_empty(),
+                "{file}: int64 values computed by {computed:?}"
+            );
+            assert!(
+                made.iter().any(|(_, op)| op == "Cast"),
+                "{file}: no index made"
+            );
+        }
+    }
+}
+
 /// `--target ort-gpu` writes the static state with opset 24's `TensorScatter`, says so on
 /// the build line, and tract (which has no `TensorScatter`) refuses the file in our words,
 /// naming the runtimes that run it (exit 3: the runtime cannot run it), while the default
