@@ -1,24 +1,43 @@
-// The page of examples/web: loads the model with ONNX Runtime Web (WebAssembly, one
-// thread) and generates after the prompt as it is typed. gmlp.js does the decoding; this
-// file wires the controls. See docs/web.md.
+// The page of examples/web: loads the model with ONNX Runtime Web (its WebGPU execution
+// provider where the browser offers a WebGPU adapter, WebAssembly on one thread otherwise)
+// and generates after the prompt as it is typed. gmlp.js does the decoding; this file
+// wires the controls. See docs/web.md.
 //
 // Query string (all optional): model=URL (default model.onnx), sampling=greedy|top-k, k,
-// temperature, seed, max=NEW_TOKENS, prompt=TEXT.
+// temperature, seed, max=NEW_TOKENS, prompt=TEXT, backend=wasm (WebAssembly even where
+// WebGPU is offered).
 //
 // #output carries what a test reads: data-state (loading | running | done | error),
 // data-prompt (the prompt generated for), data-settings, data-tokens (the generated token
-// ids, comma-separated) and data-runs (generations started since the page loaded).
-import * as ort from "./ort/ort.wasm.min.mjs";
+// ids, comma-separated), data-runs (generations started since the page loaded) and
+// data-backend (webgpu | wasm).
 import { Generator, Sampler } from "./gmlp.js";
-
-ort.env.wasm.numThreads = 1; // no cross-origin isolation needed
-ort.env.wasm.proxy = false;
 
 const $ = (id) => document.getElementById(id);
 const promptBox = $("prompt");
 const output = $("output");
 const status = $("status");
 const query = new URLSearchParams(location.search);
+
+// "webgpu" where the browser offers a WebGPU adapter (and ?backend=wasm does not ask
+// otherwise), else "wasm".
+async function pickBackend() {
+  if (query.get("backend") === "wasm" || !navigator.gpu) return "wasm";
+  try {
+    return (await navigator.gpu.requestAdapter()) ? "webgpu" : "wasm";
+  } catch {
+    return "wasm";
+  }
+}
+
+const backend = await pickBackend();
+// The WebGPU build also runs on WebAssembly, but is larger: each backend loads its own.
+const ort = await import(backend === "webgpu" ? "./ort/ort.webgpu.min.mjs" : "./ort/ort.wasm.min.mjs");
+ort.env.wasm.numThreads = 1; // no cross-origin isolation needed
+ort.env.wasm.proxy = false;
+const labels = { webgpu: "WebGPU", wasm: "WebAssembly, one thread" };
+let backendLabel = labels[backend];
+output.dataset.backend = backend;
 
 function setStatus(text, error = false) {
   status.textContent = text;
@@ -102,7 +121,7 @@ async function generate(id) {
     output.dataset.tokens = tokens.join(",");
   }
   const perStep = steps.length ? `, ${steps.length} steps of ${(steps.reduce((a, b) => a + b, 0) / steps.length).toFixed(1)} ms` : "";
-  setStatus(`${tokens.length} tokens (${label}): prompt of ${plan.prompt.length} bytes in ${prefill.toFixed(1)} ms${perStep}; ONNX Runtime Web ${ort.env.versions.web ?? ""}, WebAssembly, one thread.`);
+  setStatus(`${tokens.length} tokens (${label}): prompt of ${plan.prompt.length} bytes in ${prefill.toFixed(1)} ms${perStep}; ONNX Runtime Web ${ort.env.versions.web ?? ""}, ${backendLabel}.`);
   output.dataset.state = "done";
 }
 
@@ -130,9 +149,18 @@ async function main() {
     const response = await fetch(url);
     if (!response.ok) throw new Error(`${url}: HTTP ${response.status} (see docs/web.md to prepare the folder)`);
     const bytes = new Uint8Array(await response.arrayBuffer());
-    generator = await Generator.load(ort, bytes);
+    try {
+      generator = await Generator.load(ort, bytes, [backend]);
+    } catch (err) {
+      if (backend !== "webgpu") throw err;
+      // A file the WebGPU provider refuses (e.g. f16 where the adapter has no shader-f16):
+      // the same build runs it on WebAssembly.
+      generator = await Generator.load(ort, bytes, ["wasm"]);
+      output.dataset.backend = "wasm";
+      backendLabel = `${labels.wasm} (WebGPU refused the model: ${err.message})`;
+    }
     const { n, state } = generator.info;
-    $("model").textContent = `${url}: ${(bytes.length / 1e6).toFixed(1)} MB, byte tokens, up to ${n} positions, ${state.length} state tensors fed back (${state.map((s) => s.past).join(", ")}).`;
+    $("model").textContent = `${url}: ${(bytes.length / 1e6).toFixed(1)} MB, byte tokens, up to ${n} positions, ${state.length} state tensors fed back (${state.map((s) => s.past).join(", ")}); ONNX Runtime Web on ${backendLabel}.`;
   } catch (err) {
     output.dataset.state = "error";
     $("model").textContent = `Could not load ${url}.`;

@@ -191,10 +191,11 @@ export class Generator {
     this.info = info;
   }
 
-  // `bytes`: the .onnx file (a single file: external data is not supported here).
-  static async load(ort, bytes) {
+  // `bytes`: the .onnx file (a single file: external data is not supported here);
+  // `executionProviders`: ONNX Runtime Web's, e.g. ["webgpu"] with its WebGPU build.
+  static async load(ort, bytes, executionProviders = ["wasm"]) {
     const info = decodingInfo(bytes);
-    const session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"] });
+    const session = await ort.InferenceSession.create(bytes, { executionProviders });
     return new Generator(ort, session, info);
   }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a folder that serves the examples/web page: the page's files, ONNX Runtime
-# Web's WebAssembly build (three files of onnxruntime-web's dist/, into ort/) and the model
-# (as model.onnx). Serve the folder with any static server, e.g.
+# Web's WebAssembly build and its WebGPU build (three files of onnxruntime-web's dist/
+# each, into ort/: the page loads the WebGPU one where the browser offers WebGPU) and the
+# model (as model.onnx). Serve the folder with any static server, e.g.
 #   python3 -m http.server 8000 --bind 127.0.0.1 --directory OUT_DIR
 # and open http://127.0.0.1:8000/. See docs/web.md.
 #
@@ -10,7 +11,8 @@
 #   version is installed from npm into a temporary folder.
 set -euo pipefail
 ORT_WEB="onnxruntime-web@1.30.0"
-FILES=(ort.wasm.min.mjs ort-wasm-simd-threaded.mjs ort-wasm-simd-threaded.wasm)
+FILES=(ort.wasm.min.mjs ort-wasm-simd-threaded.mjs ort-wasm-simd-threaded.wasm
+  ort.webgpu.min.mjs ort-wasm-simd-threaded.asyncify.mjs ort-wasm-simd-threaded.asyncify.wasm)
 
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
   echo "usage: $0 OUT_DIR MODEL.onnx [NODE_MODULES]" >&2

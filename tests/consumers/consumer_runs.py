@@ -1,6 +1,7 @@
 """How matrix.py runs a consumer: a command and its one-line message, NumPy archives as the
 JSON the Node.js runners read and write, the onnxruntime-node runner (one process a file) and
-the onnxruntime-web one (one headless Chromium for the whole run)."""
+the onnxruntime-web one (one headless Chromium for the whole run, per backend: WASM or
+WebGPU)."""
 import json
 import os
 import re
@@ -88,19 +89,23 @@ CLOSE_AT_EXIT = []
 
 
 class BrowserConsumer:
-    """onnxruntime-web in headless Chromium: one `node ort_web.js MODULES --serve` process
-    (one browser, a fresh page for every file) for the whole run, started at the first cell
-    and started again after a cell that kills it or runs past RUN_TIMEOUT_S."""
+    """onnxruntime-web in headless Chromium on the execution provider `ep` ("wasm" or
+    "webgpu"): one `node ort_web.js MODULES --ep EP --serve` process (one browser, a fresh
+    page for every file) for the whole run, started at the first cell and started again
+    after a cell that kills it or runs past RUN_TIMEOUT_S. `last_detail` holds what the
+    runner said of the last passing run beyond its outputs (with WebGPU: "nodes" and
+    "cpu_nodes", the nodes ONNX Runtime placed on its CPU provider)."""
 
-    def __init__(self, modules, log_path):
-        self.modules, self.log_path = modules, log_path
+    def __init__(self, modules, log_path, ep="wasm"):
+        self.modules, self.log_path, self.ep = modules, log_path, ep
         self.proc = None
+        self.last_detail = {}
         CLOSE_AT_EXIT.append(self)
 
     def _start(self):
         self.log = open(self.log_path, "ab")
         # Its own process group: a stuck browser is ended with its node parent.
-        self.proc = subprocess.Popen(["node", WEB_RUNNER, self.modules, "--serve"],
+        self.proc = subprocess.Popen(["node", WEB_RUNNER, self.modules, "--ep", self.ep, "--serve"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, start_new_session=True)
         self.selector = selectors.DefaultSelector()
@@ -112,6 +117,7 @@ class BrowserConsumer:
             return f.read()[-4000:].decode("utf-8", "replace")
 
     def run(self, model, inputs, outputs):
+        self.last_detail = {}
         in_json, out_json = outputs + ".in.json", outputs + ".out.json"
         npz_to_json(inputs, in_json)
         if self.proc is None or self.proc.poll() is not None:
@@ -139,11 +145,12 @@ class BrowserConsumer:
         if not answer["ok"]:
             return False, one_line(answer["error"])
         json_to_npz(out_json, outputs)
+        self.last_detail = {k: v for k, v in answer.items() if k != "ok"}
         return True, ""
 
     def version(self):
-        return subprocess.run(["node", WEB_RUNNER, self.modules, "--version"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(["node", WEB_RUNNER, self.modules, "--ep", self.ep, "--version"],
+                              capture_output=True, text=True, check=True).stdout.strip()
 
     def close(self):
         """Ends the runner: stdin closed (it closes the browser), then its process group."""

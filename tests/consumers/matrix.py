@@ -54,10 +54,12 @@ def lock_version(lock_path, crate):
 class Consumer:
     """One downstream stack: how to run a file in it and which version it is."""
 
-    def __init__(self, key, label, run, version, prepare=None, note=""):
+    def __init__(self, key, label, run, version, prepare=None, note="", detail=None):
         self.key, self.label, self.run, self.version_fn = key, label, run, version
         self.prepare = prepare
         self.note = note
+        # What the consumer said of its last run beyond the outputs ({} if nothing).
+        self.detail = detail or (lambda: {})
         self._version = None
 
     def version(self):
@@ -161,6 +163,8 @@ def consumers(gmlp, out_dir):
     node_run, node_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE"))
     legacy_run, legacy_version = node_consumer(env("GMLP_CONSUMER_ORT_NODE_LEGACY"))
     web = BrowserConsumer(env("GMLP_CONSUMER_ORT_WEB"), os.path.join(out_dir, "ort_web.log"))
+    webgpu = BrowserConsumer(env("GMLP_CONSUMER_ORT_WEB"), os.path.join(out_dir, "ort_webgpu.log"),
+                             ep="webgpu")
     candle = env("GMLP_CONSUMER_CANDLE")
     main_lock = os.path.join(ROOT, "Cargo.lock")
     candle_lock = os.path.join(HERE, "candle", "Cargo.lock")
@@ -178,6 +182,13 @@ def consumers(gmlp, out_dir):
         Consumer("onnxruntime-web", "onnxruntime-web (npm; WASM, 1 thread) in headless Chromium",
                  web.run, web.version,
                  note="Debian's Chromium driven by puppeteer-core; the page loads the file over HTTP from 127.0.0.1"),
+        Consumer("onnxruntime-web-webgpu",
+                 "onnxruntime-web (npm; WebGPU EP, SwiftShader adapter) in headless Chromium",
+                 webgpu.run, lambda: webgpu.version() + ", WebGPU: SwiftShader",
+                 note="Chromium with --enable-unsafe-webgpu: its adapter is SwiftShader's (on the CPU, no "
+                      "shader-f16); each cell also gives how many nodes ONNX Runtime placed on its CPU "
+                      "provider (its verbose log), of all the session's nodes",
+                 detail=lambda: webgpu.last_detail),
         Consumer("onnxruntime-1.14", "ONNX Runtime 1.14 (onnxruntime-node 1.14 from npm)",
                  legacy_run, legacy_version),
         Consumer("onnxruntime-1.14-ir8", "ONNX Runtime 1.14, same file rewritten to IR 8 by the test",
@@ -352,6 +363,7 @@ def main():
                 os.remove(outputs)
             run_path = consumer.prepare(path) if consumer.prepare else path
             ok, message = consumer.run(run_path, inputs, outputs)
+            detail = consumer.detail() if ok else {}
             max_rel = None
             if ok:
                 if reference is None:  # the first consumer is the reference
@@ -362,6 +374,12 @@ def main():
                     status, message = "error", problem
                 else:
                     status = "pass" if max_rel <= tol else "mismatch"
+                limit = model.get("webgpu_cpu_nodes")
+                if status == "pass" and limit is not None and "cpu_nodes" in detail \
+                        and len(detail["cpu_nodes"]) > limit:
+                    status = "error"
+                    message = (f"{len(detail['cpu_nodes'])} nodes on the CPU EP, at most {limit}: "
+                               + ", ".join(detail["cpu_nodes"]))
             else:
                 status = "error"
                 if reference is None:
@@ -377,10 +395,14 @@ def main():
                 "opset": facts["opset"], "status": status, "max_rel": max_rel, "tolerance": tol,
                 "error": message, "expected": expected, "why_expected": expected_failures.get(cell_key, ""),
                 "as_expected": expected == actual, "seconds": round(time.monotonic() - t0, 2),
+                **({"detail": detail} if detail else {}),
             })
             rel = "-" if max_rel is None else f"{max_rel:.1e}"
             flag = "" if expected == actual else "   <-- UNEXPECTED"
-            print(f"{model['name']:16} {consumer.key:22} {status:8} {rel:>8}  {message[:110]}{flag}",
+            placed = ""
+            if "cpu_nodes" in detail:
+                placed = f"  CPU nodes {len(detail['cpu_nodes'])}/{detail['nodes']}: " + ", ".join(detail["cpu_nodes"])
+            print(f"{model['name']:16} {consumer.key:22} {status:8} {rel:>8}  {message[:110]}{flag}{placed[:300]}",
                   flush=True)
 
     results = {

@@ -17,6 +17,10 @@ def footnote_key(cell):
 
 def cell_text(cell, footnotes):
     if cell["status"] == "pass":
+        placed = cell.get("detail", {})
+        if "cpu_nodes" in placed:
+            # WebGPU: the nodes ONNX Runtime placed on its CPU provider, of all.
+            return f"✅ {cell['max_rel']:.0e}, CPU {len(placed['cpu_nodes'])}/{placed['nodes']}"
         return f"✅ {cell['max_rel']:.0e}"
     key = footnote_key(cell)
     if key not in footnotes:
@@ -47,7 +51,8 @@ def render(results):
         "quantizes the activations with its own rounding). Symbolic sizes: `sequence` = n − 3 "
         "(causal token models take any length), `past_sequence` = 0 (with-past models get empty "
         "state, as for a prompt). ✅ pass, ❌ the consumer refused or failed (its message below), "
-        "⚠️ ran but disagreed. Every cell's status is checked against "
+        "⚠️ ran but disagreed. In the WebGPU row, `CPU k/N`: ONNX Runtime placed k of the session's "
+        "N nodes on its CPU execution provider instead of WebGPU (from its verbose log). Every cell's status is checked against "
         "`tests/consumers/matrix.toml` on every CI run.",
         "",
         "| consumer | version | " + " | ".join(m["name"] for m in models) + " |",

@@ -1,7 +1,8 @@
 //! The consumer matrix (docs/model.md, "Where the files run"): every model of
 //! tests/consumers/matrix.toml, built with `gmlp-onnx build`, runs in every downstream stack
 //! that installs from the registries on a CPU machine (ONNX Runtime from Python, Rust and Node,
-//! ONNX Runtime Web in headless Chromium, ONNX Runtime 1.14, tract, onnx.reference, OpenVINO,
+//! ONNX Runtime Web in headless Chromium on WebAssembly and on WebGPU with SwiftShader's
+//! adapter, ONNX Runtime 1.14, tract, onnx.reference, OpenVINO,
 //! OpenCV 4 and 5 dnn, candle-onnx) and agrees with ONNX Runtime (Python) to 1e-5 relative
 //! (1e-2 for f16 files), except the cells matrix.toml lists as known failures, which must
 //! still fail. tests/consumers/matrix.py does the work; the consumers are installed by

@@ -1,10 +1,12 @@
 //! The browser as a deployment stack (docs/web.md): the examples/web page, prepared with
 //! examples/web/prepare.sh and served by `python3 -m http.server` on 127.0.0.1, opened in
 //! headless Chromium (Debian's, driven by puppeteer-core: tests/web/drive_page.js). A prompt
-//! is typed into it, and the bytes the page generates with ONNX Runtime Web (WebAssembly,
-//! one thread), its state fed back step by step in JavaScript, must equal those of
-//! `gmlp-onnx generate --prompt-text` (ONNX Runtime, native) with the same model: greedy,
-//! and top-k with a seed. Screenshots stay in target/tmp/web/.
+//! is typed into it, and the bytes the page generates with ONNX Runtime Web, its state fed
+//! back step by step in JavaScript, must equal those of `gmlp-onnx generate --prompt-text`
+//! (ONNX Runtime, native) with the same model: greedy, and top-k with a seed. The page runs
+//! on WebGPU where the browser offers an adapter (Chromium started with WebGPU: SwiftShader's
+//! adapter, no GPU needed) and on WebAssembly (one thread) where it does not: the static-state
+//! fixture is generated both ways. Screenshots stay in target/tmp/web/.
 //!
 //! Needs `GMLP_CONSUMER_ORT_WEB` (node_modules with onnxruntime-web and puppeteer-core)
 //! from scripts/consumers_setup.sh, and Chromium (`chromium`, or GMLP_CHROMIUM): scripts/test
@@ -71,13 +73,21 @@ fn prepare(site: &Path, model: &Path) {
     assert!(o.status.success(), "prepare.sh: {}", output_text(&o));
 }
 
-/// Opens the page served from `site`, types `prompt` in each run's settings (a query
-/// string) and returns each run's generated tokens.
-fn page_tokens(site: &Path, prompt: &str, runs: &[(&str, &str)], dir: &Path) -> Vec<Vec<i64>> {
+/// Opens the page served from `site` in a Chromium that offers WebGPU (`webgpu`) or not,
+/// types `prompt` in each run's settings (a query string) and returns each run's generated
+/// tokens; asserts that the page ran on WebGPU exactly when it was offered.
+fn page_tokens(
+    site: &Path,
+    prompt: &str,
+    runs: &[(&str, &str)],
+    dir: &Path,
+    webgpu: bool,
+) -> Vec<Vec<i64>> {
     let result = dir.join("page.json");
     let spec = serde_json::json!({
         "prompt": prompt,
         "out": result,
+        "webgpu": webgpu,
         "runs": runs.iter().map(|(name, query)| serde_json::json!({
             "name": name,
             "query": query,
@@ -98,12 +108,15 @@ fn page_tokens(site: &Path, prompt: &str, runs: &[(&str, &str)], dir: &Path) -> 
         .iter()
         .map(|r| {
             println!(
-                "{}: {} | {} | {} generations while typing",
+                "{} ({}): {} | {} | {} generations while typing",
                 r["name"],
+                r["backend"],
                 r["model"].as_str().unwrap_or(""),
                 r["status"].as_str().unwrap_or(""),
                 r["generations"]
             );
+            let expected = if webgpu { "webgpu" } else { "wasm" };
+            assert_eq!(r["backend"], expected, "the page's backend: {r}");
             // Typed one key per 200 ms, past the page's 120 ms pause: it generated for
             // the growing prompt, not only once at the end.
             assert!(
@@ -154,20 +167,24 @@ fn the_page_generates_the_bytes_of_gmlp_onnx_generate() {
     assert_ne!(greedy_cli, top_k_cli, "the settings must matter");
     let site = dir.join("site");
     prepare(&site, &model);
-    let page = page_tokens(
-        &site,
-        prompt,
-        &[
-            ("greedy", ""),
-            ("top-k", "sampling=top-k&k=5&temperature=0.9&seed=3"),
-        ],
-        &dir,
-    );
-    assert_eq!(
-        page[0], greedy_cli,
-        "greedy: the page and gmlp-onnx generate"
-    );
-    assert_eq!(page[1], top_k_cli, "top-k: the page and gmlp-onnx generate");
+    let runs = [
+        ("greedy", ""),
+        ("top-k", "sampling=top-k&k=5&temperature=0.9&seed=3"),
+    ];
+    // WebAssembly (no adapter offered), then WebGPU (SwiftShader's adapter).
+    for webgpu in [false, true] {
+        let run_dir = dir.join(if webgpu { "webgpu" } else { "wasm" });
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let page = page_tokens(&site, prompt, &runs, &run_dir, webgpu);
+        assert_eq!(
+            page[0], greedy_cli,
+            "greedy (WebGPU offered: {webgpu}): the page and gmlp-onnx generate"
+        );
+        assert_eq!(
+            page[1], top_k_cli,
+            "top-k (WebGPU offered: {webgpu}): the page and gmlp-onnx generate"
+        );
+    }
 }
 
 #[test]
@@ -192,7 +209,7 @@ fn the_page_generates_any_bytes_up_to_n() {
     );
     let site = dir.join("site");
     prepare(&site, &model);
-    let page = page_tokens(&site, prompt, &[("greedy", "")], &dir);
+    let page = page_tokens(&site, prompt, &[("greedy", "")], &dir, false);
     assert_eq!(page[0], cli, "greedy: the page and gmlp-onnx generate");
 }
 

@@ -103,6 +103,96 @@ fn static_state_graphs_read_no_shape() {
     }
 }
 
+/// The int64 values of a static-state graph: which node makes each one ("input",
+/// "initializer", or the op type), found by propagating element types from the inputs,
+/// initializers, `Constant`s and `Cast`s (every other op here keeps its first input's type).
+fn int64_values(model: &gmlp_onnx::onnx::proto::ModelProto) -> Vec<(String, String)> {
+    use std::collections::HashMap;
+    const INT64: i32 = 7;
+    let g = model.graph.as_ref().unwrap();
+    let mut elem: HashMap<String, i32> = HashMap::new();
+    for i in gmlp_onnx::onnx::reader::declared_inputs(model) {
+        elem.insert(i.name, i.elem_type);
+    }
+    for init in &g.initializer {
+        elem.insert(init.name().to_string(), init.data_type());
+    }
+    let mut made = Vec::new();
+    for n in &g.node {
+        let out_type = match n.op_type() {
+            "Constant" => n
+                .attribute
+                .iter()
+                .find_map(|a| a.t.as_ref().map(|t| t.data_type()))
+                .unwrap_or(0),
+            "Cast" => n
+                .attribute
+                .iter()
+                .find(|a| a.name() == "to")
+                .map_or(0, |a| a.i() as i32),
+            "ArgMax" | "Shape" | "Size" => INT64,
+            "Less" | "Greater" | "Equal" => 9,
+            "Where" => n
+                .input
+                .get(1)
+                .and_then(|i| elem.get(i))
+                .copied()
+                .unwrap_or(0),
+            _ => n
+                .input
+                .first()
+                .and_then(|i| elem.get(i))
+                .copied()
+                .unwrap_or(0),
+        };
+        for o in &n.output {
+            elem.insert(o.clone(), out_type);
+            if out_type == INT64 {
+                made.push((o.clone(), n.op_type().to_string()));
+            }
+        }
+    }
+    made
+}
+
+/// A static-state graph does its position arithmetic in f32: its only int64 values are the
+/// inputs, constants (shapes, axes) and the `Cast`s that make indices, so ONNX Runtime
+/// Web's WebGPU provider (no int64 arithmetic without `enableInt64`) runs every node but
+/// the two `Cast`s of the int64 inputs (docs/web.md, "WebGPU"; the consumer matrix counts
+/// them in the browser). Every small causal configuration, opsets 17 and 24 and the
+/// portable target.
+#[test]
+fn static_state_graphs_make_int64_values_by_cast_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let source: Arc<dyn WeightSource> = Arc::new(spread(3));
+    for (name, cfg) in causal_configs() {
+        for (label, cfg, target, _) in targets(&cfg) {
+            let file = format!("{name}-{label}.onnx");
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::Static,
+                &target,
+                dir.path(),
+                &file,
+            );
+            let made = int64_values(&read_model(&path).unwrap());
+            let computed: Vec<_> = made
+                .iter()
+                .filter(|(_, op)| op != "Cast" && op != "Constant")
+                .collect();
+            assert!(
+                computed.is_empty(),
+                "{file}: int64 values computed by {computed:?}"
+            );
+            assert!(
+                made.iter().any(|(_, op)| op == "Cast"),
+                "{file}: no index made"
+            );
+        }
+    }
+}
+
 /// `--target ort-gpu` writes the static state with opset 24's `TensorScatter`, says so on
 /// the build line, and tract (which has no `TensorScatter`) refuses the file in our words,
 /// naming the runtimes that run it (exit 3: the runtime cannot run it), while the default
@@ -511,6 +601,202 @@ mod with_onnxruntime {
                     }
                 }
             }
+        }
+    }
+
+    /// One greedy continuation of `prompt` [batch, T] by `steps` tokens, driving the file
+    /// run by run with every `past_*` buffer starting as `fill` (NaN or 0) and each run's
+    /// `present_*` fed back: the tokens and every run's last logits. Also checks that the
+    /// rows after the prompt still hold `fill` in the first run's `present_*` outputs (the
+    /// buffer really reached the graph and was written only at the new rows).
+    fn greedy_from_state(
+        kind: RuntimeKind,
+        path: &std::path::Path,
+        prompt: &Array2<i64>,
+        steps: usize,
+        fill: f32,
+    ) -> (Vec<Vec<i64>>, Vec<ArrayD<f32>>) {
+        let info = DecodingModel::read(path).unwrap().info;
+        let (batch, t) = prompt.dim();
+        let n = info.max_sequence;
+        let mut state: Vec<NamedTensor> = info
+            .state
+            .iter()
+            .map(|s| NamedTensor {
+                name: s.past.clone(),
+                value: TensorValue::F32(ArrayD::from_elem(IxDyn(&[batch, n, s.width]), fill)),
+            })
+            .collect();
+        let mut rt = runtime::open(kind, path, &options()).unwrap();
+        let (mut ids, mut position) = (prompt.clone(), 0i64);
+        let mut tokens = vec![Vec::new(); batch];
+        let mut all_logits = Vec::new();
+        for step in 0..=steps {
+            let mut feed = vec![
+                NamedTensor {
+                    name: "input_ids".into(),
+                    value: TensorValue::I64(ids.clone().into_dyn()),
+                },
+                NamedTensor {
+                    name: "position".into(),
+                    value: TensorValue::I64(Array1::from_elem(batch, position).into_dyn()),
+                },
+            ];
+            feed.extend(state.iter().cloned());
+            let out = rt
+                .run(&feed)
+                .unwrap_or_else(|e| panic!("{}: {e}", kind.name()));
+            position += ids.ncols() as i64;
+            let logits = out.iter().find(|o| o.name == "logits").unwrap();
+            let logits = f32_of(logits);
+            let last = logits
+                .slice(s![.., logits.shape()[1] - 1, ..])
+                .to_owned()
+                .into_dyn();
+            let picked = argmax_rows(&last);
+            all_logits.push(last);
+            for (b, &id) in picked.iter().enumerate() {
+                tokens[b].push(id as i64);
+            }
+            for (past, s) in state.iter_mut().zip(&info.state) {
+                let present = out.iter().find(|o| o.name == s.present).unwrap();
+                if step == 0 {
+                    let rest = f32_of(present).slice(s![.., t.., ..]).to_owned();
+                    assert!(
+                        rest.iter().all(|v| v.to_bits() == fill.to_bits()),
+                        "{}: {} rows after the prompt changed",
+                        kind.name(),
+                        s.present
+                    );
+                }
+                past.value = present.value.clone();
+            }
+            ids = Array2::from_shape_vec((batch, 1), picked.iter().map(|&i| i as i64).collect())
+                .unwrap();
+        }
+        (tokens, all_logits)
+    }
+
+    /// Unwritten state rows never reach an output: with every `past_*` buffer NaN before
+    /// the prompt, the greedy tokens and the logits of every run equal those from a state
+    /// of zeros (the graph reads the rows after each sequence's last one as 0 through a
+    /// `Where`; a causal weight of 0 times NaN would be NaN). Third-party causal checkpoints
+    /// (g-mlp-pytorch gMLP, aMLP and token-shift aMLP; g-mlp-gpt global layers, one and two
+    /// heads with attention) built by the CLI, in tract and ONNX Runtime at opset 17
+    /// (`ScatterND`), in ONNX Runtime at opset 24 (`TensorScatter`).
+    #[test]
+    fn nan_in_unwritten_state_rows_changes_no_token() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "lucid_shift_causal",
+            "gpt_tokens",
+            "gpt_heads2_attn",
+        ] {
+            let fx = Fixture::open(name);
+            let ids = fx.ids("input_ids");
+            let (batch, n) = ids.dim();
+            let prompt = ids.slice(s![.., ..n / 4]).to_owned();
+            let steps = 6;
+            for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
+                let path = dir.path().join(format!("{name}-{opset}.onnx"));
+                let opset_arg = opset.to_string();
+                fx.build(
+                    "model.safetensors",
+                    &["--with-past", "static", "--opset", &opset_arg],
+                    &path,
+                );
+                for &kind in &kinds {
+                    let (zero_tokens, zero_logits) =
+                        greedy_from_state(kind, &path, &prompt, steps, 0.0);
+                    let (nan_tokens, nan_logits) =
+                        greedy_from_state(kind, &path, &prompt, steps, f32::NAN);
+                    eprintln!(
+                        "{name} opset {opset} {}: tokens {:?}",
+                        kind.name(),
+                        zero_tokens
+                    );
+                    assert_eq!(zero_tokens.len(), batch);
+                    assert_eq!(
+                        nan_tokens,
+                        zero_tokens,
+                        "{name} opset {opset} {}",
+                        kind.name()
+                    );
+                    for (step, (a, b)) in nan_logits.iter().zip(&zero_logits).enumerate() {
+                        assert!(
+                            a.iter().all(|v| v.is_finite()),
+                            "{name} opset {opset} {} run {step}: non-finite logits",
+                            kind.name()
+                        );
+                        assert_eq!(a, b, "{name} opset {opset} {} run {step}", kind.name());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The same through ONNX Runtime's I/O binding, the state written in place (as
+    /// `generate` and docs/static-state.md's loop run it): buffers that start as NaN
+    /// (never written by the tool) give the greedy tokens and logits of zeroed ones.
+    #[test]
+    fn nan_buffers_bound_in_place_give_the_tokens_of_zeroed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+import json, sys
+import numpy as np, onnxruntime as ort
+path, prompt = sys.argv[1], json.loads(sys.argv[2])
+sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+pasts = [i for i in sess.get_inputs() if i.name.startswith("past_")]
+batch = len(prompt)
+runs = []
+for fill in (0.0, float("nan")):
+    values = {i.name: ort.OrtValue.ortvalue_from_numpy(np.full([batch] + i.shape[1:], fill, np.float32))
+              for i in pasts}
+    binding = sess.io_binding()
+    binding.bind_output("logits")
+    for name, v in values.items():
+        binding.bind_ortvalue_input(name, v)
+        binding.bind_ortvalue_output(name.replace("past_", "present_", 1), v)
+    ids, position = np.array(prompt, np.int64), np.zeros([batch], np.int64)
+    tokens, logits = [], []
+    for _ in range(7):
+        binding.bind_cpu_input("input_ids", ids)
+        binding.bind_cpu_input("position", position)
+        binding.bind_output("logits")
+        sess.run_with_iobinding(binding)
+        last = binding.get_outputs()[0].numpy()[:, -1]
+        position += ids.shape[1]
+        ids = last.argmax(-1)[:, None]
+        tokens.append(ids[:, 0].tolist())
+        logits.append(last)
+    runs.append((tokens, np.stack(logits)))
+(zt, zl), (nt, nl) = runs
+print(json.dumps({"tokens": zt, "nan_tokens": nt, "finite": bool(np.isfinite(nl).all()),
+                  "equal": bool(np.array_equal(zl, nl))}))
+"#;
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "gpt_heads2_attn",
+        ] {
+            let fx = Fixture::open(name);
+            let ids = fx.ids("input_ids");
+            let prompt: Vec<Vec<i64>> = ids
+                .rows()
+                .into_iter()
+                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
+                .collect();
+            let path = dir.path().join(format!("{name}.onnx"));
+            fx.build("model.safetensors", &["--with-past", "static"], &path);
+            let prompt_json = serde_json::to_string(&prompt).unwrap();
+            let out = run_python(script, &[&path, std::path::Path::new(&prompt_json)]);
+            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            eprintln!("{name} in place: {r}");
+            assert_eq!(r["nan_tokens"], r["tokens"], "{name}");
+            assert_eq!(r["finite"], true, "{name}: non-finite logits");
+            assert_eq!(r["equal"], true, "{name}: logits differ");
         }
     }
 }

@@ -4,10 +4,13 @@
 //   NODE_MODULES: puppeteer-core (scripts/consumers_setup.sh); SITE_DIR: a folder made by
 //   examples/web/prepare.sh, served here with `python3 -m http.server` on 127.0.0.1 (the
 //   command docs/web.md gives; PYTHON overrides the interpreter);
-//   SPEC_JSON: {"prompt": TEXT, "out": RESULT.json,
+//   SPEC_JSON: {"prompt": TEXT, "out": RESULT.json, "webgpu": BOOL,
 //               "runs": [{"name": N, "query": "sampling=top-k&k=5", "screenshot": PNG}]}.
+//   "webgpu": Chromium offers the page a WebGPU adapter (SwiftShader's where there is no
+//   GPU); otherwise it has none and the page runs on WebAssembly.
 // RESULT.json: {"runs": [{"name", "tokens": [ids], "settings", "status", "model",
-//                         "generations": how many generations the page started}]}.
+//                         "generations": how many generations the page started,
+//                         "backend": "webgpu" or "wasm", as the page chose}]}.
 // Keys are typed slower than the page's 120 ms pause, so it generates as the prompt grows.
 // On failure prints one line to stderr, exits 1.
 "use strict";
@@ -84,6 +87,7 @@ async function drive(browser, base, prompt, run) {
     status: await statusText(),
     model: await page.$eval("#model", (el) => el.textContent),
     generations: Number(data.runs || 0),
+    backend: data.backend,
   };
   await page.close();
   return result;
@@ -95,7 +99,7 @@ async function main(argv) {
   const { child, base } = await startServer(site);
   let browser = null;
   try {
-    browser = await launch(modules);
+    browser = await launch(modules, { webgpu: Boolean(spec.webgpu) });
     const runs = [];
     for (const run of spec.runs) runs.push(await drive(browser.browser, base, spec.prompt, run));
     fs.writeFileSync(spec.out, JSON.stringify({ runs }, null, 1));

@@ -5,8 +5,12 @@
 //! indices (b, P_b + t), or opset 24's `TensorScatter` at write index P_b) and then reads
 //! the whole state: the spatial projection's row of W at P_b + t (a `Gather`, constant
 //! shapes, no `Slice` or `Concat`) is zero past the diagonal, and the attention is masked
-//! by position, so rows after a sequence's last token never count. The rows are checked
-//! once: a position outside 0..n fails at a `Gather` instead of reading or writing out of
+//! by position, so rows after a sequence's last token never count. What the buffer holds
+//! in those rows never reaches an output either: the spatial projection and the attention
+//! read the state through a `Gather` of rows that reads each row s ≤ P_b + T − 1 (written
+//! by this run or an earlier one) as it is and every row after it as row P_b + T − 1 (a
+//! NaN left there, times a weight of 0, would still be NaN). The rows are checked once:
+//! a position outside 0..n fails at a `Gather` instead of reading or writing out of
 //! bounds.
 
 use std::collections::HashMap;
@@ -46,18 +50,26 @@ impl StaticState {
 }
 
 /// The per-sequence positions of a static-state graph, computed once and shared by the
-/// blocks (the derived index tensors are made on first use).
+/// blocks (the derived index tensors are made on first use). The arithmetic is in f32
+/// (exact for integers below 2^24, far above any n): ONNX Runtime Web's WebGPU execution
+/// provider has no i64 arithmetic kernels (without its `enableInt64` option) and would run
+/// an i64 chain on its CPU provider, while it runs these f32 nodes and the `Cast`s to i64
+/// that make the indices. Only the two `Cast`s reading the i64 inputs (`position`,
+/// `input_ids`) stay on its CPU.
 pub(crate) struct StaticRows {
     /// The checked positions P_b + t of the new tokens, i64 [batch, sequence]: a run
     /// whose rows leave 0..n fails at the `Gather`s that check them.
     pub(crate) rows: Value,
-    /// The same as [batch, sequence, 1].
+    /// The same in f32 [batch, sequence].
+    rows_f: Value,
+    /// The same in f32 [batch, sequence, 1].
     rows3: Value,
-    /// Each sequence's checked P (the first row), i64 [batch].
-    start: Value,
-    /// The positions 0..n−1, i64 [n] (the state's rows).
+    /// Each sequence's checked P (the first row), i64 [batch] (`TensorScatter`'s write
+    /// index), made on first use.
+    start: Option<Value>,
+    /// The positions 0..n−1, f32 [n] (the state's rows).
     table: Value,
-    /// The index b of each new token's sequence, i64 [batch, sequence].
+    /// The index b of each new token's sequence, f32 [batch, sequence].
     batch_index: Value,
     /// `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2].
     scatter_indices: Option<Value>,
@@ -65,6 +77,8 @@ pub(crate) struct StaticRows {
     mask: Option<Value>,
     /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
     toeplitz_index: Option<Value>,
+    /// The rows the computation reads of each state ([`Emitter::static_read_index`]).
+    read_index: Option<Value>,
 }
 
 impl Emitter {
@@ -99,44 +113,52 @@ impl Emitter {
         let batch = ids.shape[0].clone();
         let seq = Dim::Symbol(SEQUENCE.into());
         let rows = self.g.scoped("positions", |g| {
-            let zero = g.const_i64("zero", &[], vec![0])?;
-            let one = g.const_i64("one", &[], vec![1])?;
-            // A 1 for every new token, i64 [batch, sequence], from the ids' values: the
+            let zero = g.const_f32("zero", &[], vec![0.0])?;
+            let one = g.const_f32("one", &[], vec![1.0])?;
+            let axis0 = g.const_i64("axis_batch", &[], vec![0])?;
+            let axis1 = g.const_i64("axis_tokens", &[], vec![1])?;
+            // A 1 for every new token, f32 [batch, sequence], from the ids' values: the
             // indices below are running sums of it, so no node reads a shape and every
             // node can run on a GPU (a step can be captured as a CUDA graph).
-            let ids_zero = g.mul("token_zero", ids, &zero)?;
+            let ids_f = g.cast("token_ids_f32", ids, ElemType::F32)?;
+            let ids_zero = g.mul("token_zero", &ids_f, &zero)?;
             let ones = g.add("token_one", &ids_zero, &one)?;
-            let offsets = g.cum_sum("offsets", &ones, &one, true)?;
+            let offsets = g.cum_sum("offsets", &ones, &axis1, true)?;
+            let position_f = g.cast("position_f32", &position, ElemType::F32)?;
             let start_col = g.reshape(
                 "position_column",
-                &position,
+                &position_f,
                 &[-1, 1],
                 vec![batch.clone(), 1.into()],
             )?;
             let raw = g.add("rows_unchecked", &start_col, &offsets)?;
-            let table = g.const_i64("table", &[n], (0..n as i64).collect())?;
-            let n_c = g.const_i64("n", &[], vec![n as i64])?;
+            let table = g.const_f32("table", &[n], (0..n).map(|s| s as f32).collect())?;
+            let n_c = g.const_f32("n", &[], vec![n as f32])?;
             let below = g.sub("rows_minus_n", &raw, &n_c)?;
-            let upper = g.gather("check_below_n", &table, &raw, 0)?;
-            let lower = g.gather("check_not_negative", &table, &below, 0)?;
-            let rows = g.max("rows", &upper, &lower)?;
+            let raw_i = g.cast("rows_unchecked_index", &raw, ElemType::I64)?;
+            let below_i = g.cast("rows_minus_n_index", &below, ElemType::I64)?;
+            let upper = g.gather("check_below_n", &table, &raw_i, 0)?;
+            let lower = g.gather("check_not_negative", &table, &below_i, 0)?;
+            let rows_f = g.max("rows_f32", &upper, &lower)?;
+            let rows = g.cast("rows", &rows_f, ElemType::I64)?;
             let rows3 = g.reshape(
                 "rows_column",
-                &rows,
+                &rows_f,
                 &[0, 0, 1],
                 vec![batch.clone(), seq.clone(), 1.into()],
             )?;
-            let start = g.gather("start", &rows, &zero, 1)?;
-            let batch_index = g.cum_sum("batch_index", &ones, &zero, true)?;
+            let batch_index = g.cum_sum("batch_index", &ones, &axis0, true)?;
             Ok(StaticRows {
                 rows,
+                rows_f,
                 rows3,
-                start,
+                start: None,
                 table,
                 batch_index,
                 scatter_indices: None,
                 mask: None,
                 toeplitz_index: None,
+                read_index: None,
             })
         })?;
         Ok(StaticState {
@@ -146,36 +168,94 @@ impl Emitter {
         })
     }
 
+    /// Each sequence's checked P, i64 [batch] (`TensorScatter`'s write indices), shared.
+    fn static_start(&mut self, r: &mut StaticRows) -> Result<Value> {
+        if let Some(v) = &r.start {
+            return Ok(v.clone());
+        }
+        let v = self.g.scoped("shared", |g| {
+            let first = g.const_i64("start_token", &[], vec![0])?;
+            let start = g.gather("start_f32", &r.rows_f, &first, 1)?;
+            g.cast("start", &start, ElemType::I64)
+        })?;
+        r.start = Some(v.clone());
+        Ok(v)
+    }
+
     /// The `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2], shared.
     fn static_scatter_indices(&mut self, r: &mut StaticRows) -> Result<Value> {
         if let Some(v) = &r.scatter_indices {
             return Ok(v.clone());
         }
         let v = self.g.scoped("shared", |g| {
-            let zero = g.const_i64("scatter_zero", &[], vec![0])?;
-            let zeros = g.mul("scatter_zeros", &r.rows, &zero)?;
-            let b = g.add("scatter_batch", &zeros, &r.batch_index)?;
             let b3 = g.reshape(
                 "scatter_batch_column",
-                &b,
+                &r.batch_index,
                 &[0, 0, 1],
                 r.rows3.shape.clone(),
             )?;
-            g.concat("scatter_indices", &[&b3, &r.rows3], 2)
+            let indices = g.concat("scatter_indices_f32", &[&b3, &r.rows3], 2)?;
+            g.cast("scatter_indices", &indices, ElemType::I64)
         })?;
         r.scatter_indices = Some(v.clone());
         Ok(v)
     }
 
+    /// The rows the computation reads of each state, i64 [batch, n] into the state seen as
+    /// [batch·n, width]: b·n + min(s, P_b + T − 1), i.e. row s itself where this run or an
+    /// earlier one wrote it, and the sequence's last written row after that (shared).
+    fn static_read_index(&mut self, r: &mut StaticRows) -> Result<Value> {
+        if let Some(v) = &r.read_index {
+            return Ok(v.clone());
+        }
+        let n = self.cfg.seq_len();
+        let v = self.g.scoped("shared", |g| {
+            let last = g.reduce_max_keeping("last_row", &r.rows_f, &[1], true)?;
+            let n_c = g.const_f32("read_n", &[], vec![n as f32])?;
+            let base = g.mul("read_sequence_start", &r.batch_index, &n_c)?;
+            let base = g.reduce_max_keeping("read_sequence_base", &base, &[1], true)?;
+            let rows = g.min("read_rows", &r.table, &last)?;
+            let index = g.add("read_index_f32", &base, &rows)?;
+            g.cast("read_index", &index, ElemType::I64)
+        })?;
+        r.read_index = Some(v.clone());
+        Ok(v)
+    }
+
+    /// `present` [batch, n, width] with every row after each sequence's last written one
+    /// read as that row ([`Emitter::static_read_index`]; one `Gather` of n rows).
+    fn static_read_rows(
+        &mut self,
+        state: &mut StaticState,
+        kind: &str,
+        present: &Value,
+    ) -> Result<Value> {
+        let index = self.static_read_index(&mut state.rows)?;
+        let width = present.shape[2].clone();
+        let flat = self.g.reshape(
+            &format!("{kind}_flat_state"),
+            present,
+            &[-1, width_i64(&width)?],
+            vec![Dim::Symbol("batch * n".into()), width],
+        )?;
+        self.g
+            .gather(&format!("{kind}_written_rows"), &flat, &index, 0)
+    }
+
     /// Writes `new` [batch, sequence, width] into the state of `kind` of block `i` at the
-    /// new rows; the result is the `present_*` output and is returned (cast to `new`'s
-    /// type) for the computation, which reads all n rows.
+    /// new rows; the result is the `present_*` output. Returned (cast to `new`'s type) for
+    /// the computation, which reads all n rows: with `Written::Only`, every row after the
+    /// sequence's last written one reads as that last row (a `Gather` of rows), whatever
+    /// the buffer holds there, so what it holds never reaches an output (those rows count
+    /// with a weight of 0, and 0 times a NaN left there would still be NaN); with
+    /// `Written::Any` as it is (a reader that picks written rows only).
     pub(crate) fn update_static_state(
         &mut self,
         state: &mut StaticState,
         i: usize,
         kind: &str,
         new: &Value,
+        read: Written,
     ) -> Result<Value> {
         let tensor = mode_state(&self.cfg, SequenceMode::Static)
             .into_iter()
@@ -189,7 +269,7 @@ impl Emitter {
         let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         let local = format!("{kind}_update");
         let present = if self.g.opset() >= TENSOR_SCATTER_OPSET {
-            let start = state.rows.start.clone();
+            let start = self.static_start(&mut state.rows)?;
             self.g.tensor_scatter(&local, &past, &update, &start, 1)?
         } else {
             let indices = self.static_scatter_indices(&mut state.rows)?;
@@ -198,7 +278,11 @@ impl Emitter {
         state
             .present
             .push((tensor.present.clone(), present.clone()));
-        self.cast_to(&format!("{kind}_state_cast"), &present, new.elem)
+        let read_value = match read {
+            Written::Any => present,
+            Written::Only => self.static_read_rows(state, kind, &present)?,
+        };
+        self.cast_to(&format!("{kind}_state_cast"), &read_value, new.elem)
     }
 
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n]: 0 for rows
@@ -209,13 +293,12 @@ impl Emitter {
             return Ok(v.clone());
         }
         let v = self.g.scoped("shared", |g| {
-            let zero = g.const_i64("mask_zero", &[], vec![0])?;
-            let one = g.const_i64("mask_one", &[], vec![1])?;
+            let zero = g.const_f32("mask_zero", &[], vec![0.0])?;
+            let one = g.const_f32("mask_one", &[], vec![1.0])?;
             // 1 where s > P_b + t: min(max(s − row, 0), 1).
             let after = g.sub("mask_after", &r.table, &r.rows3)?;
             let after = g.max("mask_after_floor", &after, &zero)?;
             let after = g.min("mask_after_clamped", &after, &one)?;
-            let after = g.cast("mask_after_f32", &after, ElemType::F32)?;
             let fill = g.const_f32("mask_value", &[], vec![MASK_VALUE])?;
             g.mul("static_causal_mask", &after, &fill)
         })?;
@@ -233,8 +316,9 @@ impl Emitter {
         let n = self.cfg.seq_len();
         let v = self.g.scoped("shared", |g| {
             let offset = g.sub("toeplitz_offset", &r.table, &r.rows3)?;
-            let diagonal = g.const_i64("toeplitz_diagonal", &[], vec![n as i64 - 1])?;
-            g.add("toeplitz_index", &offset, &diagonal)
+            let diagonal = g.const_f32("toeplitz_diagonal", &[], vec![n as f32 - 1.0])?;
+            let index = g.add("toeplitz_index_f32", &offset, &diagonal)?;
+            g.cast("toeplitz_index", &index, ElemType::I64)
         })?;
         r.toeplitz_index = Some(v.clone());
         Ok(v)
@@ -242,7 +326,8 @@ impl Emitter {
 
     /// Rows P_b + t − `back` of `all` [batch, n, width] (the whole state of each sequence),
     /// zero where that row is before 0: [batch, sequence, width]. One `Gather` on the
-    /// state seen as [batch·n, width] at b·n + max(row − back, 0).
+    /// state seen as [batch·n, width] at b·n + max(row − back, 0), a row this run or an
+    /// earlier one wrote.
     pub(crate) fn static_rows_back(
         &mut self,
         state: &StaticState,
@@ -252,17 +337,18 @@ impl Emitter {
     ) -> Result<Value> {
         let n = self.cfg.seq_len();
         let r = &state.rows;
-        let (rows, rows3, batch_index) = (&r.rows, &r.rows3, &r.batch_index);
+        let (rows, rows3, batch_index) = (&r.rows_f, &r.rows3, &r.batch_index);
         let width = all.shape[2].clone();
         let g = &mut self.g;
-        let back_c = g.const_i64(&format!("{local}_back"), &[], vec![back as i64])?;
-        let zero = g.const_i64(&format!("{local}_zero"), &[], vec![0])?;
-        let one = g.const_i64(&format!("{local}_one"), &[], vec![1])?;
-        let n_c = g.const_i64(&format!("{local}_n"), &[], vec![n as i64])?;
+        let back_c = g.const_f32(&format!("{local}_back"), &[], vec![back as f32])?;
+        let zero = g.const_f32(&format!("{local}_zero"), &[], vec![0.0])?;
+        let one = g.const_f32(&format!("{local}_one"), &[], vec![1.0])?;
+        let n_c = g.const_f32(&format!("{local}_n"), &[], vec![n as f32])?;
         let source = g.sub(&format!("{local}_source"), rows, &back_c)?;
         let clamped = g.max(&format!("{local}_source_floor"), &source, &zero)?;
         let base = g.mul(&format!("{local}_sequence_start"), batch_index, &n_c)?;
-        let flat_index = g.add(&format!("{local}_flat_index"), &base, &clamped)?;
+        let flat_index = g.add(&format!("{local}_flat_index_f32"), &base, &clamped)?;
+        let flat_index = g.cast(&format!("{local}_flat_index"), &flat_index, ElemType::I64)?;
         let flat = g.reshape(
             &format!("{local}_flat_state"),
             all,
@@ -275,9 +361,24 @@ impl Emitter {
         let up = g.add(&format!("{local}_valid_plus_one"), &back3, &one)?;
         let up = g.max(&format!("{local}_valid_floor"), &up, &zero)?;
         let valid = g.min(&format!("{local}_valid"), &up, &one)?;
-        let valid = g.cast(&format!("{local}_valid_float"), &valid, all.elem)?;
+        let valid = if all.elem == ElemType::F32 {
+            valid
+        } else {
+            g.cast(&format!("{local}_valid_float"), &valid, all.elem)?
+        };
         g.mul(local, &picked, &valid)
     }
+}
+
+/// What the computation reads of a static state ([`Emitter::update_static_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The written rows, each row after them read as the last written one (whatever the
+    /// buffer holds there): for a reader that multiplies every row with a weight, 0 past
+    /// the diagonal (the spatial projection, the attention's masked scores and values).
+    Only,
+    /// The state as it is: for a reader that picks written rows only (the token shift).
+    Any,
 }
 
 fn width_i64(width: &Dim) -> Result<i64> {

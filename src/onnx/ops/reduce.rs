@@ -58,10 +58,36 @@ impl GraphBuilder {
         axes: &[i64],
         keep: bool,
     ) -> Result<Value> {
+        self.reduce_opset_form(local, "ReduceMean", x, axes, keep)
+    }
+
+    /// `ReduceMax` over `axes`, keeping them as size-1 dimensions when `keep` is set: `axes`
+    /// is an attribute up to opset 17 and an i64 input from opset 18.
+    ///
+    /// [ReduceMax](https://onnx.ai/onnx/operators/onnx__ReduceMax.html): versions 1, 11, 12 (integer types), 13, 18 (`axes` moves from an attribute to an optional input), 20 (bool).
+    pub fn reduce_max_keeping(
+        &mut self,
+        local: &str,
+        x: &Value,
+        axes: &[i64],
+        keep: bool,
+    ) -> Result<Value> {
+        self.reduce_opset_form(local, "ReduceMax", x, axes, keep)
+    }
+
+    /// A reduction whose `axes` is an attribute up to opset 17 and an i64 input from 18.
+    fn reduce_opset_form(
+        &mut self,
+        local: &str,
+        op: &str,
+        x: &Value,
+        axes: &[i64],
+        keep: bool,
+    ) -> Result<Value> {
         let rank = x.shape.len();
         let norm: Vec<usize> = axes
             .iter()
-            .map(|&a| normalize_axis("ReduceMean", a, rank))
+            .map(|&a| normalize_axis(op, a, rank))
             .collect::<Result<_>>()?;
         let shape = reduced_shape(&x.shape, &norm, keep);
         let keepdims = ("keepdims".to_string(), Attr::Int(i64::from(keep)));
@@ -70,7 +96,7 @@ impl GraphBuilder {
                 self.const_i64(&format!("{local}_axes"), &[axes.len()], axes.to_vec())?;
             Ok(self.single(
                 local,
-                "ReduceMean",
+                op,
                 &[x, &axes_value],
                 vec![keepdims],
                 (x.elem, shape),
@@ -79,7 +105,7 @@ impl GraphBuilder {
         } else {
             Ok(self.single(
                 local,
-                "ReduceMean",
+                op,
                 &[x],
                 vec![("axes".to_string(), Attr::Ints(axes.to_vec())), keepdims],
                 (x.elem, shape),

@@ -77,9 +77,14 @@ function directoryRoutes(dir) {
   return routes;
 }
 
-// Launches Chromium with puppeteer-core from `modules` (a node_modules folder). Returns
-// {browser, close}; close() also removes the profile directory.
-async function launch(modules) {
+// With WebGPU: no --disable-gpu, and the flag that exposes WebGPU where Chromium would not
+// (Linux, headless): its adapter is then SwiftShader's, on the CPU, no GPU needed.
+const WEBGPU_FLAGS = ["--enable-unsafe-webgpu"];
+
+// Launches Chromium with puppeteer-core from `modules` (a node_modules folder), with
+// WebGPU when `webgpu` is set (otherwise the GPU is disabled and pages see no adapter).
+// Returns {browser, close}; close() also removes the profile directory.
+async function launch(modules, { webgpu = false } = {}) {
   const puppeteer = require(path.join(modules, "puppeteer-core"));
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "gmlp-chromium-"));
   let browser;
@@ -87,7 +92,7 @@ async function launch(modules) {
     browser = await puppeteer.launch({
       executablePath: CHROMIUM,
       headless: true,
-      args: FLAGS,
+      args: webgpu ? FLAGS.filter((f) => f !== "--disable-gpu").concat(WEBGPU_FLAGS) : FLAGS,
       userDataDir: profile,
       // DevTools over a pipe instead of a port: Chromium (which puppeteer starts in a process
       // group of its own) exits when this process does, however it ends.
@@ -108,8 +113,8 @@ async function launch(modules) {
 }
 
 // The browser's own version string ("Chrome/156.0.8078.79" in headless mode).
-async function browserVersion(modules) {
-  const { browser, close } = await launch(modules);
+async function browserVersion(modules, options = {}) {
+  const { browser, close } = await launch(modules, options);
   try {
     return await browser.version();
   } finally {

@@ -9,6 +9,7 @@
 
 use super::super::context::Emitter;
 use super::super::sequence::Sequence;
+use super::super::static_state::Written;
 use super::super::MASK_VALUE;
 use crate::error::Result;
 use crate::onnx::graph::{Dim, ElemType, Value};
@@ -146,9 +147,9 @@ impl Emitter {
                 Ok((keys, values))
             }
             Sequence::Static(state) => {
-                let keys = self.update_static_state(state, i, "key", k)?;
+                let keys = self.update_static_state(state, i, "key", k, Written::Only)?;
                 let values = match v {
-                    Some(v) => self.update_static_state(state, i, "value", v)?,
+                    Some(v) => self.update_static_state(state, i, "value", v, Written::Only)?,
                     None => keys.clone(),
                 };
                 Ok((keys, values))

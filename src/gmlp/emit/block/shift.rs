@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 use super::super::context::Emitter;
 use super::super::sequence::{GrowingState, Sequence};
-use super::super::static_state::StaticState;
+use super::super::static_state::{StaticState, Written};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::{PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
 use crate::onnx::graph::{Dim, Value};
@@ -40,7 +40,7 @@ impl Emitter {
         h: &Value,
         i: usize,
     ) -> Result<Value> {
-        let all = self.update_static_state(state, i, "shift", h)?;
+        let all = self.update_static_state(state, i, "shift", h, Written::Any)?;
         let amounts = self.cfg.shift_amounts();
         let d = self.cfg.d_model;
         let chunk = d / amounts.len();

@@ -9,7 +9,7 @@
 
 use super::super::context::Emitter;
 use super::super::sequence::{GrowingState, LocalSequence, Positions, Sequence};
-use super::super::static_state::StaticState;
+use super::super::static_state::{StaticState, Written};
 use crate::error::Result;
 use crate::gmlp::config::{Precision, SpatialForm, TokenMixing};
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
@@ -188,8 +188,10 @@ impl Emitter {
     /// [`super::super::static_state`]), u = the block's whole `sgu` state [batch, n, e]
     /// with the new rows written first: each sequence's rows of W (a `Gather` of W, or of
     /// the Toeplitz vector at `s − (P_b + t) + n − 1`) are zero past the diagonal, so the
-    /// rows after P_b + t never count. int8 models keep this W in f32 (a step reads one
-    /// row of it).
+    /// rows after P_b + t never count, and u is read with every row after the last
+    /// written one read as that row (`Written::Only`), so what the buffer holds there
+    /// never reaches the result. int8 models keep this W in f32 (a step reads one row of
+    /// it).
     fn spatial_projection_static(
         &mut self,
         z2: &Value,
@@ -232,7 +234,7 @@ impl Emitter {
             }
             None => None,
         };
-        let u = self.update_static_state(state, i, "sgu", z2)?;
+        let u = self.update_static_state(state, i, "sgu", z2, Written::Only)?;
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
         self.mix_per_head(&u, mix, b.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))
