@@ -137,8 +137,11 @@ def state_check(folder, built, prompt, triton=None):
             feed_ids = [t]
         return tokens, logits_seen
 
-    def largest(pairs):  # the largest |a - b| over the steps (None when not finite)
-        d = max(float(np.max(np.abs(x - y[:, : x.shape[1]]))) for x, y in pairs)
+    def largest(pairs):
+        # The largest |a - b| over the steps (equal values, the end token's -inf too, differ
+        # by 0; None when a difference is not finite, e.g. NaN logits).
+        d = max(float(np.max(np.where(x == y[:, : x.shape[1]], 0.0, np.abs(x - y[:, : x.shape[1]]))))
+                for x, y in pairs)
         return d if np.isfinite(d) else None
 
     out, logits = {}, {}
