@@ -38,7 +38,7 @@ pub(crate) enum Sequence {
     Growing(Positions, GrowingState),
     /// T new tokens per sequence at its own P_b, written into fixed-size state
     /// (`--with-past`, `--with-past static`).
-    Static(StaticState),
+    Static(Box<StaticState>),
 }
 
 /// The forms local token mixing (a window or an axial fold) supports: every one but the
@@ -135,7 +135,9 @@ impl Emitter {
                 };
                 Sequence::Growing(positions, state)
             }
-            DeclaredInputs::Static(inputs) => Sequence::Static(self.start_static(inputs, ids)?),
+            DeclaredInputs::Static(inputs) => {
+                Sequence::Static(Box::new(self.start_static(inputs, ids)?))
+            }
         })
     }
 
