@@ -1,5 +1,9 @@
 //! Runtimes that execute an ONNX file behind one small trait: tract (CPU) and ONNX
 //! Runtime through `ort` (CPU or CUDA execution provider).
+//!
+//! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
+//! checks each raw access's preconditions.
+#![deny(unsafe_code)]
 
 use std::any::Any;
 use std::path::Path;
@@ -62,6 +66,8 @@ pub struct RuntimeOptions {
     /// whose every run goes through buffers bound on the device ([`StaticSession`]); the
     /// session then refuses a graph with any node outside the CUDA execution provider.
     pub cuda_graphs: bool,
+    /// ort-cuda: the CUDA device to run on (`--device`; 0, the first, by default).
+    pub cuda_device: i32,
 }
 
 /// Number of graph nodes that ran on each execution provider, by provider name.

@@ -25,7 +25,9 @@ use crate::runtime::{
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 mod bound;
-mod cuda_memory;
+// The runtime layer's only `unsafe` (runtime/mod.rs denies it elsewhere).
+#[allow(unsafe_code)]
+mod buffer;
 mod outputs;
 mod step_model;
 
@@ -104,8 +106,9 @@ pub fn build_info(library: &Path) -> std::result::Result<String, String> {
 pub struct OrtRuntime {
     session: Session,
     name: &'static str,
-    /// On the CUDA execution provider (outputs computed in device memory).
-    cuda: bool,
+    /// The CUDA device of the CUDA execution provider (outputs computed in its memory);
+    /// `None` on the CPU execution provider.
+    cuda_device: Option<i32>,
     /// What the last run on the CPU saw, for [`Runtime::run_into`]'s bound outputs.
     shapes: Option<outputs::RunShapes>,
     profiling: bool,
@@ -246,7 +249,12 @@ impl OrtRuntime {
                     .with_disable_cpu_fallback()
                     .map_err(|e| failed(name, e))?;
             }
-            builder = register_cuda(builder, options.cuda_tf32, options.cuda_graphs)?;
+            builder = register_cuda(
+                builder,
+                options.cuda_device,
+                options.cuda_tf32,
+                options.cuda_graphs,
+            )?;
         }
         let committed = match &source {
             ModelSource::File(path) => builder.commit_from_file(path),
@@ -284,7 +292,7 @@ impl OrtRuntime {
         Ok(OrtRuntime {
             session,
             name,
-            cuda,
+            cuda_device: cuda.then_some(options.cuda_device),
             shapes: None,
             profiling: options.ort_profile_prefix.is_some(),
             cuda_graphs: cuda && options.cuda_graphs,
@@ -298,10 +306,12 @@ impl OrtRuntime {
 #[cfg(feature = "cuda")]
 fn register_cuda(
     builder: ort::session::builder::SessionBuilder,
+    device: i32,
     tf32: bool,
     graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     let provider = ort::ep::CUDA::default()
+        .with_device_id(device)
         .with_tf32(tf32)
         .with_cuda_graph(graphs)
         .build()
@@ -321,6 +331,7 @@ fn register_cuda(
 #[cfg(not(feature = "cuda"))]
 fn register_cuda(
     _builder: ort::session::builder::SessionBuilder,
+    _device: i32,
     _tf32: bool,
     _graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
@@ -397,7 +408,11 @@ impl Runtime for OrtRuntime {
     }
 
     fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound> {
-        let (path, cuda, options) = (self.path.clone(), self.cuda, self.options.clone());
+        let (path, cuda, options) = (
+            self.path.clone(),
+            self.cuda_device.is_some(),
+            self.options.clone(),
+        );
         // The step's session replaces this one (freed first: one copy of the weights).
         drop(self);
         Ok(Bound::Static(open_static(&path, cuda, &options, layout)?))

@@ -159,11 +159,11 @@ fn copy_to_host<T: PrimitiveTensorElementType + Debug + Clone + 'static>(
     source.copy_into(TensorRefMut::from_array_view_mut(a.view_mut())?)
 }
 
-/// The memory of CUDA device 0, where ort-cuda's execution provider runs.
-fn cuda_memory() -> ort::Result<MemoryInfo<'static>> {
+/// The memory of CUDA device `device`, where ort-cuda's execution provider runs.
+fn cuda_memory(device: i32) -> ort::Result<MemoryInfo<'static>> {
     MemoryInfo::new(
         AllocationDevice::CUDA,
-        0,
+        device,
         AllocatorType::Device,
         MemoryType::Default,
     )
@@ -219,8 +219,8 @@ impl OrtRuntime {
         let name = self.name;
         let (mut binding, input_shapes) = self.bind_inputs(inputs)?;
         let output_names = self.output_names();
-        if self.cuda {
-            let cuda = cuda_memory().map_err(|e| failed(name, e))?;
+        if let Some(device) = self.cuda_device {
+            let cuda = cuda_memory(device).map_err(|e| failed(name, e))?;
             for out_name in &output_names {
                 binding
                     .bind_output_to_device(out_name.as_str(), &cuda)
@@ -323,13 +323,13 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
     ) -> Result<Option<Box<dyn DeviceRun + '_>>> {
-        if !self.cuda {
+        let Some(device) = self.cuda_device else {
             return Ok(None);
-        }
+        };
         let name = self.name;
         let (mut binding, _) = self.bind_inputs(inputs)?;
         binding.synchronize_inputs().map_err(|e| failed(name, e))?;
-        let cuda = cuda_memory().map_err(|e| failed(name, e))?;
+        let cuda = cuda_memory(device).map_err(|e| failed(name, e))?;
         for out_name in self.output_names() {
             binding
                 .bind_output_to_device(out_name, &cuda)
