@@ -7,6 +7,8 @@ use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+
+use crate::cli::flags::OrtFlags;
 use gmlp_onnx::validate::histograms::write_histograms;
 use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
@@ -62,12 +64,9 @@ pub struct ValidateArgs {
     /// Write the comparison as JSON to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
-    #[arg(long)]
-    pub ort_lib: Option<PathBuf>,
-    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    /// ONNX Runtime's library, threads and device.
+    #[command(flatten)]
+    pub ort: OrtFlags,
     /// With-past models: tokens fed by the prefill of the decoding check [default: n/2].
     #[arg(long)]
     pub decode_prefill: Option<usize>,
@@ -148,11 +147,9 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         }
         .check()?,
         runtime: RuntimeOptions {
-            ort_library: a.ort_lib,
-            threads: a.threads,
             cuda_tf32: a.tf32,
             cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
-            ..Default::default()
+            ..a.ort.runtime_options()
         },
         decode_prefill: a.decode_prefill,
         decode_steps: a.decode_steps,

@@ -28,6 +28,25 @@ use crate::runtime::{
 };
 use crate::tensor::{NamedTensor, TensorValue};
 
+/// Checks that every id of `ids` lies in the vocabulary `0..vocab`, naming the first that
+/// does not as `what` (`token id`, `end token`, …): the one vocabulary check of prompts,
+/// fed tokens and end tokens.
+pub fn check_vocabulary<'a>(
+    ids: impl IntoIterator<Item = &'a i64>,
+    vocab: usize,
+    what: &str,
+) -> Result<()> {
+    match ids
+        .into_iter()
+        .find(|&&id| id < 0 || id as u64 >= vocab as u64)
+    {
+        Some(bad) => Err(Error::InvalidArgument(format!(
+            "{what} {bad} is outside the vocabulary 0..{vocab}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What a model says about decoding: how it was emitted and its vocabulary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodingModel {
@@ -314,13 +333,7 @@ impl Decoder {
                 "{t} tokens after the {p} already fed would pass the model's {n} positions"
             )));
         }
-        let vocab = self.model.vocab_size;
-        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary 0..{vocab}"
-            )));
-        }
-        Ok(())
+        check_vocabulary(ids, self.model.vocab_size, "token id")
     }
 
     /// Feeds `ids` [batch, T], T tokens to every sequence at its own position, and returns

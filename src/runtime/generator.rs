@@ -14,7 +14,7 @@ use ndarray::{Array2, ArrayView2};
 
 use crate::error::{Error, Result};
 use crate::gmlp::sampling::Sampler;
-use crate::runtime::decoder::Decoder;
+use crate::runtime::decoder::{check_vocabulary, Decoder};
 
 /// How the next tokens are picked.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -115,12 +115,7 @@ impl Generator {
     /// Stops each sequence at `end_token` instead of the model's own (`None`: never stops
     /// early); refuses an id outside the vocabulary.
     pub fn with_end_token(mut self, end_token: Option<i64>) -> Result<Generator> {
-        let vocab = self.decoder.model().vocab_size;
-        if let Some(id) = end_token.filter(|&id| id < 0 || id as u64 >= vocab as u64) {
-            return Err(Error::InvalidArgument(format!(
-                "end token {id} is outside the vocabulary 0..{vocab}"
-            )));
-        }
+        check_vocabulary(&end_token, self.decoder.model().vocab_size, "end token")?;
         self.end_token = end_token;
         Ok(self)
     }

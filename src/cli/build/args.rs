@@ -157,9 +157,9 @@ pub struct BuildArgs {
         default_value = "tract,ort-cpu"
     )]
     pub runtimes: Vec<RuntimeKind>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
-    #[arg(long)]
-    pub ort_lib: Option<PathBuf>,
+    /// --validate: ONNX Runtime's library, threads and device.
+    #[command(flatten)]
+    pub ort: crate::cli::flags::OrtFlags,
     /// --validate: relative tolerance [default: by precision: f32 1e-4, f16 1e-2].
     #[arg(long, requires = "validate")]
     pub rtol: Option<f64>,

@@ -436,7 +436,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     if a.validate {
         let mut options = ValidateOptions::new(distinct(&a.runtimes));
         options.batch = 1;
-        options.runtime.ort_library = a.ort_lib.clone();
+        options.runtime = a.ort.runtime_options();
         options.tolerance = tolerance;
         let report = validate_with_spinner(&a.output, &options, a.quiet)?;
         finish_validation(report, None, None)?;

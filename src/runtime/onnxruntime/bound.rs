@@ -31,7 +31,7 @@ use ndarray::{Array2, Array3, ArrayView2};
 use ort::session::{IoBinding, RunOptions};
 
 use super::buffer::{input_locations, run_binding, stays_bound, Buffer, Location, Memory};
-use super::step_model::{step_model, NEXT_INPUT_IDS, NEXT_POSITION};
+use super::step_model::{step_model, STEP_NEXT_IDS, STEP_NEXT_POSITION};
 use super::{failed, ModelSource, OrtRuntime};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
@@ -275,10 +275,10 @@ impl BoundStatic {
                 .bind_output(LOGITS, logits.tensor_mut())
                 .map_err(bind)?;
             binding
-                .bind_output(NEXT_INPUT_IDS, written.ids.tensor_mut())
+                .bind_output(STEP_NEXT_IDS, written.ids.tensor_mut())
                 .map_err(bind)?;
             binding
-                .bind_output(NEXT_POSITION, written.position.tensor_mut())
+                .bind_output(STEP_NEXT_POSITION, written.position.tensor_mut())
                 .map_err(bind)?;
             bindings.push(binding);
         }

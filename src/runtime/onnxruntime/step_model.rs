@@ -20,21 +20,21 @@ use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
 use crate::onnx::reader::read_model;
 
 /// The greedy tokens of a run, [batch, T].
-pub(crate) const NEXT_INPUT_IDS: &str = "next_input_ids";
+pub(crate) const STEP_NEXT_IDS: &str = "next_input_ids";
 /// `position + 1`, [batch].
-pub(crate) const NEXT_POSITION: &str = "next_position";
-/// The constant 1 of [`NEXT_POSITION`].
+pub(crate) const STEP_NEXT_POSITION: &str = "next_position";
+/// The constant 1 of [`STEP_NEXT_POSITION`].
 const ONE: &str = "next_position/one";
 
-/// The static-state model `path` with the outputs [`NEXT_INPUT_IDS`] and
-/// [`NEXT_POSITION`] added, encoded.
+/// The static-state model `path` with the outputs [`STEP_NEXT_IDS`] and
+/// [`STEP_NEXT_POSITION`] added, encoded.
 pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
     let mut model = read_model(path)?;
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let mut edit =
         ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
     let taken = edit.value_names();
-    if let Some(name) = [NEXT_INPUT_IDS, NEXT_POSITION, ONE]
+    if let Some(name) = [STEP_NEXT_IDS, STEP_NEXT_POSITION, ONE]
         .into_iter()
         .find(|n| taken.contains(*n))
     {
@@ -51,12 +51,12 @@ pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
     edit.wrap_nodes(
         &[],
         &[
-            arg_max_node("next_input_ids/argmax", LOGITS, -1, NEXT_INPUT_IDS),
-            add_node("next_position/add", POSITION, ONE, NEXT_POSITION),
+            arg_max_node("next_input_ids/argmax", LOGITS, -1, STEP_NEXT_IDS),
+            add_node("next_position/add", POSITION, ONE, STEP_NEXT_POSITION),
         ],
     );
-    if !(edit.add_output_like(NEXT_INPUT_IDS, INPUT_IDS)
-        && edit.add_output_like(NEXT_POSITION, POSITION))
+    if !(edit.add_output_like(STEP_NEXT_IDS, INPUT_IDS)
+        && edit.add_output_like(STEP_NEXT_POSITION, POSITION))
     {
         return Err(bad(format!(
             "the graph does not declare {INPUT_IDS} and {POSITION} as inputs"
@@ -93,7 +93,7 @@ mod tests {
         let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
         let after = after.graph.unwrap();
         let mut expected = output_names(&before);
-        expected.extend([NEXT_INPUT_IDS.to_string(), NEXT_POSITION.to_string()]);
+        expected.extend([STEP_NEXT_IDS.to_string(), STEP_NEXT_POSITION.to_string()]);
         assert_eq!(output_names(&after), expected);
         let declared = |list: &[crate::onnx::proto::ValueInfoProto], name: &str| {
             list.iter()
@@ -103,11 +103,11 @@ mod tests {
                 .clone()
         };
         assert_eq!(
-            declared(&after.output, NEXT_INPUT_IDS),
+            declared(&after.output, STEP_NEXT_IDS),
             declared(&after.input, INPUT_IDS)
         );
         assert_eq!(
-            declared(&after.output, NEXT_POSITION),
+            declared(&after.output, STEP_NEXT_POSITION),
             declared(&after.input, POSITION)
         );
         let last: Vec<&str> = after
@@ -158,7 +158,7 @@ mod tests {
         let out = rt.run(&inputs).unwrap();
         let find = |name: &str| &out.iter().find(|o| o.name == name).unwrap().value;
         let (TensorValue::F32(logits), TensorValue::I64(next), TensorValue::I64(position)) =
-            (find(LOGITS), find(NEXT_INPUT_IDS), find(NEXT_POSITION))
+            (find(LOGITS), find(STEP_NEXT_IDS), find(STEP_NEXT_POSITION))
         else {
             panic!("output types")
         };

@@ -1,0 +1,34 @@
+//! Flag groups that several commands share, each defined once and flattened into the
+//! commands that take it (`#[command(flatten)]`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use gmlp_onnx::runtime::RuntimeOptions;
+
+/// Where ONNX Runtime comes from and how it runs: every command that opens it.
+#[derive(Args, Clone, Debug, Default)]
+pub struct OrtFlags {
+    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
+    #[arg(long, value_name = "PATH")]
+    pub ort_lib: Option<PathBuf>,
+    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// ort-cuda: the CUDA device to run on (its ordinal, as nvidia-smi numbers them).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+    pub device: i32,
+}
+
+impl OrtFlags {
+    /// Runtime options with these flags and the rest at their defaults.
+    pub fn runtime_options(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            ort_library: self.ort_lib.clone(),
+            threads: self.threads,
+            cuda_device: self.device,
+            ..Default::default()
+        }
+    }
+}
