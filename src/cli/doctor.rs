@@ -170,6 +170,9 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
             .map_or_else(String::new, |v| format!("version {v} (file name), "));
         match build_info(library) {
             Ok(info) => say!("ONNX Runtime: loads, {version}{info}"),
+            Err(Error::RuntimeUnavailable { reason, .. }) => {
+                say!("ONNX Runtime: cannot load it: {reason}")
+            }
             Err(e) => say!("ONNX Runtime: cannot load it: {e}"),
         }
     }

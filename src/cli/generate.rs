@@ -12,6 +12,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+use gmlp_onnx::gmlp::sampling::SamplingError;
 use gmlp_onnx::runtime::decoder::{check_vocabulary, Decoder, DecodingModel};
 use gmlp_onnx::runtime::generator::{Generator, Sampling, StopReason};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
@@ -274,6 +275,20 @@ pub(crate) fn sampling(a: &GenerateArgs) -> Sampling {
     }
 }
 
+/// Checks the sampling flags, naming the flag that is wrong.
+pub(crate) fn check_sampling(a: &GenerateArgs) -> Result<(), Error> {
+    sampling(a).sampler().map(drop).map_err(|e| {
+        Error::InvalidArgument(
+            match e {
+                SamplingError::Temperature => "--temperature must be a finite number >= 0",
+                SamplingError::TopK => "--top-k must be at least 1",
+                SamplingError::TopP => "--top-p must be a probability in (0, 1]",
+            }
+            .into(),
+        )
+    })
+}
+
 fn show_tokens(tokens: &[i64], vocab: usize) -> String {
     let ids: Vec<String> = tokens.iter().map(i64::to_string).collect();
     let mut s = format!("tokens: {}", ids.join(","));
@@ -308,7 +323,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         None => room,
     };
     let kinds = runtimes(&a);
-    sampling(&a).sampler()?;
+    check_sampling(&a)?;
     let mut results = Vec::new();
     for kind in kinds {
         results.push(generate_on(

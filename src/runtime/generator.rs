@@ -13,7 +13,7 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView2};
 
 use crate::error::{Error, Result};
-use crate::gmlp::sampling::Sampler;
+use crate::gmlp::sampling::{Sampler, SamplingError};
 use crate::runtime::decoder::{check_vocabulary, Decoder};
 
 /// How the next tokens are picked.
@@ -39,7 +39,7 @@ impl Sampling {
     };
 
     /// A sampler of this setting (checks it).
-    pub fn sampler(&self) -> Result<Sampler> {
+    pub fn sampler(&self) -> Result<Sampler, SamplingError> {
         Sampler::new(self.temperature, self.top_k, self.top_p, self.seed)
     }
 }
@@ -172,7 +172,7 @@ impl Generator {
         }
         let mut samplers = (0..batch)
             .map(|_| self.sampling.sampler())
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         let greedy = samplers.iter().all(Sampler::is_greedy);
         self.decoder.reset()?;
         let mut tokens = vec![Vec::with_capacity(new_tokens); batch];

@@ -5,7 +5,6 @@
 //! checks each raw access's preconditions.
 #![deny(unsafe_code)]
 
-use std::any::Any;
 use std::path::Path;
 
 use clap::ValueEnum;
@@ -127,9 +126,10 @@ pub trait Runtime {
         let mut feed = inputs.to_vec();
         let given = feed.len();
         feed.extend(state.take_host()?);
+        let runtime = self.name().to_string();
         match self
             .run(&feed)
-            .and_then(|outputs| split_carried(outputs, carry))
+            .and_then(|outputs| split_carried(&runtime, outputs, carry))
         {
             Ok((kept, rest)) => {
                 state.values = kept;
@@ -214,14 +214,18 @@ pub trait DeviceRun {
 pub enum StateValue {
     /// A host array (the empty state of a prompt, and any runtime without its own form).
     Host(TensorValue),
-    /// A runtime's own value (ONNX Runtime: an output `Value`), with the function that
-    /// copies it into a host array when the state is inspected.
-    Native {
-        /// The value, for the runtime that made it to downcast.
-        value: Box<dyn Any>,
-        /// Copies it to the host.
-        to_host: fn(&dyn Any) -> Result<TensorValue>,
-    },
+    /// An ONNX Runtime output value, fed back to the session that made it as it is.
+    Ort(onnxruntime::OrtValue),
+}
+
+impl StateValue {
+    /// A host copy of the value.
+    fn to_host(&self) -> Result<TensorValue> {
+        match self {
+            StateValue::Host(t) => Ok(t.clone()),
+            StateValue::Ort(v) => v.to_host(),
+        }
+    }
 }
 
 /// (input name, value) pairs of a [`CarriedState`].
@@ -251,13 +255,9 @@ impl CarriedState {
         self.values
             .iter()
             .map(|(name, v)| {
-                let value = match v {
-                    StateValue::Host(t) => t.clone(),
-                    StateValue::Native { value, to_host } => to_host(value.as_ref())?,
-                };
                 Ok(NamedTensor {
                     name: name.clone(),
-                    value,
+                    value: v.to_host()?,
                 })
             })
             .collect()
@@ -268,8 +268,8 @@ impl CarriedState {
     pub fn take_host(&mut self) -> Result<Vec<NamedTensor>> {
         // Native values become host copies first, so that an error loses nothing.
         for (_, v) in &mut self.values {
-            if let StateValue::Native { value, to_host } = v {
-                *v = StateValue::Host(to_host(value.as_ref())?);
+            if let StateValue::Ort(value) = v {
+                *v = StateValue::Host(value.to_host()?);
             }
         }
         let mut out = Vec::with_capacity(self.values.len());
@@ -285,6 +285,7 @@ impl CarriedState {
 /// Splits a run's `outputs` into the carried ones (renamed present → past, in `carry`
 /// order, as host values) and the rest (in their order).
 fn split_carried(
+    runtime: &str,
     outputs: Vec<NamedTensor>,
     carry: &[(String, String)],
 ) -> Result<(StateValues, Vec<NamedTensor>)> {
@@ -294,16 +295,16 @@ fn split_carried(
         let k = rest
             .iter()
             .position(|o| o.name == *present)
-            .ok_or_else(|| missing_output(present))?;
+            .ok_or_else(|| missing_output(runtime, present))?;
         kept.push((past.clone(), StateValue::Host(rest.remove(k).value)));
     }
     Ok((kept, rest))
 }
 
-/// The error for a model that did not return a state output it declares.
-pub fn missing_output(name: &str) -> Error {
+/// The error for a model that did not return a state output it declares, on `runtime`.
+pub fn missing_output(runtime: &str, name: &str) -> Error {
     Error::RuntimeFailed {
-        runtime: "decoder".into(),
+        runtime: runtime.into(),
         reason: format!("the model returned no output {name}"),
     }
 }

@@ -7,7 +7,6 @@
 //! without CUDA gets an error instead of `ort`'s silent fallback to the CPU, and with
 //! TF32 off unless asked for (the CUDA EP enables it by default, which breaks f32 parity).
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,8 +18,8 @@ use ort::value::{DynValue, TensorRef};
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, Bound, CarriedState, DeviceRun, Placement, Runtime, RuntimeOptions, StateValue,
-    StaticLayout,
+    missing_output, Bound, CarriedState, DeviceRun, Placement, Runtime, RuntimeKind,
+    RuntimeOptions, StateValue, StaticLayout,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
@@ -42,13 +41,13 @@ pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` 
 /// Finds `libonnxruntime.so` in the order of [`discovery`]: `explicit` (`--ort-lib`),
 /// `ORT_DYLIB_PATH`, `$VIRTUAL_ENV`, the environment this binary is installed in,
 /// `./.venv`, then the `onnxruntime` package of `$GMLP_ONNX_PYTHON` or `python3`. The
-/// error lists every place looked at.
-pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
+/// error, for the runtime `kind` that asked, lists every place looked at.
+pub fn find_library(explicit: Option<&Path>, kind: RuntimeKind) -> Result<PathBuf> {
     let found = discover(&SearchContext::from_process(explicit));
     match found.found() {
         Some((_, library)) => Ok(library.to_path_buf()),
         None => Err(Error::RuntimeUnavailable {
-            runtime: "onnxruntime".into(),
+            runtime: kind.name(),
             reason: if found.explicit_choice_failed() {
                 format!("{}; {HOW_TO_GET}", found.summary())
             } else {
@@ -65,7 +64,13 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
 /// created on first use and kept, together with the library it was loaded from.
 static ENVIRONMENT: Mutex<Option<(PathBuf, Environment)>> = Mutex::new(None);
 
-fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
+/// The environment of `library` (loaded on first use), or why it cannot be loaded, for the
+/// runtime `kind` that asked.
+fn environment_for(library: &Path, kind: RuntimeKind) -> Result<Environment> {
+    let unavailable = |reason: String| Error::RuntimeUnavailable {
+        runtime: kind.name(),
+        reason,
+    };
     let mut slot = ENVIRONMENT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -73,11 +78,11 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
         return if loaded == library {
             Ok(env.clone())
         } else {
-            Err(format!(
+            Err(unavailable(format!(
                 "{} is already loaded in this process; cannot also load {}",
                 loaded.display(),
                 library.display()
-            ))
+            )))
         };
     }
     let env = ort::init_from(library)
@@ -87,18 +92,20 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
                 library.display(),
                 one_line(e)
             )
-        })?
+        })
+        .map_err(unavailable)?
         .with_name("gmlp-onnx")
         .build()
-        .map_err(one_line)?;
+        .map_err(|e| unavailable(one_line(e)))?;
     *slot = Some((library.to_path_buf(), env.clone()));
     Ok(env)
 }
 
 /// Loads `library` (once per process) and returns ONNX Runtime's build information
-/// (`ORT Build Info: git-branch=rel-1.31.1, ...`), or why it cannot be loaded.
-pub fn build_info(library: &Path) -> std::result::Result<String, String> {
-    environment_for(library)?;
+/// (`ORT Build Info: git-branch=rel-1.31.1, ...`), or why it cannot be loaded (an error of
+/// ort-cpu, the runtime the library alone makes).
+pub fn build_info(library: &Path) -> Result<String> {
+    environment_for(library, RuntimeKind::OrtCpu)?;
     Ok(one_line(ort::info()))
 }
 
@@ -158,10 +165,10 @@ const EXTERNAL_DATA_FOLDER: &str = "session.model_external_initializers_file_fol
 /// Counts, per execution provider, the distinct graph nodes that ran in an ONNX Runtime
 /// profile (the Chrome-trace JSON written by `end_profiling`): events with
 /// `"cat": "Node"` carry `args.provider` and `args.op_name`. A node run several times is
-/// counted once.
-pub fn parse_profile(text: &str) -> Result<Placement> {
+/// counted once. Errors name the runtime `kind` that wrote it.
+pub fn parse_profile(kind: RuntimeKind, text: &str) -> Result<Placement> {
     let bad = |reason: String| Error::RuntimeFailed {
-        runtime: "onnxruntime".into(),
+        runtime: kind.name(),
         reason: format!("cannot read the ONNX Runtime profile: {reason}"),
     };
     let events: Vec<serde_json::Value> =
@@ -215,18 +222,17 @@ impl OrtRuntime {
         options: &RuntimeOptions,
     ) -> Result<Self> {
         let name = if cuda { "ort-cuda" } else { "ort-cpu" };
-        let library = find_library(options.ort_library.as_deref()).map_err(|e| match e {
-            Error::RuntimeUnavailable { reason, .. } => Error::RuntimeUnavailable {
-                runtime: name.into(),
-                reason,
-            },
-            other => other,
-        })?;
+        let kind = if cuda {
+            RuntimeKind::OrtCuda
+        } else {
+            RuntimeKind::OrtCpu
+        };
+        let library = find_library(options.ort_library.as_deref(), kind)?;
         let unavailable = |reason: String| Error::RuntimeUnavailable {
             runtime: name.into(),
             reason,
         };
-        let environment = environment_for(&library).map_err(unavailable)?;
+        let environment = environment_for(&library, kind)?;
         // ONNX Runtime's own log would print failures over several lines; they come
         // back as errors and are reported on one line instead.
         let mut builder = Session::builder(&environment)
@@ -282,7 +288,7 @@ impl OrtRuntime {
                 // missing CUDA), e.g. the shape computations of a with-past graph, which
                 // ONNX Runtime keeps on the CPU, or DynamicQuantizeLinear of int8 models.
                 unavailable(format!(
-                    "--cuda-no-cpu-fallback: some nodes have no CUDA placement ({})",
+                    "some nodes have no CUDA placement and the CPU fallback is off ({})",
                     one_line(message)
                 ))
             } else {
@@ -375,7 +381,12 @@ impl Runtime for OrtRuntime {
         let text = std::fs::read_to_string(&file);
         let _ = std::fs::remove_file(&file);
         let text = text.map_err(|e| Error::io(&file, e))?;
-        parse_profile(&text).map(Some)
+        let kind = if self.cuda_device.is_some() {
+            RuntimeKind::OrtCuda
+        } else {
+            RuntimeKind::OrtCpu
+        };
+        parse_profile(kind, &text).map(Some)
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
@@ -446,12 +457,19 @@ fn host_value(name: &str, out_name: &str, v: &DynValue) -> Result<TensorValue> {
     })
 }
 
-/// [`StateValue::Native`]'s copy to the host for an ONNX Runtime value.
-fn native_to_host(value: &dyn Any) -> Result<TensorValue> {
-    let v = value
-        .downcast_ref::<DynValue>()
-        .ok_or_else(|| Error::Internal("state value of another runtime".into()))?;
-    host_value("ort", "state", v)
+/// An output value of an ONNX Runtime session, kept as the session made it (on the
+/// device for ort-cuda) to be fed back as an input ([`StateValue::Ort`]).
+pub struct OrtValue {
+    value: DynValue,
+    /// The runtime that made it, for messages.
+    runtime: &'static str,
+}
+
+impl OrtValue {
+    /// A host copy of the value.
+    pub fn to_host(&self) -> Result<TensorValue> {
+        host_value(self.runtime, "state", &self.value)
+    }
 }
 
 impl OrtRuntime {
@@ -472,12 +490,7 @@ impl OrtRuntime {
             } else if let Some((_, v)) = state.values.iter().find(|(n, _)| n == wanted) {
                 match v {
                     StateValue::Host(t) => host_input(name, t)?,
-                    StateValue::Native { value, .. } => value
-                        .downcast_ref::<DynValue>()
-                        .ok_or_else(|| {
-                            Error::Internal(format!("state {wanted} belongs to another runtime"))
-                        })?
-                        .into(),
+                    StateValue::Ort(v) => (&v.value).into(),
                 }
             } else {
                 return Err(Error::BadTensor(format!(
@@ -497,13 +510,13 @@ impl OrtRuntime {
         for (present, past) in carry {
             let v = outputs
                 .remove(present.as_str())
-                .ok_or_else(|| missing_output(present))?;
+                .ok_or_else(|| missing_output(name, present))?;
             kept.push((
                 past.clone(),
-                StateValue::Native {
-                    value: Box::new(v),
-                    to_host: native_to_host,
-                },
+                StateValue::Ort(OrtValue {
+                    value: v,
+                    runtime: name,
+                }),
             ));
         }
         let rest = output_names

@@ -12,7 +12,9 @@ use gmlp_onnx::runtime::decoder::{check_vocabulary, DecodingModel};
 use gmlp_onnx::runtime::generator::StopReason;
 use gmlp_onnx::Error;
 
-use super::{generate_on, parse_ids, runtimes, sampling, show_tokens, GenerateArgs, Sequences};
+use super::{
+    check_sampling, generate_on, parse_ids, runtimes, show_tokens, GenerateArgs, Sequences,
+};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -74,7 +76,7 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
         None => room,
     };
     let kinds = runtimes(a);
-    sampling(a).sampler()?;
+    check_sampling(a)?;
     let mut results = Vec::new();
     for kind in kinds {
         results.push(generate_on(kind, a, &prompts, new_tokens)?);

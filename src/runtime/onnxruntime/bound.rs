@@ -49,16 +49,17 @@ enum InputBinding {
     EachRun,
 }
 
-/// How the inputs of a session whose inputs `names` are wanted in `wanted` (in session
-/// order) are bound from buffers in `held`, given the state inputs `state` and whether
-/// CUDA graphs are on; or why the session cannot run from such buffers.
+/// How the inputs of a session of `runtime` whose inputs `names` are wanted in `wanted` (in
+/// session order) are bound from buffers in `held`, given the state inputs `state` and
+/// whether CUDA graphs are on; or why the session cannot run from such buffers.
 fn input_binding(
+    runtime: &str,
     names: &[&str],
     wanted: &[Location],
     held: Location,
     state: &[&str],
     graphs: bool,
-) -> std::result::Result<InputBinding, String> {
+) -> Result<InputBinding> {
     let mut binding = InputBinding::Once;
     for (name, &want) in names.iter().zip(wanted) {
         if stays_bound(want, held) {
@@ -66,14 +67,16 @@ fn input_binding(
         }
         let elsewhere = format!("the session reads {name} in {want:?} memory, not {held:?}");
         if state.contains(name) {
-            return Err(format!(
-                "{elsewhere}, so its state cannot be written in place"
+            return Err(failed(
+                runtime,
+                format!("{elsewhere}, so its state cannot be written in place"),
             ));
         }
         if [INPUT_IDS, POSITION].contains(name) {
             if graphs {
-                return Err(format!(
-                    "{elsewhere}, and a CUDA graph replays fixed input addresses"
+                return Err(failed(
+                    runtime,
+                    format!("{elsewhere}, and a CUDA graph replays fixed input addresses"),
                 ));
             }
             binding = InputBinding::EachRun;
@@ -181,8 +184,14 @@ impl BoundStatic {
         let wanted = input_locations(&runtime.session).map_err(|e| failed(name, e))?;
         let names: Vec<&str> = runtime.session.inputs().iter().map(|i| i.name()).collect();
         let state_names: Vec<&str> = layout.state.iter().map(|(p, _, _)| p.as_str()).collect();
-        let inputs = input_binding(&names, &wanted, memory.location(), &state_names, graphs)
-            .map_err(|reason| failed(name, reason))?;
+        let inputs = input_binding(
+            name,
+            &names,
+            &wanted,
+            memory.location(),
+            &state_names,
+            graphs,
+        )?;
         let state = layout
             .state
             .iter()
@@ -535,20 +544,22 @@ mod tests {
     fn inputs_read_elsewhere_are_bound_again_before_each_run() {
         let (host, gpu) = (Location::Host, Location::Cuda { device: 0 });
         let check = |wanted: [Location; 3], graphs| {
-            input_binding(&NAMES, &wanted, gpu, &["past_0"], graphs)
+            input_binding("ort-cuda", &NAMES, &wanted, gpu, &["past_0"], graphs)
         };
-        assert_eq!(check([gpu, gpu, gpu], true), Ok(InputBinding::Once));
-        // The fallback of item 3: a graph whose position feeds a node on the CPU.
-        assert_eq!(check([gpu, host, gpu], false), Ok(InputBinding::EachRun));
-        assert!(check([gpu, host, gpu], true)
-            .unwrap_err()
-            .contains("a CUDA graph replays fixed input addresses"));
-        assert!(check([gpu, gpu, host], false)
-            .unwrap_err()
-            .contains("its state cannot be written in place"));
+        let refusal = |wanted, graphs| check(wanted, graphs).unwrap_err().to_string();
+        assert_eq!(check([gpu, gpu, gpu], true).unwrap(), InputBinding::Once);
+        // The CUDA-graph fallback: a graph whose position feeds a node on the CPU.
         assert_eq!(
-            input_binding(&NAMES, &[host; 3], host, &["past_0"], false),
-            Ok(InputBinding::Once)
+            check([gpu, host, gpu], false).unwrap(),
+            InputBinding::EachRun
+        );
+        assert!(
+            refusal([gpu, host, gpu], true).contains("a CUDA graph replays fixed input addresses")
+        );
+        assert!(refusal([gpu, gpu, host], false).contains("its state cannot be written in place"));
+        assert_eq!(
+            input_binding("ort-cpu", &NAMES, &[host; 3], host, &["past_0"], false).unwrap(),
+            InputBinding::Once
         );
     }
 }

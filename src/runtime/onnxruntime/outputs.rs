@@ -383,7 +383,8 @@ mod tests {
     )]
     fn a_value_onnx_runtime_holds_is_copied_into_an_array_of_its_shape_only() {
         // The transfer ort-cuda's outputs take to the host, here from host memory.
-        environment_for(&find_library(None).unwrap()).unwrap();
+        let kind = crate::runtime::RuntimeKind::OrtCpu;
+        environment_for(&find_library(None, kind).unwrap(), kind).unwrap();
         let values: Vec<f32> = (0..6).map(|v| v as f32 - 2.5).collect();
         let source = || {
             let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), values.clone()).unwrap();

@@ -54,17 +54,17 @@ pub(crate) struct CudaRuntime {
 }
 
 /// The one name among `loaded` (the sonames found in the process), or why there is none.
-fn the_loaded_one<'a>(loaded: &[&'a str]) -> std::result::Result<&'a str, String> {
+fn the_loaded_one<'a>(loaded: &[&'a str]) -> Result<&'a str> {
     match loaded {
         [one] => Ok(one),
-        [] => Err(format!(
+        [] => Err(unavailable(format!(
             "ONNX Runtime has loaded no CUDA runtime ({} not in the process)",
             LIBRARIES.join(", ")
-        )),
-        several => Err(format!(
+        ))),
+        several => Err(unavailable(format!(
             "several CUDA runtimes are loaded ({}), so the one ONNX Runtime uses is not known",
             several.join(", ")
-        )),
+        ))),
     }
 }
 
@@ -83,7 +83,7 @@ impl CudaRuntime {
             })
             .collect();
         let names: Vec<&str> = present.iter().map(|(name, _)| *name).collect();
-        let name = the_loaded_one(&names).map_err(unavailable)?;
+        let name = the_loaded_one(&names)?;
         let library = present
             .into_iter()
             .find_map(|(n, l)| (n == name).then_some(l))
@@ -210,12 +210,17 @@ mod tests {
 
     #[test]
     fn only_the_one_loaded_cuda_runtime_is_taken() {
-        assert_eq!(the_loaded_one(&["libcudart.so.13"]), Ok("libcudart.so.13"));
+        assert_eq!(
+            the_loaded_one(&["libcudart.so.13"]).unwrap(),
+            "libcudart.so.13"
+        );
         assert!(the_loaded_one(&[])
             .unwrap_err()
+            .to_string()
             .contains("has loaded no CUDA runtime"));
         assert!(the_loaded_one(&["libcudart.so.13", "libcudart.so.12"])
             .unwrap_err()
+            .to_string()
             .contains("several CUDA runtimes"));
     }
 
