@@ -13,9 +13,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::gmlp::sampling::SamplingError;
+use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::runtime::decoder::{check_vocabulary, Decoder, DecodingModel};
 use gmlp_onnx::runtime::generator::{Generator, Sampling, StopReason};
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::flags::OrtFlags;
@@ -203,12 +204,13 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
 pub(crate) fn generate_on(
     kind: RuntimeKind,
     a: &GenerateArgs,
+    file: ModelFile,
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<GenerationReport> {
     let decoder = Decoder::open_with(
         kind,
-        &a.model,
+        file,
         &runtime_options(a),
         prompts.len(),
         !a.copy_state,
@@ -299,11 +301,13 @@ fn show_tokens(tokens: &[i64], vocab: usize) -> String {
     s
 }
 
-/// Runs `generate`.
+/// Runs `generate`. The file is decoded once, here, for every runtime that needs it.
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
-    let model = DecodingModel::read(&a.model)?;
-    if let Some(file) = &a.prompts_file {
-        return batch::run(&a, file, &model);
+    let decoded = read_model(&a.model)?;
+    let file = ModelFile::decoded(&a.model, &decoded);
+    let model = DecodingModel::of_file(file)?;
+    if let Some(prompts) = &a.prompts_file {
+        return batch::run(&a, file, prompts, &model);
     }
     let n = model.info.max_sequence;
     let prompt = parse_prompt(&a, model.vocab_size)?;
@@ -329,6 +333,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         results.push(generate_on(
             kind,
             &a,
+            file,
             std::slice::from_ref(&prompt),
             new_tokens,
         )?);

@@ -11,6 +11,8 @@ use clap::ValueEnum;
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
+use crate::onnx::proto::ModelProto;
+use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -39,6 +41,16 @@ impl RuntimeKind {
     /// The name used on the command line and in reports.
     pub fn name(self) -> String {
         spelling(&self)
+    }
+
+    /// Whether the runtime keeps a static-state model's state in buffers bound to its
+    /// session ([`StaticSession`]); otherwise the state is carried
+    /// ([`Runtime::run_carrying`]).
+    pub fn binds_static_state(self) -> bool {
+        match self {
+            RuntimeKind::Tract => false,
+            RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => true,
+        }
     }
 }
 
@@ -141,13 +153,44 @@ pub trait Runtime {
             }
         }
     }
-    /// This runtime as a [`StaticSession`] for a static-state model laid out as `layout`
-    /// (whose graph writes each `present_*` output by a scatter that is its `past_*`
-    /// input's only reader; the caller checks this), or itself back when it has no such
-    /// form (tract: the state is then carried by [`Runtime::run_carrying`]). ONNX Runtime
-    /// loads the file again, with the outputs its steps feed each other
-    /// ([`open_static`] loads it once).
-    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound>;
+}
+
+/// An ONNX file as runtimes open it: its path, and the model the tool decoded from it if
+/// it has (then no runtime decodes the file again: a command decodes each file once).
+#[derive(Clone, Copy)]
+pub struct ModelFile<'a> {
+    /// The file (external data files are beside it).
+    pub path: &'a Path,
+    /// The decoded model, when the caller has it.
+    pub decoded: Option<&'a ModelProto>,
+}
+
+impl<'a> ModelFile<'a> {
+    /// `path` with its decoded model.
+    pub fn decoded(path: &'a Path, model: &'a ModelProto) -> ModelFile<'a> {
+        ModelFile {
+            path,
+            decoded: Some(model),
+        }
+    }
+
+    /// The decoded model: the caller's, or the file decoded now.
+    pub fn model(&self) -> Result<std::borrow::Cow<'a, ModelProto>> {
+        Ok(match self.decoded {
+            Some(model) => std::borrow::Cow::Borrowed(model),
+            None => std::borrow::Cow::Owned(read_model(self.path)?),
+        })
+    }
+}
+
+impl<'a, P: AsRef<Path> + ?Sized> From<&'a P> for ModelFile<'a> {
+    /// A file not decoded yet.
+    fn from(path: &'a P) -> ModelFile<'a> {
+        ModelFile {
+            path: path.as_ref(),
+            decoded: None,
+        }
+    }
 }
 
 /// What a static-state session needs to know of the model.
@@ -163,7 +206,7 @@ pub struct StaticLayout {
     pub state: Vec<(String, String, usize)>,
 }
 
-/// [`Runtime::bind_static`]'s answer.
+/// [`open_static`]'s answer.
 pub enum Bound {
     /// The runtime as a static-state session.
     Static(Box<dyn StaticSession>),
@@ -312,34 +355,40 @@ pub fn missing_output(runtime: &str, name: &str) -> Error {
 /// Loads the static-state model `model` (whose graph writes each `present_*` output by a
 /// scatter that is its `past_*` input's only reader; the caller checks this) in the
 /// runtime `kind` as a [`StaticSession`] laid out as `layout` where the runtime has one
-/// (ONNX Runtime), else as it is (tract); loading it once, as [`open`] and then
-/// [`Runtime::bind_static`] would not.
-pub fn open_static(
+/// (ONNX Runtime), else as it is (tract: the state is then carried by
+/// [`Runtime::run_carrying`]). The one road to a static-state session.
+pub fn open_static<'a>(
     kind: RuntimeKind,
-    model: &Path,
+    model: impl Into<ModelFile<'a>>,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Bound> {
-    match kind {
-        RuntimeKind::Tract => open(kind, model, options)?.bind_static(layout),
-        RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Bound::Static(onnxruntime::open_static(
-            model,
-            kind == RuntimeKind::OrtCuda,
-            options,
-            layout,
-        )?)),
+    let model = model.into();
+    if !kind.binds_static_state() {
+        return Ok(Bound::Unbound(open(kind, model, options)?));
     }
+    Ok(Bound::Static(onnxruntime::open_static(
+        model,
+        kind == RuntimeKind::OrtCuda,
+        options,
+        layout,
+    )?))
 }
 
 /// Loads `model` in the runtime `kind`.
-pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
+pub fn open<'a>(
+    kind: RuntimeKind,
+    model: impl Into<ModelFile<'a>>,
+    options: &RuntimeOptions,
+) -> Result<Box<dyn Runtime>> {
+    let model = model.into();
     match kind {
-        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_with(
+        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_file(
             model,
             options.tract_dequantize_nbits,
         )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
-            model,
+            model.path,
             kind == RuntimeKind::OrtCuda,
             options,
         )?)),

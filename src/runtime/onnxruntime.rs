@@ -18,7 +18,7 @@ use ort::value::{DynValue, TensorRef};
 use crate::error::{contain_panic, one_line, Error, Result};
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, Bound, CarriedState, DeviceRun, Placement, Runtime, RuntimeKind,
+    missing_output, CarriedState, DeviceRun, ModelFile, Placement, Runtime, RuntimeKind,
     RuntimeOptions, StateValue, StaticLayout,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
@@ -121,10 +121,6 @@ pub struct OrtRuntime {
     profiling: bool,
     /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
     cuda_graphs: bool,
-    /// The file and options it was loaded from (a static-state session reloads the file
-    /// with its step outputs, [`Runtime::bind_static`]).
-    path: PathBuf,
-    options: RuntimeOptions,
     _environment: Environment,
 }
 
@@ -137,24 +133,16 @@ pub(crate) enum ModelSource<'a> {
     Edited { path: &'a Path, bytes: &'a [u8] },
 }
 
-impl ModelSource<'_> {
-    fn path(&self) -> &Path {
-        match self {
-            ModelSource::File(path) | ModelSource::Edited { path, .. } => path,
-        }
-    }
-}
-
 /// The static-state model `path` on the CPU execution provider or on CUDA, as a
 /// [`StaticSession`](crate::runtime::StaticSession) for `layout` (bound.rs).
 pub(crate) fn open_static(
-    path: &Path,
+    model: ModelFile,
     cuda: bool,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Box<dyn crate::runtime::StaticSession>> {
     Ok(Box::new(bound::BoundStatic::open(
-        path, cuda, options, layout,
+        model, cuda, options, layout,
     )?))
 }
 
@@ -302,8 +290,6 @@ impl OrtRuntime {
             shapes: None,
             profiling: options.ort_profile_prefix.is_some(),
             cuda_graphs: cuda && options.cuda_graphs,
-            path: source.path().to_path_buf(),
-            options: options.clone(),
             _environment: environment,
         })
     }
@@ -416,17 +402,6 @@ impl Runtime for OrtRuntime {
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
-    }
-
-    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound> {
-        let (path, cuda, options) = (
-            self.path.clone(),
-            self.cuda_device.is_some(),
-            self.options.clone(),
-        );
-        // The step's session replaces this one (freed first: one copy of the weights).
-        drop(self);
-        Ok(Bound::Static(open_static(&path, cuda, &options, layout)?))
     }
 }
 

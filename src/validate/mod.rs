@@ -30,7 +30,7 @@ use crate::error::Result;
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
-use crate::runtime::{RuntimeKind, RuntimeOptions};
+use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 use decoding::check_decoding;
 use phases::{
@@ -131,9 +131,11 @@ pub fn validate_with_progress(
         .into_iter()
         .map(|o| o.name)
         .collect();
-    drop(model);
     let expected = read_expected(options, &output_names)?;
-    let loaded = load_runtimes(path, options, tract_dequantize, progress)?;
+    // The decoded model goes to every runtime that needs it (tract's dequantized nodes, a
+    // static-state session's step outputs), so that the file is decoded once.
+    let file = ModelFile::decoded(path, &model);
+    let loaded = load_runtimes(file, options, tract_dequantize, progress)?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
     let mut opened = Vec::new();
@@ -141,12 +143,14 @@ pub fn validate_with_progress(
         let (report, outputs) = run_one(kind, rt.as_mut(), load_ms, &inputs, options, progress)?;
         runtimes.push(report);
         results.push((rt.name().to_string(), outputs));
-        opened.push(rt);
+        opened.push((kind, rt));
     }
     let decoding = match (plan, &decoding) {
-        (Some(plan), Some(model)) => Some(check_decoding(
+        (Some(plan), Some(decoding)) => Some(check_decoding(
             opened,
-            model,
+            file,
+            &options.runtime,
+            decoding,
             plan,
             options.batch,
             options.seed,

@@ -10,7 +10,7 @@ use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::npz;
 use crate::onnx::proto::ModelProto;
 use crate::runtime::decoder::DecodingModel;
-use crate::runtime::{self, Runtime, RuntimeKind};
+use crate::runtime::{self, ModelFile, Runtime, RuntimeKind};
 use crate::tensor::NamedTensor;
 use crate::validate::compare::{compare_all, pair, PairReport, Tolerance};
 use crate::validate::decoding::DecodingPlan;
@@ -182,7 +182,7 @@ pub(super) fn read_expected(
 /// placement check; with `tract_dequantize`, tract runs the MatMulNBits nodes it cannot
 /// read on dequantized weights (and says so in its report's note).
 pub(super) fn load_runtimes(
-    path: &Path,
+    file: ModelFile,
     options: &ValidateOptions,
     tract_dequantize: bool,
     progress: &mut dyn FnMut(&str),
@@ -203,7 +203,7 @@ pub(super) fn load_runtimes(
                 )));
             }
             let start = Instant::now();
-            runtime::open(kind, path, &rt_options)
+            runtime::open(kind, file, &rt_options)
                 .map(|rt| (kind, rt, start.elapsed().as_secs_f64() * 1e3))
         })
         .collect()

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use gmlp_onnx::runtime::decoder::{check_vocabulary, DecodingModel};
 use gmlp_onnx::runtime::generator::StopReason;
+use gmlp_onnx::runtime::ModelFile;
 use gmlp_onnx::Error;
 
 use super::{
@@ -63,9 +64,14 @@ fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i
 }
 
 /// Runs `generate --prompts-file`.
-pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Result<()> {
+pub fn run(
+    a: &GenerateArgs,
+    model_file: ModelFile,
+    prompts_file: &Path,
+    model: &DecodingModel,
+) -> anyhow::Result<()> {
     let n = model.info.max_sequence;
-    let prompts = read_prompts(file, model.vocab_size, n)?;
+    let prompts = read_prompts(prompts_file, model.vocab_size, n)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let room = n - longest;
     let new_tokens = match a.max_new_tokens {
@@ -79,7 +85,7 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
     check_sampling(a)?;
     let mut results = Vec::new();
     for kind in kinds {
-        results.push(generate_on(kind, a, &prompts, new_tokens)?);
+        results.push(generate_on(kind, a, model_file, &prompts, new_tokens)?);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);

@@ -25,8 +25,6 @@
 //! warm-up runs and replays them, while runs of other lengths (the prompts) run uncaptured
 //! (`gpu_graph_id` −1). A step is then one graph replay and one copy of [batch] ids.
 
-use std::path::Path;
-
 use ndarray::{Array2, Array3, ArrayView2};
 use ort::session::{IoBinding, RunOptions};
 
@@ -36,7 +34,7 @@ use super::{failed, ModelSource, OrtRuntime};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{RuntimeOptions, StaticLayout, StaticSession};
+use crate::runtime::{ModelFile, RuntimeOptions, StaticLayout, StaticSession};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// How a run's `input_ids` and `position` buffers reach the session.
@@ -156,15 +154,15 @@ impl BoundStatic {
     /// CPU execution provider or on CUDA (with CUDA graphs when `options` ask for them),
     /// with its state buffers for `layout`, zeroed.
     pub(crate) fn open(
-        path: &Path,
+        model: ModelFile,
         cuda: bool,
         options: &RuntimeOptions,
         layout: &StaticLayout,
     ) -> Result<BoundStatic> {
-        let bytes = step_model(path)?;
+        let bytes = step_model(model)?;
         let runtime = OrtRuntime::load_from(
             ModelSource::Edited {
-                path,
+                path: model.path,
                 bytes: &bytes,
             },
             cuda,

@@ -11,13 +11,11 @@
 //! after it (two sets of buffers used in turn, see bound.rs); a prompt's run leaves them
 //! unbound. The file itself is not changed: the edited copy is loaded from memory.
 
-use std::path::Path;
-
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
-use crate::onnx::reader::read_model;
+use crate::runtime::ModelFile;
 
 /// The greedy tokens of a run, [batch, T].
 pub(crate) const STEP_NEXT_IDS: &str = "next_input_ids";
@@ -26,10 +24,11 @@ pub(crate) const STEP_NEXT_POSITION: &str = "next_position";
 /// The constant 1 of [`STEP_NEXT_POSITION`].
 const ONE: &str = "next_position/one";
 
-/// The static-state model `path` with the outputs [`STEP_NEXT_IDS`] and
-/// [`STEP_NEXT_POSITION`] added, encoded.
-pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
-    let mut model = read_model(path)?;
+/// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
+/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
+pub(crate) fn step_model(file: ModelFile) -> Result<Vec<u8>> {
+    let path = file.path;
+    let mut model = file.model()?.into_owned();
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let mut edit =
         ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
@@ -73,6 +72,7 @@ mod tests {
     use crate::gmlp::sampling::argmax;
     use crate::gmlp::SequenceMode;
     use crate::onnx::proto::{GraphProto, ModelProto};
+    use crate::onnx::reader::read_model;
     use crate::runtime::decoder::DecodingModel;
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
@@ -89,7 +89,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let before = read_model(&path).unwrap().graph.unwrap();
-        let bytes = step_model(&path).unwrap();
+        let bytes = step_model(ModelFile::from(&path)).unwrap();
         let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
         let after = after.graph.unwrap();
         let mut expected = output_names(&before);
@@ -122,7 +122,7 @@ mod tests {
         // Editing twice is refused: the names are taken.
         let twice = dir.path().join("twice.onnx");
         std::fs::write(&twice, &bytes).unwrap();
-        let err = step_model(&twice).unwrap_err().to_string();
+        let err = step_model(ModelFile::from(&twice)).unwrap_err().to_string();
         assert!(
             err.contains("already has a value named next_input_ids"),
             "{err}"
@@ -136,7 +136,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let edited = dir.path().join("step.onnx");
-        std::fs::write(&edited, step_model(&path).unwrap()).unwrap();
+        std::fs::write(&edited, step_model(ModelFile::from(&path)).unwrap()).unwrap();
         let model = DecodingModel::of(&read_model(&path).unwrap()).unwrap();
         let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
         let mut inputs = vec![
