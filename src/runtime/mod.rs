@@ -1,5 +1,10 @@
-//! Runtimes that execute an ONNX file behind one small trait: tract (CPU) and ONNX
-//! Runtime through `ort` (CPU or CUDA execution provider).
+//! Runtimes that execute an ONNX file: tract (CPU) and ONNX Runtime through `ort` (CPU or
+//! CUDA execution provider). The engine side: [`open`] (a [`Runtime`], the trait every
+//! engine implements: runs, runs into owned arrays, runs carrying a state) and
+//! [`open_static`] (a [`StaticSession`] where the engine binds a static state, ONNX
+//! Runtime). The decoding side, on top: [`decoder`] (the model's decoding description and
+//! the `Decoder`) and [`generator`] (the generation loop). docs/architecture.md draws
+//! `generate`'s path through them.
 //!
 //! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
 //! checks each raw access's preconditions.
