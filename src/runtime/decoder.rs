@@ -112,8 +112,6 @@ enum Engine {
         runtime: Box<dyn Runtime>,
         /// `past_*` values to feed next (with-past models).
         state: CarriedState,
-        /// (present, past) name pairs of the state.
-        carry: Vec<(String, String)>,
         /// The logits of the last run's new tokens [batch, T, vocab].
         last: Option<Array3<f32>>,
     },
@@ -226,16 +224,9 @@ impl Decoder {
 
     /// A decoder carrying the state through host arrays or the runtime's own values.
     fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
-        let carry = model
-            .info
-            .state
-            .iter()
-            .map(|s| (s.present.clone(), s.past.clone()))
-            .collect();
         let engine = Engine::Carried {
             runtime,
             state: CarriedState::default(),
-            carry,
             last: None,
         };
         Decoder::with_engine(engine, model, batch)
@@ -396,7 +387,6 @@ impl Decoder {
             Engine::Carried {
                 runtime,
                 state,
-                carry,
                 last,
             } => {
                 let fed = history.clone().unwrap_or_else(|| ids.to_owned());
@@ -414,7 +404,7 @@ impl Decoder {
                     // The state stays in the runtime's own form (ONNX Runtime: its output
                     // values, fed back without a copy).
                     SequenceMode::Static | SequenceMode::WithPast => {
-                        runtime.run_carrying(&inputs, state, carry)?
+                        runtime.run_carrying(&inputs, state, &self.model.info.state)?
                     }
                     SequenceMode::Variable | SequenceMode::Fixed => runtime.run(&inputs)?,
                 };
@@ -537,12 +527,7 @@ fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
         batch,
         positions: model.info.max_sequence,
         vocab: model.vocab_size,
-        state: model
-            .info
-            .state
-            .iter()
-            .map(|s| (s.past.clone(), s.present.clone(), s.width))
-            .collect(),
+        state: model.info.state.clone(),
     }
 }
 

@@ -16,6 +16,7 @@ use clap::ValueEnum;
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::StateTensor;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
@@ -129,8 +130,8 @@ pub trait Runtime {
         None
     }
     /// One run of a model with state: `inputs` plus the values held in `state`, matched
-    /// by name. Each output named as the `present` of a pair in `carry` (present, past)
-    /// is not returned: it becomes `state`'s value under the `past` name, fed by the next
+    /// by name. Each output named as the `present` of a tensor in `carry` is not
+    /// returned: it becomes `state`'s value under its `past` name, fed by the next
     /// call. On error `state` is unchanged. This default moves the state through host
     /// arrays; ONNX Runtime overrides it to feed its own output values back without
     /// copying them (the state is most of the bytes a decoding step moves).
@@ -138,7 +139,7 @@ pub trait Runtime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let mut feed = inputs.to_vec();
         let given = feed.len();
@@ -207,8 +208,8 @@ pub struct StaticLayout {
     pub positions: usize,
     /// Vocabulary size (the last axis of `logits`).
     pub vocab: usize,
-    /// (past input, present output, width) of every state tensor, in model order.
-    pub state: Vec<(String, String, usize)>,
+    /// Every state tensor (its past input, present output and width), in model order.
+    pub state: Vec<StateTensor>,
 }
 
 /// [`open_static`]'s answer.
@@ -335,16 +336,16 @@ impl CarriedState {
 fn split_carried(
     runtime: &str,
     outputs: Vec<NamedTensor>,
-    carry: &[(String, String)],
+    carry: &[StateTensor],
 ) -> Result<(StateValues, Vec<NamedTensor>)> {
     let mut rest = outputs;
     let mut kept = Vec::with_capacity(carry.len());
-    for (present, past) in carry {
+    for s in carry {
         let k = rest
             .iter()
-            .position(|o| o.name == *present)
-            .ok_or_else(|| missing_output(runtime, present))?;
-        kept.push((past.clone(), StateValue::Host(rest.remove(k).value)));
+            .position(|o| o.name == s.present)
+            .ok_or_else(|| missing_output(runtime, &s.present))?;
+        kept.push((s.past.clone(), StateValue::Host(rest.remove(k).value)));
     }
     Ok((kept, rest))
 }

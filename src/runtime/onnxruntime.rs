@@ -16,6 +16,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
 
 use crate::error::{contain_panic, one_line, Error, Result};
+use crate::gmlp::decoding::StateTensor;
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
     missing_output, CarriedState, DeviceRun, ModelFile, Placement, Runtime, RuntimeKind,
@@ -398,7 +399,7 @@ impl Runtime for OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
@@ -454,7 +455,7 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
@@ -482,12 +483,12 @@ impl OrtRuntime {
             .collect();
         let mut outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
         let mut kept = Vec::with_capacity(carry.len());
-        for (present, past) in carry {
+        for s in carry {
             let v = outputs
-                .remove(present.as_str())
-                .ok_or_else(|| missing_output(name, present))?;
+                .remove(s.present.as_str())
+                .ok_or_else(|| missing_output(name, &s.present))?;
             kept.push((
-                past.clone(),
+                s.past.clone(),
                 StateValue::Ort(OrtValue {
                     value: v,
                     runtime: name,
@@ -496,7 +497,7 @@ impl OrtRuntime {
         }
         let rest = output_names
             .iter()
-            .filter(|n| !carry.iter().any(|(present, _)| present == *n))
+            .filter(|n| !carry.iter().any(|s| s.present == **n))
             .map(|out_name| {
                 let v = outputs.get(out_name.as_str()).ok_or_else(|| {
                     failed(name, format!("the run returned no output named {out_name}"))

@@ -181,7 +181,7 @@ impl BoundStatic {
         };
         let wanted = input_locations(&runtime.session).map_err(|e| failed(name, e))?;
         let names: Vec<&str> = runtime.session.inputs().iter().map(|i| i.name()).collect();
-        let state_names: Vec<&str> = layout.state.iter().map(|(p, _, _)| p.as_str()).collect();
+        let state_names: Vec<&str> = layout.state.iter().map(|s| s.past.as_str()).collect();
         let inputs = input_binding(
             name,
             &names,
@@ -193,11 +193,11 @@ impl BoundStatic {
         let state = layout
             .state
             .iter()
-            .map(|(past, present, width)| {
+            .map(|s| {
                 Ok(StateBuffer {
-                    past: past.clone(),
-                    present: present.clone(),
-                    tensor: memory.zeros(&[layout.batch, layout.positions, *width])?,
+                    past: s.past.clone(),
+                    present: s.present.clone(),
+                    tensor: memory.zeros(&[layout.batch, layout.positions, s.width])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -510,8 +510,8 @@ impl StaticSession for BoundStatic {
         self.state
             .iter()
             .zip(&self.layout.state)
-            .map(|(s, (_, _, width))| {
-                let mut out = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[b, n, *width]));
+            .map(|(s, tensor)| {
+                let mut out = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[b, n, tensor.width]));
                 let slice = out
                     .as_slice_mut()
                     .ok_or_else(|| Error::Internal("state not contiguous".into()))?;
