@@ -24,7 +24,7 @@ use crate::runtime::{
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
-mod bound;
+mod static_session;
 // The runtime layer's only `unsafe` (runtime/mod.rs denies it elsewhere).
 #[allow(unsafe_code)]
 mod buffer;
@@ -135,14 +135,14 @@ pub(crate) enum ModelSource<'a> {
 }
 
 /// The static-state model `path` on the CPU execution provider or on CUDA, as a
-/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (bound.rs).
+/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (static_session.rs).
 pub(crate) fn open_static(
     model: ModelFile,
     cuda: bool,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Box<dyn crate::runtime::StaticSession>> {
-    Ok(Box::new(bound::BoundStatic::open(
+    Ok(Box::new(static_session::BoundStatic::open(
         model, cuda, options, layout,
     )?))
 }

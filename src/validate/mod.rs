@@ -5,12 +5,12 @@
 //! ([`report`]), with error histograms on request ([`histograms`]).
 
 pub mod compare;
-pub mod decoding;
 pub mod histograms;
 pub mod inputs;
 mod phases;
 pub mod placement;
 pub mod report;
+pub mod stepwise;
 pub mod tolerance;
 
 use std::path::{Path, PathBuf};
@@ -32,11 +32,11 @@ use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
-use decoding::check_decoding;
 use phases::{
     check_options, compare_results, load_runtimes, model_inputs, read_expected, run_one,
     sequence_dims,
 };
+use stepwise::check_decoding;
 
 /// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
 pub const MAX_BENCH_RUNS: usize = 10_000;

@@ -13,12 +13,12 @@ use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{self, ModelFile, Runtime, RuntimeKind};
 use crate::tensor::NamedTensor;
 use crate::validate::compare::{compare_all, pair, PairReport, Tolerance};
-use crate::validate::decoding::DecodingPlan;
 use crate::validate::histograms::{self, ErrorHistogram};
 use crate::validate::inputs::{
     check_inputs, check_static_positions, make_inputs, start_static_state,
 };
 use crate::validate::report::{BenchReport, Latency, RuntimeReport, EXPECTED};
+use crate::validate::stepwise::DecodingPlan;
 use crate::validate::{ValidateOptions, MAX_BENCH_RUNS};
 
 /// Values of symbolic dimensions by name (`sequence`, `past_sequence`, ...).

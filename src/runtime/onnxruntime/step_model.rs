@@ -8,7 +8,7 @@
 //! - `next_position` = `position + 1`, [batch]: where a single-token step goes next.
 //!
 //! A step's binding writes them into the `input_ids` and `position` buffers of the step
-//! after it (two sets of buffers used in turn, see bound.rs); a prompt's run leaves them
+//! after it (two sets of buffers used in turn, see static_session.rs); a prompt's run leaves them
 //! unbound. The file itself is not changed: the edited copy is loaded from memory.
 
 use crate::error::{Error, Result};
