@@ -375,10 +375,16 @@ pub fn open_static<'a>(
     }
     Ok(Bound::Static(onnxruntime::open_static(
         model,
-        kind == RuntimeKind::OrtCuda,
+        provider(kind, options)?,
         options,
         layout,
     )?))
+}
+
+/// ONNX Runtime's provider for `kind`, which is one of its runtimes.
+fn provider(kind: RuntimeKind, options: &RuntimeOptions) -> Result<onnxruntime::Provider> {
+    onnxruntime::Provider::of(kind, options)
+        .ok_or_else(|| Error::Internal(format!("{} is not ONNX Runtime", kind.name())))
 }
 
 /// Loads `model` in the runtime `kind`.
@@ -395,7 +401,7 @@ pub fn open<'a>(
         )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
             model.path,
-            kind == RuntimeKind::OrtCuda,
+            provider(kind, options)?,
             options,
         )?)),
     }

@@ -110,18 +110,62 @@ pub fn build_info(library: &Path) -> Result<String> {
     Ok(one_line(ort::info()))
 }
 
+/// Where an ONNX Runtime session runs, with what only that place has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// The CPU execution provider (ort-cpu).
+    Cpu,
+    /// The CUDA execution provider (ort-cuda): outputs computed in the memory of CUDA
+    /// device `device`, with CUDA graphs where `graphs`
+    /// ([`RuntimeOptions::cuda_graphs`]).
+    Cuda {
+        /// CUDA device ordinal ([`RuntimeOptions::cuda_device`]).
+        device: i32,
+        /// CUDA graphs enabled.
+        graphs: bool,
+    },
+}
+
+impl Provider {
+    /// The provider of the runtime `kind` with `options`' CUDA settings; `None` for a
+    /// runtime that is not ONNX Runtime.
+    pub fn of(kind: RuntimeKind, options: &RuntimeOptions) -> Option<Provider> {
+        match kind {
+            RuntimeKind::Tract => None,
+            RuntimeKind::OrtCpu => Some(Provider::Cpu),
+            RuntimeKind::OrtCuda => Some(Provider::Cuda {
+                device: options.cuda_device,
+                graphs: options.cuda_graphs,
+            }),
+        }
+    }
+
+    /// The runtime this provider is.
+    pub fn kind(self) -> RuntimeKind {
+        match self {
+            Provider::Cpu => RuntimeKind::OrtCpu,
+            Provider::Cuda { .. } => RuntimeKind::OrtCuda,
+        }
+    }
+
+    /// The runtime's name ([`RuntimeKind::name`]), for messages.
+    fn name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "ort-cpu",
+            Provider::Cuda { .. } => "ort-cuda",
+        }
+    }
+}
+
 /// A model loaded in ONNX Runtime.
 pub struct OrtRuntime {
     session: Session,
+    provider: Provider,
+    /// The runtime's name ([`Provider::name`]).
     name: &'static str,
-    /// The CUDA device of the CUDA execution provider (outputs computed in its memory);
-    /// `None` on the CPU execution provider.
-    cuda_device: Option<i32>,
     /// What the last run on the CPU saw, for [`Runtime::run_into`]'s bound outputs.
     shapes: Option<outputs::RunShapes>,
     profiling: bool,
-    /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
-    cuda_graphs: bool,
     _environment: Environment,
 }
 
@@ -138,12 +182,12 @@ pub(crate) enum ModelSource<'a> {
 /// [`StaticSession`](crate::runtime::StaticSession) for `layout` (static_session.rs).
 pub(crate) fn open_static(
     model: ModelFile,
-    cuda: bool,
+    provider: Provider,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Box<dyn crate::runtime::StaticSession>> {
     Ok(Box::new(static_session::BoundStatic::open(
-        model, cuda, options, layout,
+        model, provider, options, layout,
     )?))
 }
 
@@ -199,23 +243,19 @@ fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl OrtRuntime {
-    /// Loads `model` on the CPU execution provider, or on CUDA when `cuda` is set.
-    pub fn load(model: &Path, cuda: bool, options: &RuntimeOptions) -> Result<Self> {
-        OrtRuntime::load_from(ModelSource::File(model), cuda, options)
+    /// Loads `model` on `provider` (the rest of `options` as they apply to it).
+    pub fn load(model: &Path, provider: Provider, options: &RuntimeOptions) -> Result<Self> {
+        OrtRuntime::load_from(ModelSource::File(model), provider, options)
     }
 
     /// [`OrtRuntime::load`] of the file or of an edited copy of it.
     pub(crate) fn load_from(
         source: ModelSource,
-        cuda: bool,
+        provider: Provider,
         options: &RuntimeOptions,
     ) -> Result<Self> {
-        let name = if cuda { "ort-cuda" } else { "ort-cpu" };
-        let kind = if cuda {
-            RuntimeKind::OrtCuda
-        } else {
-            RuntimeKind::OrtCpu
-        };
+        let name = provider.name();
+        let kind = provider.kind();
         let library = find_library(options.ort_library.as_deref(), kind)?;
         let unavailable = |reason: String| Error::RuntimeUnavailable {
             runtime: name.into(),
@@ -238,18 +278,13 @@ impl OrtRuntime {
                 .with_profiling(prefix)
                 .map_err(|e| failed(name, e))?;
         }
-        if cuda {
+        if let Provider::Cuda { device, graphs } = provider {
             if options.cuda_no_cpu_fallback {
                 builder = builder
                     .with_disable_cpu_fallback()
                     .map_err(|e| failed(name, e))?;
             }
-            builder = register_cuda(
-                builder,
-                options.cuda_device,
-                options.cuda_tf32,
-                options.cuda_graphs,
-            )?;
+            builder = register_cuda(builder, device, options.cuda_tf32, graphs)?;
         }
         let committed = match &source {
             ModelSource::File(path) => builder.commit_from_file(path),
@@ -272,7 +307,7 @@ impl OrtRuntime {
         };
         let session = committed.map_err(|e| {
             let message = e.to_string();
-            if cuda && refused_cpu_fallback(&message) {
+            if kind == RuntimeKind::OrtCuda && refused_cpu_fallback(&message) {
                 // Not the input's fault: CUDA cannot run the whole graph (exit 3, like a
                 // missing CUDA), e.g. the shape computations of a with-past graph, which
                 // ONNX Runtime keeps on the CPU, or DynamicQuantizeLinear of int8 models.
@@ -286,11 +321,10 @@ impl OrtRuntime {
         })?;
         Ok(OrtRuntime {
             session,
+            provider,
             name,
-            cuda_device: cuda.then_some(options.cuda_device),
             shapes: None,
             profiling: options.ort_profile_prefix.is_some(),
-            cuda_graphs: cuda && options.cuda_graphs,
             _environment: environment,
         })
     }
@@ -310,7 +344,7 @@ fn register_cuda(
         .build()
         .error_on_failure();
     builder.with_execution_providers([provider]).map_err(|e| Error::RuntimeUnavailable {
-        runtime: "ort-cuda".into(),
+        runtime: RuntimeKind::OrtCuda.name(),
         reason: format!(
             "the CUDA execution provider could not be registered ({}); ort-cuda needs an NVIDIA GPU \
              with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
@@ -329,7 +363,7 @@ fn register_cuda(
     _graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     Err(Error::RuntimeUnavailable {
-        runtime: "ort-cuda".into(),
+        runtime: RuntimeKind::OrtCuda.name(),
         reason: "this gmlp-onnx was built without the `cuda` cargo feature, so the CUDA execution \
                  provider cannot be registered"
             .into(),
@@ -368,12 +402,7 @@ impl Runtime for OrtRuntime {
         let text = std::fs::read_to_string(&file);
         let _ = std::fs::remove_file(&file);
         let text = text.map_err(|e| Error::io(&file, e))?;
-        let kind = if self.cuda_device.is_some() {
-            RuntimeKind::OrtCuda
-        } else {
-            RuntimeKind::OrtCpu
-        };
-        parse_profile(kind, &text).map(Some)
+        parse_profile(self.provider.kind(), &text).map(Some)
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
@@ -517,7 +546,30 @@ impl OrtRuntime {
 
 #[cfg(test)]
 mod tests {
-    use super::refused_cpu_fallback;
+    use super::{refused_cpu_fallback, Provider};
+    use crate::runtime::{RuntimeKind, RuntimeOptions};
+
+    #[test]
+    fn each_provider_is_one_runtime_named_as_users_spell_it() {
+        let options = RuntimeOptions {
+            cuda_device: 2,
+            cuda_graphs: true,
+            ..Default::default()
+        };
+        assert_eq!(Provider::of(RuntimeKind::Tract, &options), None);
+        for kind in [RuntimeKind::OrtCpu, RuntimeKind::OrtCuda] {
+            let provider = Provider::of(kind, &options).unwrap();
+            assert_eq!(provider.kind(), kind);
+            assert_eq!(provider.name(), kind.name());
+        }
+        assert_eq!(
+            Provider::of(RuntimeKind::OrtCuda, &options),
+            Some(Provider::Cuda {
+                device: 2,
+                graphs: true
+            })
+        );
+    }
 
     #[test]
     fn the_cpu_fallback_refusal_is_recognized_by_its_wording() {

@@ -23,7 +23,7 @@ use ort::value::{
     TensorElementType, TensorRefMut, TensorValueType, ValueType,
 };
 
-use super::{failed, OrtRuntime};
+use super::{failed, OrtRuntime, Provider};
 use crate::error::{contain_panic, Error, Result};
 use crate::runtime::DeviceRun;
 use crate::tensor::{with_array, NamedTensor, TensorValue};
@@ -219,7 +219,7 @@ impl OrtRuntime {
         let name = self.name;
         let (mut binding, input_shapes) = self.bind_inputs(inputs)?;
         let output_names = self.output_names();
-        if let Some(device) = self.cuda_device {
+        if let Provider::Cuda { device, .. } = self.provider {
             let cuda = cuda_memory(device).map_err(|e| failed(name, e))?;
             for out_name in &output_names {
                 binding
@@ -323,7 +323,7 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
     ) -> Result<Option<Box<dyn DeviceRun + '_>>> {
-        let Some(device) = self.cuda_device else {
+        let Provider::Cuda { device, .. } = self.provider else {
             return Ok(None);
         };
         let name = self.name;

@@ -30,7 +30,7 @@ use ort::session::{IoBinding, RunOptions};
 
 use super::buffer::{input_locations, run_binding, stays_bound, Buffer, Location, Memory};
 use super::step_model::{step_model, STEP_NEXT_IDS, STEP_NEXT_POSITION};
-use super::{failed, ModelSource, OrtRuntime};
+use super::{failed, ModelSource, OrtRuntime, Provider};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
@@ -150,12 +150,12 @@ pub(crate) struct BoundStatic {
 }
 
 impl BoundStatic {
-    /// Loads the static-state model `path` with its step outputs (step_model.rs) on the
-    /// CPU execution provider or on CUDA (with CUDA graphs when `options` ask for them),
-    /// with its state buffers for `layout`, zeroed.
+    /// Loads the static-state model `model` with its step outputs (step_model.rs) on
+    /// `provider` (CUDA graphs where it has them on), with its state buffers for `layout`,
+    /// zeroed.
     pub(crate) fn open(
         model: ModelFile,
-        cuda: bool,
+        provider: Provider,
         options: &RuntimeOptions,
         layout: &StaticLayout,
     ) -> Result<BoundStatic> {
@@ -165,7 +165,7 @@ impl BoundStatic {
                 path: model.path,
                 bytes: &bytes,
             },
-            cuda,
+            provider,
             options,
         )?;
         drop(bytes);
@@ -174,10 +174,9 @@ impl BoundStatic {
 
     fn new(runtime: OrtRuntime, layout: &StaticLayout) -> Result<BoundStatic> {
         let name = runtime.name;
-        let graphs = runtime.cuda_graphs;
-        let memory = match runtime.cuda_device {
-            Some(device) => Memory::cuda(&runtime.session, device)?,
-            None => Memory::host(),
+        let (memory, graphs) = match runtime.provider {
+            Provider::Cuda { device, graphs } => (Memory::cuda(&runtime.session, device)?, graphs),
+            Provider::Cpu => (Memory::host(), false),
         };
         let wanted = input_locations(&runtime.session).map_err(|e| failed(name, e))?;
         let names: Vec<&str> = runtime.session.inputs().iter().map(|i| i.name()).collect();
@@ -610,7 +609,7 @@ mod tests {
         let open = || {
             BoundStatic::open(
                 ModelFile::from(&path),
-                false,
+                Provider::Cpu,
                 &RuntimeOptions::default(),
                 &layout,
             )
