@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use gmlp_onnx::runtime::RuntimeOptions;
+use gmlp_onnx::runtime::{CudaOptions, OrtOptions, RuntimeOptions};
 
 /// Where ONNX Runtime comes from and how it runs: every command that opens it.
 #[derive(Args, Clone, Debug, Default)]
@@ -25,9 +25,15 @@ impl OrtFlags {
     /// Runtime options with these flags and the rest at their defaults.
     pub fn runtime_options(&self) -> RuntimeOptions {
         RuntimeOptions {
-            ort_library: self.ort_lib.clone(),
-            threads: self.threads,
-            cuda_device: self.device,
+            ort: OrtOptions {
+                library: self.ort_lib.clone(),
+                threads: self.threads,
+                ..Default::default()
+            },
+            cuda: CudaOptions {
+                device: self.device,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

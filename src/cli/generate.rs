@@ -144,10 +144,9 @@ impl Sequences {
 /// head of int4 files, every projection of int8-weight-only ones) as `MatMul`s on the file's
 /// dequantized weights, which [`announce_note`] says.
 pub(crate) fn runtime_options(a: &GenerateArgs) -> RuntimeOptions {
-    RuntimeOptions {
-        tract_dequantize_nbits: true,
-        ..a.ort.runtime_options()
-    }
+    let mut options = a.ort.runtime_options();
+    options.tract.dequantize_nbits = true;
+    options
 }
 
 /// The decoder's runtime note on stderr (one line, also with `--quiet`: it says what ran),

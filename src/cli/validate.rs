@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::RuntimeKind;
 
 use crate::cli::flags::OrtFlags;
 use gmlp_onnx::validate::histograms::write_histograms;
@@ -146,10 +146,11 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             atol: a.atol,
         }
         .check()?,
-        runtime: RuntimeOptions {
-            cuda_tf32: a.tf32,
-            cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
-            ..a.ort.runtime_options()
+        runtime: {
+            let mut options = a.ort.runtime_options();
+            options.cuda.tf32 = a.tf32;
+            options.cuda.no_cpu_fallback = a.cuda_no_cpu_fallback;
+            options
         },
         decode_prefill: a.decode_prefill,
         decode_steps: a.decode_steps,

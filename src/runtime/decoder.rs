@@ -181,10 +181,10 @@ impl Decoder {
         }
         let layout = static_layout(&model, batch);
         let mut graph_options = options.clone();
-        graph_options.cuda_graphs = kind == RuntimeKind::OrtCuda;
+        graph_options.cuda.graphs = kind == RuntimeKind::OrtCuda;
         let (bound, open_note) = match open_static(kind, file, &graph_options, &layout) {
             Ok(bound) => (bound, None),
-            Err(e) if graph_options.cuda_graphs => {
+            Err(e) if graph_options.cuda.graphs => {
                 let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
                 (open_static(kind, file, options, &layout)?, Some(note))
             }
@@ -580,7 +580,9 @@ mod tests {
     fn a_file_the_caller_decoded_is_not_decoded_again() {
         let dir = tempfile::tempdir().unwrap();
         let options = RuntimeOptions {
-            tract_dequantize_nbits: true,
+            tract: crate::runtime::TractOptions {
+                dequantize_nbits: true,
+            },
             ..Default::default()
         };
         for mode in [SequenceMode::Static, SequenceMode::WithPast] {

@@ -60,31 +60,53 @@ impl RuntimeKind {
     }
 }
 
-/// Options shared by runtimes.
+/// How runtimes open a file, one group per engine: a command that runs several runtimes
+/// (`validate --runtimes tract,ort-cpu,ort-cuda`) gives each the group it reads.
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeOptions {
-    /// Path of `libonnxruntime.so`; otherwise found as [`onnxruntime::find_library`] says.
-    pub ort_library: Option<std::path::PathBuf>,
-    /// Allow TF32 math on the CUDA execution provider (off by default for parity).
-    pub cuda_tf32: bool,
-    /// Intra-op threads for ONNX Runtime (0 = its default).
-    pub threads: usize,
-    /// Refuse a CUDA session whose graph cannot be placed entirely on the CUDA execution
-    /// provider (ONNX Runtime's `session.disable_cpu_ep_fallback`).
-    pub cuda_no_cpu_fallback: bool,
-    /// Enable ONNX Runtime profiling with this file prefix, so that [`Runtime::placement`]
-    /// can report where each node ran.
-    pub ort_profile_prefix: Option<std::path::PathBuf>,
-    /// tract: run `MatMulNBits` nodes it cannot read (8-bit codes) as `MatMul`s on the
-    /// weights dequantized from the file ([`crate::onnx::dequantize`]), saying so in
+    /// tract's settings.
+    pub tract: TractOptions,
+    /// ONNX Runtime's settings, on either execution provider.
+    pub ort: OrtOptions,
+    /// The CUDA execution provider's settings (ort-cuda).
+    pub cuda: CudaOptions,
+}
+
+/// tract's settings.
+#[derive(Clone, Debug, Default)]
+pub struct TractOptions {
+    /// Run `MatMulNBits` nodes tract cannot read (8-bit codes) as `MatMul`s on the weights
+    /// dequantized from the file ([`crate::onnx::dequantize`]), saying so in
     /// [`Runtime::note`]; off: such a file fails to load.
-    pub tract_dequantize_nbits: bool,
-    /// ort-cuda: enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session
-    /// whose every run goes through buffers bound on the device ([`StaticSession`]); the
-    /// session then refuses a graph with any node outside the CUDA execution provider.
-    pub cuda_graphs: bool,
-    /// ort-cuda: the CUDA device to run on (`--device`; 0, the first, by default).
-    pub cuda_device: i32,
+    pub dequantize_nbits: bool,
+}
+
+/// ONNX Runtime's settings, on either execution provider.
+#[derive(Clone, Debug, Default)]
+pub struct OrtOptions {
+    /// Path of `libonnxruntime.so`; otherwise found as [`onnxruntime::find_library`] says.
+    pub library: Option<std::path::PathBuf>,
+    /// Intra-op threads (0 = its default).
+    pub threads: usize,
+    /// Enable profiling with this file prefix, so that [`Runtime::placement`] can report
+    /// where each node ran.
+    pub profile_prefix: Option<std::path::PathBuf>,
+}
+
+/// The CUDA execution provider's settings.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// The CUDA device to run on (`--device`; 0, the first, by default).
+    pub device: i32,
+    /// Allow TF32 math (off by default for parity).
+    pub tf32: bool,
+    /// Refuse a session whose graph cannot be placed entirely on the CUDA execution
+    /// provider (ONNX Runtime's `session.disable_cpu_ep_fallback`).
+    pub no_cpu_fallback: bool,
+    /// Enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session whose every
+    /// run goes through buffers bound on the device ([`StaticSession`]); the session then
+    /// refuses a graph with any node outside the CUDA execution provider.
+    pub graphs: bool,
 }
 
 /// Number of graph nodes that ran on each execution provider, by provider name.
@@ -397,7 +419,7 @@ pub fn open<'a>(
     match kind {
         RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_file(
             model,
-            options.tract_dequantize_nbits,
+            options.tract.dequantize_nbits,
         )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
             model.path,

@@ -117,9 +117,9 @@ pub enum Provider {
     Cpu,
     /// The CUDA execution provider (ort-cuda): outputs computed in the memory of CUDA
     /// device `device`, with CUDA graphs where `graphs`
-    /// ([`RuntimeOptions::cuda_graphs`]).
+    /// ([`CudaOptions::graphs`](crate::runtime::CudaOptions::graphs)).
     Cuda {
-        /// CUDA device ordinal ([`RuntimeOptions::cuda_device`]).
+        /// CUDA device ordinal ([`CudaOptions::device`](crate::runtime::CudaOptions::device)).
         device: i32,
         /// CUDA graphs enabled.
         graphs: bool,
@@ -134,8 +134,8 @@ impl Provider {
             RuntimeKind::Tract => None,
             RuntimeKind::OrtCpu => Some(Provider::Cpu),
             RuntimeKind::OrtCuda => Some(Provider::Cuda {
-                device: options.cuda_device,
-                graphs: options.cuda_graphs,
+                device: options.cuda.device,
+                graphs: options.cuda.graphs,
             }),
         }
     }
@@ -256,7 +256,7 @@ impl OrtRuntime {
     ) -> Result<Self> {
         let name = provider.name();
         let kind = provider.kind();
-        let library = find_library(options.ort_library.as_deref(), kind)?;
+        let library = find_library(options.ort.library.as_deref(), kind)?;
         let unavailable = |reason: String| Error::RuntimeUnavailable {
             runtime: name.into(),
             reason,
@@ -268,23 +268,23 @@ impl OrtRuntime {
             .map_err(|e| failed(name, e))?
             .with_log_level(ort::logging::LogLevel::Fatal)
             .map_err(|e| failed(name, e))?;
-        if options.threads > 0 {
+        if options.ort.threads > 0 {
             builder = builder
-                .with_intra_threads(options.threads)
+                .with_intra_threads(options.ort.threads)
                 .map_err(|e| failed(name, e))?;
         }
-        if let Some(prefix) = &options.ort_profile_prefix {
+        if let Some(prefix) = &options.ort.profile_prefix {
             builder = builder
                 .with_profiling(prefix)
                 .map_err(|e| failed(name, e))?;
         }
         if let Provider::Cuda { device, graphs } = provider {
-            if options.cuda_no_cpu_fallback {
+            if options.cuda.no_cpu_fallback {
                 builder = builder
                     .with_disable_cpu_fallback()
                     .map_err(|e| failed(name, e))?;
             }
-            builder = register_cuda(builder, device, options.cuda_tf32, graphs)?;
+            builder = register_cuda(builder, device, options.cuda.tf32, graphs)?;
         }
         let committed = match &source {
             ModelSource::File(path) => builder.commit_from_file(path),
@@ -324,7 +324,7 @@ impl OrtRuntime {
             provider,
             name,
             shapes: None,
-            profiling: options.ort_profile_prefix.is_some(),
+            profiling: options.ort.profile_prefix.is_some(),
             _environment: environment,
         })
     }
@@ -552,8 +552,11 @@ mod tests {
     #[test]
     fn each_provider_is_one_runtime_named_as_users_spell_it() {
         let options = RuntimeOptions {
-            cuda_device: 2,
-            cuda_graphs: true,
+            cuda: crate::runtime::CudaOptions {
+                device: 2,
+                graphs: true,
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert_eq!(Provider::of(RuntimeKind::Tract, &options), None);

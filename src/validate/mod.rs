@@ -121,7 +121,7 @@ pub fn validate_with_progress(
     let tract_dequantize = crate::runtime::tract::needs_dequantizing(&model);
     let resolved = options.tolerance.check()?.resolve(
         stored_config(&model).map(|c| c.dtype),
-        options.runtime.cuda_tf32,
+        options.runtime.cuda.tf32,
     );
     let tolerance = resolved.tolerance;
     let decoding = DecodingModel::of(&model);

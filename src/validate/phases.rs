@@ -194,9 +194,9 @@ pub(super) fn load_runtimes(
         .map(|&kind| {
             progress(&format!("loading {}", kind.name()));
             let mut rt_options = options.runtime.clone();
-            rt_options.tract_dequantize_nbits |= tract_dequantize;
+            rt_options.tract.dequantize_nbits |= tract_dequantize;
             if kind != RuntimeKind::Tract {
-                rt_options.ort_profile_prefix = Some(profile_dir.join(format!(
+                rt_options.ort.profile_prefix = Some(profile_dir.join(format!(
                     "gmlp-onnx-profile-{}-{}",
                     std::process::id(),
                     kind.name()

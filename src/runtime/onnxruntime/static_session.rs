@@ -20,7 +20,7 @@
 //! step finds its inputs already written by the run before it, and only the [batch] ids
 //! come back to the host (as onnxruntime-genai samples on the device and advances its
 //! positions by a kernel). A sampled token, or any other input, is written over them first.
-//! With CUDA graphs (`RuntimeOptions::cuda_graphs`) ONNX Runtime captures each of the two
+//! With CUDA graphs (`CudaOptions::graphs`) ONNX Runtime captures each of the two
 //! step bindings once (graph ids 0 and 1: a graph replays fixed addresses) after their
 //! warm-up runs and replays them, while runs of other lengths (the prompts) run uncaptured
 //! (`gpu_graph_id` −1). A step is then one graph replay and one copy of [batch] ids.
