@@ -24,7 +24,7 @@ use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
 use crate::runtime::{
     open, open_static, Bound, CarriedState, ModelFile, Runtime, RuntimeKind, RuntimeOptions,
-    StaticLayout, StaticSession,
+    StaticLayout, StaticSession, StepNames,
 };
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -528,8 +528,16 @@ fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
         positions: model.info.max_sequence,
         vocab: model.vocab_size,
         state: model.info.state.clone(),
+        names: STEP_NAMES,
     }
 }
+
+/// The names of a static-state step's inputs and output besides the state.
+const STEP_NAMES: StepNames = StepNames {
+    ids: INPUT_IDS,
+    position: POSITION,
+    logits: LOGITS,
+};
 
 /// The logits of the last `t` positions of a run's `outputs`, [batch, t, vocab].
 fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array3<f32>> {

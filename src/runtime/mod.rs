@@ -232,6 +232,20 @@ pub struct StaticLayout {
     pub vocab: usize,
     /// Every state tensor (its past input, present output and width), in model order.
     pub state: Vec<StateTensor>,
+    /// The names of a run's other inputs and its output, which the model's decoding
+    /// description gives (the engine knows no model's names).
+    pub names: StepNames,
+}
+
+/// The names of a static-state run's inputs and output besides its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepNames {
+    /// The token ids, [batch, T], int64.
+    pub ids: &'static str,
+    /// Each sequence's position, [batch], int64.
+    pub position: &'static str,
+    /// The logits, [batch, T, vocab], float32.
+    pub logits: &'static str,
 }
 
 /// [`open_static`]'s answer.

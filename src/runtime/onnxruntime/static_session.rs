@@ -32,9 +32,7 @@ use super::buffer::{input_locations, run_binding, stays_bound, Buffer, Location,
 use super::step_model::{step_model, STEP_NEXT_IDS, STEP_NEXT_POSITION};
 use super::{failed, ModelSource, OrtRuntime, Provider};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::POSITION;
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{ModelFile, RuntimeOptions, StaticLayout, StaticSession};
+use crate::runtime::{ModelFile, RuntimeOptions, StaticLayout, StaticSession, StepNames};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// How a run's `input_ids` and `position` buffers reach the session.
@@ -48,14 +46,16 @@ enum InputBinding {
 }
 
 /// How the inputs of a session of `runtime` whose inputs `names` are wanted in `wanted` (in
-/// session order) are bound from buffers in `held`, given the state inputs `state` and
-/// whether CUDA graphs are on; or why the session cannot run from such buffers.
+/// session order) are bound from buffers in `held`, given the state inputs `state`, the
+/// step's other inputs `step` (ids and position) and whether CUDA graphs are on; or why
+/// the session cannot run from such buffers.
 fn input_binding(
     runtime: &str,
     names: &[&str],
     wanted: &[Location],
     held: Location,
     state: &[&str],
+    step: &[&str],
     graphs: bool,
 ) -> Result<InputBinding> {
     let mut binding = InputBinding::Once;
@@ -70,7 +70,7 @@ fn input_binding(
                 format!("{elsewhere}, so its state cannot be written in place"),
             ));
         }
-        if [INPUT_IDS, POSITION].contains(name) {
+        if step.contains(name) {
             if graphs {
                 return Err(failed(
                     runtime,
@@ -159,7 +159,7 @@ impl BoundStatic {
         options: &RuntimeOptions,
         layout: &StaticLayout,
     ) -> Result<BoundStatic> {
-        let bytes = step_model(model)?;
+        let bytes = step_model(model, layout.names)?;
         let runtime = OrtRuntime::load_from(
             ModelSource::Edited {
                 path: model.path,
@@ -187,6 +187,7 @@ impl BoundStatic {
             &wanted,
             memory.location(),
             &state_names,
+            &[layout.names.ids, layout.names.position],
             graphs,
         )?;
         let state = layout
@@ -242,9 +243,9 @@ impl BoundStatic {
         let position = self.memory.zeros::<i64>(&[b])?;
         let mut logits = self.memory.zeros::<f32>(&[b, tokens, v])?;
         let mut binding = self.state_binding()?;
-        bind_inputs(name, &mut binding, &ids, &position)?;
+        bind_inputs(name, self.layout.names, &mut binding, &ids, &position)?;
         binding
-            .bind_output(LOGITS, logits.tensor_mut())
+            .bind_output(self.layout.names.logits, logits.tensor_mut())
             .map_err(bind)?;
         Ok(PromptRun {
             ids,
@@ -258,6 +259,7 @@ impl BoundStatic {
     /// The step's two sets of inputs, its logits and its two bindings.
     fn step_buffers(&mut self) -> Result<Step> {
         let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
+        let names = self.layout.names;
         let bind = |e| failed(name, e);
         let inputs = |memory: &Memory| -> Result<StepInputs> {
             Ok(StepInputs {
@@ -276,9 +278,9 @@ impl BoundStatic {
                 [first, second] if k == 0 => (&*first, second),
                 [first, second] => (&*second, first),
             };
-            bind_inputs(name, &mut binding, &read.ids, &read.position)?;
+            bind_inputs(name, names, &mut binding, &read.ids, &read.position)?;
             binding
-                .bind_output(LOGITS, logits.tensor_mut())
+                .bind_output(names.logits, logits.tensor_mut())
                 .map_err(bind)?;
             binding
                 .bind_output(STEP_NEXT_IDS, written.ids.tensor_mut())
@@ -335,7 +337,13 @@ impl BoundStatic {
             self.memory.synchronize()?;
         }
         if self.inputs == InputBinding::EachRun {
-            bind_inputs(self.name, &mut step.bindings[k], &read.ids, &read.position)?;
+            bind_inputs(
+                self.name,
+                self.layout.names,
+                &mut step.bindings[k],
+                &read.ids,
+                &read.position,
+            )?;
         }
         written.ids_held = None;
         written.positions_held = None;
@@ -368,6 +376,7 @@ impl BoundStatic {
         if self.inputs == InputBinding::EachRun {
             bind_inputs(
                 self.name,
+                self.layout.names,
                 &mut prompt.binding,
                 &prompt.ids,
                 &prompt.position,
@@ -405,18 +414,19 @@ fn run_options(name: &str, graph: Option<i64>) -> Result<RunOptions> {
     Ok(options)
 }
 
-/// Binds a run's `ids` and `position` buffers as its `input_ids` and `position`.
+/// Binds a run's `ids` and `position` buffers as the inputs `names` gives them.
 fn bind_inputs(
     name: &str,
+    names: StepNames,
     binding: &mut IoBinding,
     ids: &Buffer<i64>,
     position: &Buffer<i64>,
 ) -> Result<()> {
     binding
-        .bind_input(INPUT_IDS, ids.tensor())
+        .bind_input(names.ids, ids.tensor())
         .map_err(|e| failed(name, e))?;
     binding
-        .bind_input(POSITION, position.tensor())
+        .bind_input(names.position, position.tensor())
         .map_err(|e| failed(name, e))
 }
 
@@ -544,7 +554,15 @@ mod tests {
     fn inputs_read_elsewhere_are_bound_again_before_each_run() {
         let (host, gpu) = (Location::Host, Location::Cuda { device: 0 });
         let check = |wanted: [Location; 3], graphs| {
-            input_binding("ort-cuda", &NAMES, &wanted, gpu, &["past_0"], graphs)
+            input_binding(
+                "ort-cuda",
+                &NAMES,
+                &wanted,
+                gpu,
+                &["past_0"],
+                &NAMES[..2],
+                graphs,
+            )
         };
         let refusal = |wanted, graphs| check(wanted, graphs).unwrap_err().to_string();
         assert_eq!(check([gpu, gpu, gpu], true).unwrap(), InputBinding::Once);
@@ -558,7 +576,16 @@ mod tests {
         );
         assert!(refusal([gpu, gpu, host], false).contains("its state cannot be written in place"));
         assert_eq!(
-            input_binding("ort-cpu", &NAMES, &[host; 3], host, &["past_0"], false).unwrap(),
+            input_binding(
+                "ort-cpu",
+                &NAMES,
+                &[host; 3],
+                host,
+                &["past_0"],
+                &NAMES[..2],
+                false
+            )
+            .unwrap(),
             InputBinding::Once
         );
     }
@@ -605,6 +632,11 @@ mod tests {
             positions: model.info.max_sequence,
             vocab: model.vocab_size,
             state: model.info.state.clone(),
+            names: StepNames {
+                ids: crate::gmlp::emit::INPUT_IDS,
+                position: crate::gmlp::decoding::POSITION,
+                logits: crate::gmlp::emit::LOGITS,
+            },
         };
         let open = || {
             BoundStatic::open(

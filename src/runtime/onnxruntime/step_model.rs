@@ -12,10 +12,8 @@
 //! unbound. The file itself is not changed: the edited copy is loaded from memory.
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::POSITION;
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
-use crate::runtime::ModelFile;
+use crate::runtime::{ModelFile, StepNames};
 
 /// The greedy tokens of a run, [batch, T].
 pub(crate) const STEP_NEXT_IDS: &str = "next_input_ids";
@@ -26,8 +24,13 @@ const ONE: &str = "next_position/one";
 
 /// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
 /// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
-pub(crate) fn step_model(file: ModelFile) -> Result<Vec<u8>> {
+pub(crate) fn step_model(file: ModelFile, names: StepNames) -> Result<Vec<u8>> {
     let path = file.path;
+    let StepNames {
+        ids: input_ids,
+        position,
+        logits,
+    } = names;
     let mut model = file.model()?.into_owned();
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let mut edit =
@@ -41,7 +44,7 @@ pub(crate) fn step_model(file: ModelFile) -> Result<Vec<u8>> {
             "the graph already has a value named {name}, which static-state decoding adds"
         )));
     }
-    for needed in [INPUT_IDS, POSITION] {
+    for needed in [input_ids, position] {
         if !taken.contains(needed) {
             return Err(bad(format!("the graph has no input {needed}")));
         }
@@ -50,15 +53,15 @@ pub(crate) fn step_model(file: ModelFile) -> Result<Vec<u8>> {
     edit.wrap_nodes(
         &[],
         &[
-            arg_max_node("next_input_ids/argmax", LOGITS, -1, STEP_NEXT_IDS),
-            add_node("next_position/add", POSITION, ONE, STEP_NEXT_POSITION),
+            arg_max_node("next_input_ids/argmax", logits, -1, STEP_NEXT_IDS),
+            add_node("next_position/add", position, ONE, STEP_NEXT_POSITION),
         ],
     );
-    if !(edit.add_output_like(STEP_NEXT_IDS, INPUT_IDS)
-        && edit.add_output_like(STEP_NEXT_POSITION, POSITION))
+    if !(edit.add_output_like(STEP_NEXT_IDS, input_ids)
+        && edit.add_output_like(STEP_NEXT_POSITION, position))
     {
         return Err(bad(format!(
-            "the graph does not declare {INPUT_IDS} and {POSITION} as inputs"
+            "the graph does not declare {input_ids} and {position} as inputs"
         )));
     }
     Ok(prost::Message::encode_to_vec(&model))
@@ -69,6 +72,8 @@ mod tests {
     use ndarray::{Array1, Array2, ArrayD, IxDyn};
 
     use super::*;
+    use crate::gmlp::decoding::POSITION;
+    use crate::gmlp::emit::{INPUT_IDS, LOGITS};
     use crate::gmlp::sampling::argmax;
     use crate::gmlp::SequenceMode;
     use crate::onnx::proto::{GraphProto, ModelProto};
@@ -77,6 +82,12 @@ mod tests {
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
     use crate::tensor::{NamedTensor, TensorValue};
+
+    const NAMES: StepNames = StepNames {
+        ids: INPUT_IDS,
+        position: POSITION,
+        logits: LOGITS,
+    };
 
     fn output_names(g: &GraphProto) -> Vec<String> {
         g.output.iter().map(|o| o.name().to_string()).collect()
@@ -89,7 +100,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let before = read_model(&path).unwrap().graph.unwrap();
-        let bytes = step_model(ModelFile::from(&path)).unwrap();
+        let bytes = step_model(ModelFile::from(&path), NAMES).unwrap();
         let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
         let after = after.graph.unwrap();
         let mut expected = output_names(&before);
@@ -122,7 +133,9 @@ mod tests {
         // Editing twice is refused: the names are taken.
         let twice = dir.path().join("twice.onnx");
         std::fs::write(&twice, &bytes).unwrap();
-        let err = step_model(ModelFile::from(&twice)).unwrap_err().to_string();
+        let err = step_model(ModelFile::from(&twice), NAMES)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("already has a value named next_input_ids"),
             "{err}"
@@ -136,7 +149,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let edited = dir.path().join("step.onnx");
-        std::fs::write(&edited, step_model(ModelFile::from(&path)).unwrap()).unwrap();
+        std::fs::write(&edited, step_model(ModelFile::from(&path), NAMES).unwrap()).unwrap();
         let model = DecodingModel::of(&read_model(&path).unwrap()).unwrap();
         let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
         let mut inputs = vec![
