@@ -420,6 +420,76 @@ mod tests {
         Wrapper::parse_from(all).args
     }
 
+    /// A small causal static-state token model (n = 12, vocabulary 50) in `dir`.
+    fn tiny_static(dir: &std::path::Path) -> PathBuf {
+        use gmlp_onnx::gmlp::{
+            export::export_for, init::SeededInit, targets::BuildTarget, GmlpConfig, Precision,
+            SequenceMode, SpatialForm, Task,
+        };
+        let cfg = GmlpConfig {
+            task: Task::Tokens {
+                vocab_size: 50,
+                seq_len: 12,
+                tied_embedding: false,
+            },
+            layers: 2,
+            d_model: 16,
+            d_ffn: 32,
+            attn_dim: Some(8),
+            causal: true,
+            heads: 1,
+            shift_tokens: 0,
+            spatial: SpatialForm::ToeplitzGather,
+            norm_eps: 1e-5,
+            sgu_norm_eps: 1e-5,
+            dtype: Precision::F32,
+            block: Default::default(),
+        };
+        let source = std::sync::Arc::new(SeededInit {
+            seed: 3,
+            scheme: gmlp_onnx::gmlp::init::InitScheme::Spread,
+        });
+        let model = export_for(
+            &cfg,
+            source,
+            "test",
+            None,
+            &BuildTarget::at_opset(17),
+            SequenceMode::Static,
+        )
+        .unwrap();
+        let path = dir.join("static.onnx");
+        gmlp_onnx::onnx::writer::write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
+        path
+    }
+
+    /// `generate` decodes the file once, whatever runtimes it compares (tract dequantizes
+    /// from it, ONNX Runtime's static-state session adds its step outputs to it).
+    #[test]
+    fn generate_decodes_the_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_static(dir.path());
+        let runtimes = if cfg!(feature = "test-onnxruntime") {
+            "tract,ort-cpu"
+        } else {
+            "tract"
+        };
+        let mut a = args(&[
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "3",
+            "--compare",
+            runtimes,
+            "--json",
+            "-q",
+        ]);
+        a.model = path;
+        let before = gmlp_onnx::onnx::reader::files_decoded();
+        run(a).unwrap();
+        assert_eq!(gmlp_onnx::onnx::reader::files_decoded() - before, 1);
+    }
+
     #[test]
     fn prompts_parse_as_ids_or_bytes_within_the_vocabulary() {
         assert_eq!(
