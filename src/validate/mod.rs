@@ -190,3 +190,28 @@ pub fn validate_with_progress(
         histograms,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmlp::SequenceMode;
+    use crate::onnx::reader::files_decoded;
+    use crate::runtime::testing::write_tiny;
+
+    /// `validate` of a static-state model (its runs, then the stepwise decoding check,
+    /// where ONNX Runtime opens its static-state session) decodes the file once.
+    #[test]
+    fn validate_decodes_the_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let mut runtimes = vec![RuntimeKind::Tract];
+        if cfg!(feature = "test-onnxruntime") {
+            runtimes.push(RuntimeKind::OrtCpu);
+        }
+        let before = files_decoded();
+        let report = validate(&path, &ValidateOptions::new(runtimes)).unwrap();
+        assert!(report.pass);
+        assert!(report.decoding.is_some());
+        assert_eq!(files_decoded() - before, 1);
+    }
+}
