@@ -8,9 +8,9 @@ use clap::Args;
 use gmlp_onnx::fs::write_atomically;
 use gmlp_onnx::runtime::RuntimeKind;
 
-use crate::cli::flags::OrtFlags;
+use crate::cli::flags::{OrtFlags, ToleranceFlags};
 use gmlp_onnx::validate::histograms::write_histograms;
-use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
+use gmlp_onnx::validate::{ValidateOptions, ValidationReport};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::validate_with_spinner;
@@ -49,12 +49,9 @@ pub struct ValidateArgs {
     /// After one warm-up run, time N runs per runtime and report median and min latency (ort-cuda: also with the outputs left on the device).
     #[arg(long, default_value_t = 0)]
     pub bench: usize,
-    /// Relative tolerance, scaled by the largest reference magnitude [default: by the model's precision: f32 1e-4, f16 1e-2].
-    #[arg(long)]
-    pub rtol: Option<f64>,
-    /// Absolute tolerance [default: by the model's precision: f32 1e-6, f16 1e-4].
-    #[arg(long)]
-    pub atol: Option<f64>,
+    /// The comparison's bounds.
+    #[command(flatten)]
+    pub tolerance: ToleranceFlags,
     /// Allow TF32 on the CUDA execution provider (loosens the default rtol to at least 1e-2).
     #[arg(long)]
     tf32: bool,
@@ -141,11 +138,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         expected: a.expected,
         save_outputs: a.save_outputs,
         bench: a.bench,
-        tolerance: ToleranceRequest {
-            rtol: a.rtol,
-            atol: a.atol,
-        }
-        .check()?,
+        tolerance: a.tolerance.request()?,
         runtime: {
             let mut options = a.ort.runtime_options();
             options.cuda.tf32 = a.tf32;

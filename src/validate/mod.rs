@@ -24,7 +24,7 @@ pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
     BenchReport, InputReport, Latency, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
 };
-pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
+pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceError, ToleranceRequest};
 
 use crate::error::Result;
 use crate::npz;
