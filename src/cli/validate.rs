@@ -10,7 +10,7 @@ use gmlp_onnx::runtime::RuntimeKind;
 
 use crate::cli::flags::{OrtFlags, ToleranceFlags};
 use gmlp_onnx::validate::histograms::write_histograms;
-use gmlp_onnx::validate::{ValidateOptions, ValidationReport};
+use gmlp_onnx::validate::{ValidateOptions, ValidationReport, MAX_BENCH_RUNS};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::validate_with_spinner;
@@ -128,6 +128,16 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         anyhow::bail!(Error::InvalidArgument(
             "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
         ));
+    }
+    // The flags the library's own checks refuse, by their names.
+    if a.batch == Some(0) {
+        anyhow::bail!(Error::InvalidArgument("--batch must be at least 1".into()));
+    }
+    if a.bench > MAX_BENCH_RUNS {
+        anyhow::bail!(Error::InvalidArgument(format!(
+            "--bench {} is more than {MAX_BENCH_RUNS} runs",
+            a.bench
+        )));
     }
     let options = ValidateOptions {
         runtimes: distinct(&a.runtimes),

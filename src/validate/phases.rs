@@ -62,11 +62,13 @@ fn time_runs(
 /// Refuses options no run can honour: batch 0, more than [`MAX_BENCH_RUNS`] timed runs.
 pub(super) fn check_options(options: &ValidateOptions) -> Result<()> {
     if options.batch == 0 {
-        return Err(Error::InvalidArgument("--batch must be at least 1".into()));
+        return Err(Error::InvalidArgument(
+            "the batch must be at least 1".into(),
+        ));
     }
     if options.bench > MAX_BENCH_RUNS {
         return Err(Error::InvalidArgument(format!(
-            "--bench {} is more than {MAX_BENCH_RUNS} runs",
+            "{} timed runs are more than {MAX_BENCH_RUNS}",
             options.bench
         )));
     }
