@@ -25,6 +25,6 @@ fn main() -> ExitCode {
         Command::Inspect { model, json, plot } => cli::inspect::run(&model, json, plot.as_deref()),
         Command::Triton(args) => cli::triton::run(args),
         Command::Genai(args) => cli::genai::run(args),
-        Command::Doctor { ort_lib } => cli::doctor::run(ort_lib),
+        Command::Doctor { ort } => cli::doctor::run(&ort),
     })
 }

@@ -11,9 +11,11 @@ use gmlp_onnx::gmlp::{GmlpConfig, InitScheme, Precision, SeededInit, SpatialForm
 use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
 use gmlp_onnx::runtime::discovery::{discover, SearchContext};
 use gmlp_onnx::runtime::onnxruntime::{build_info, HOW_TO_GET};
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::validate::{validate, ValidateOptions};
 use gmlp_onnx::Error;
+
+use crate::cli::flags::OrtFlags;
 
 /// The tract-onnx version this binary is built with (checked against Cargo.lock by a test).
 pub const TRACT_VERSION: &str = "0.23.9";
@@ -86,17 +88,14 @@ impl Drop for CheckModel {
 }
 
 /// Runs the check model on tract and `kind` (or on tract alone) and says how it went.
-fn try_runtime(model: &Path, kind: RuntimeKind, ort_lib: Option<&Path>) -> Result<String, String> {
+fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Result<String, String> {
     let mut runtimes = vec![RuntimeKind::Tract];
     if kind != RuntimeKind::Tract {
         runtimes.push(kind);
     }
     let mut options = ValidateOptions::new(runtimes);
     options.batch = 1;
-    options.runtime = RuntimeOptions {
-        ort_library: ort_lib.map(Path::to_path_buf),
-        ..Default::default()
-    };
+    options.runtime = ort.runtime_options();
     let report = validate(model, &options).map_err(|e| match e {
         Error::RuntimeUnavailable { reason, .. } => reason,
         other => other.to_string(),
@@ -129,7 +128,8 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort_lib: Option<&Path>) -> Resul
 }
 
 /// Runs `doctor`.
-pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
+    let ort_lib = ort.ort_lib.clone();
     // Everything is printed at the end, after the check model's folder is gone: printing
     // can end the process (SIGPIPE when the reader has gone away).
     let mut out = String::new();
@@ -170,6 +170,9 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
             .map_or_else(String::new, |v| format!("version {v} (file name), "));
         match build_info(library) {
             Ok(info) => say!("ONNX Runtime: loads, {version}{info}"),
+            Err(Error::RuntimeUnavailable { reason, .. }) => {
+                say!("ONNX Runtime: cannot load it: {reason}")
+            }
             Err(e) => say!("ONNX Runtime: cannot load it: {e}"),
         }
     }
@@ -184,7 +187,11 @@ pub fn run(ort_lib: Option<PathBuf>) -> anyhow::Result<()> {
         let outcome = if kind != RuntimeKind::Tract && library.is_none() {
             Err("no ONNX Runtime library (above)".to_string())
         } else {
-            try_runtime(&check.path, kind, library.as_deref())
+            let found = OrtFlags {
+                ort_lib: library.clone(),
+                ..ort.clone()
+            };
+            try_runtime(&check.path, kind, &found)
         };
         match &outcome {
             Ok(how) => say!("{:<9} ok: {how}", kind.name()),

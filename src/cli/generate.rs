@@ -12,11 +12,14 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
-use gmlp_onnx::runtime::generator::{Generation, Generator, Sampling, StopReason};
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::gmlp::sampling::SamplingError;
+use gmlp_onnx::onnx::reader::read_model;
+use gmlp_onnx::runtime::decoder::{check_vocabulary, Decoder, DecodingModel};
+use gmlp_onnx::runtime::generator::{Generator, Sampling, StopReason};
+use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
+use crate::cli::flags::OrtFlags;
 use crate::cli::{distinct, Disagreement};
 
 mod batch;
@@ -68,12 +71,9 @@ pub struct GenerateArgs {
     /// Run each of these runtimes (comma-separated) and fail if their tokens differ.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub compare: Option<Vec<RuntimeKind>>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else the Python onnxruntime package).
-    #[arg(long)]
-    pub ort_lib: Option<PathBuf>,
-    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    /// ONNX Runtime's library, threads and device.
+    #[command(flatten)]
+    pub ort: OrtFlags,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -82,37 +82,61 @@ pub struct GenerateArgs {
     pub quiet: bool,
 }
 
-/// What one runtime generated, with its timings.
+/// What one runtime generated, with its timings (`generate --json` prints a list of
+/// them): the one report of a single prompt and of a batch, which differ only in
+/// [`Sequences`].
 #[derive(Serialize)]
-struct GenerationReport {
-    runtime: String,
-    mode: &'static str,
-    state_in_place: bool,
-    prompt_tokens: usize,
-    tokens: Vec<i64>,
-    /// Why the sequence stopped: `end_token` (its last token) or `max_new_tokens`.
-    stopped: StopReason,
-    /// Time to the first new token: the prompt's run and the first pick.
-    prefill_ms: f64,
-    prefill_tokens_per_s: f64,
-    steps: usize,
-    steps_ms: f64,
-    /// A step feeds the previous token and picks the next.
-    step_median_ms: Option<f64>,
-    step_tokens_per_s: Option<f64>,
-    /// What the runtime did differently from running the file as it is (tract's
-    /// dequantized 8-bit `MatMulNBits`, ort-cuda's CUDA graphs), also printed on stderr.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<String>,
-}
-
-/// One runtime's generation for a batch of prompts, with what it ran on.
-pub(crate) struct RuntimeGeneration {
+pub(crate) struct GenerationReport {
     pub(crate) runtime: String,
     pub(crate) mode: &'static str,
     pub(crate) state_in_place: bool,
+    /// The sequences' prompts, tokens and stop reasons.
+    #[serde(flatten)]
+    pub(crate) sequences: Sequences,
+    /// Time to the first new token: the prompt's run and the first pick.
+    pub(crate) prefill_ms: f64,
+    pub(crate) steps: usize,
+    pub(crate) steps_ms: f64,
+    /// A step feeds the previous token and picks the next.
+    pub(crate) step_median_ms: Option<f64>,
+    /// New tokens of all sequences per second of steps.
+    pub(crate) step_tokens_per_s: Option<f64>,
+    /// What the runtime did differently from running the file as it is (tract's
+    /// dequantized 8-bit `MatMulNBits`, ort-cuda's CUDA graphs), also printed on stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
-    pub(crate) generation: Generation,
+}
+
+/// A [`GenerationReport`]'s sequences: one prompt's fields as they are, a batch's as
+/// lists with one entry per sequence.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum Sequences {
+    /// `--prompt-ids` / `--prompt-text`.
+    One {
+        prompt_tokens: usize,
+        tokens: Vec<i64>,
+        /// Why the sequence stopped: `end_token` (its last token) or `max_new_tokens`.
+        stopped: StopReason,
+        prefill_tokens_per_s: f64,
+    },
+    /// `--prompts-file`.
+    Batch {
+        batch: usize,
+        prompt_tokens: Vec<usize>,
+        tokens: Vec<Vec<i64>>,
+        stopped: Vec<StopReason>,
+    },
+}
+
+impl Sequences {
+    /// Each sequence's tokens.
+    pub(crate) fn tokens(&self) -> &[Vec<i64>] {
+        match self {
+            Sequences::One { tokens, .. } => std::slice::from_ref(tokens),
+            Sequences::Batch { tokens, .. } => tokens,
+        }
+    }
 }
 
 /// How `generate` opens a runtime: ONNX Runtime with the given library and threads; tract
@@ -120,12 +144,9 @@ pub(crate) struct RuntimeGeneration {
 /// head of int4 files, every projection of int8-weight-only ones) as `MatMul`s on the file's
 /// dequantized weights, which [`announce_note`] says.
 pub(crate) fn runtime_options(a: &GenerateArgs) -> RuntimeOptions {
-    RuntimeOptions {
-        ort_library: a.ort_lib.clone(),
-        threads: a.threads,
-        tract_dequantize_nbits: true,
-        ..Default::default()
-    }
+    let mut options = a.ort.runtime_options();
+    options.tract.dequantize_nbits = true;
+    options
 }
 
 /// The decoder's runtime note on stderr (one line, also with `--quiet`: it says what ran),
@@ -173,11 +194,7 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
     if ids.is_empty() {
         anyhow::bail!(Error::InvalidArgument("the prompt is empty".into()));
     }
-    if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-        anyhow::bail!(Error::InvalidArgument(format!(
-            "prompt token id {bad} is outside the vocabulary 0..{vocab}"
-        )));
-    }
+    check_vocabulary(&ids, vocab, "prompt token id")?;
     Ok(ids)
 }
 
@@ -186,12 +203,13 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
 pub(crate) fn generate_on(
     kind: RuntimeKind,
     a: &GenerateArgs,
+    file: ModelFile,
     prompts: &[Vec<i64>],
     new_tokens: usize,
-) -> anyhow::Result<RuntimeGeneration> {
+) -> anyhow::Result<GenerationReport> {
     let decoder = Decoder::open_with(
         kind,
-        &a.model,
+        file,
         &runtime_options(a),
         prompts.len(),
         !a.copy_state,
@@ -214,15 +232,37 @@ pub(crate) fn generate_on(
             .progress_chars("=> "),
     );
     bar.set_message(format!("generating on {}", kind.name()));
-    let generation =
-        generator.generate(prompts, new_tokens, &mut |k| bar.set_position(k as u64))?;
+    let g = generator.generate(prompts, new_tokens, &mut |k| bar.set_position(k as u64))?;
     bar.finish_and_clear();
-    Ok(RuntimeGeneration {
-        runtime: kind.name().to_string(),
+    let sequences = match (prompts, a.prompts_file.is_some()) {
+        ([prompt], false) => Sequences::One {
+            prompt_tokens: prompt.len(),
+            tokens: g.tokens.first().cloned().unwrap_or_default(),
+            stopped: g
+                .stopped
+                .first()
+                .copied()
+                .unwrap_or(StopReason::MaxNewTokens),
+            prefill_tokens_per_s: prompt.len() as f64 / (g.prefill_ms / 1e3),
+        },
+        _ => Sequences::Batch {
+            batch: prompts.len(),
+            prompt_tokens: g.prompt_tokens.clone(),
+            tokens: g.tokens.clone(),
+            stopped: g.stopped.clone(),
+        },
+    };
+    Ok(GenerationReport {
+        runtime: kind.name(),
         mode,
         state_in_place,
+        sequences,
+        prefill_ms: g.prefill_ms,
+        steps: g.step_ms.len(),
+        steps_ms: g.steps_ms(),
+        step_median_ms: g.step_median_ms(),
+        step_tokens_per_s: g.step_tokens_per_s(),
         note,
-        generation,
     })
 }
 
@@ -236,6 +276,20 @@ pub(crate) fn sampling(a: &GenerateArgs) -> Sampling {
     }
 }
 
+/// Checks the sampling flags, naming the flag that is wrong.
+pub(crate) fn check_sampling(a: &GenerateArgs) -> Result<(), Error> {
+    sampling(a).sampler().map(drop).map_err(|e| {
+        Error::InvalidArgument(
+            match e {
+                SamplingError::Temperature => "--temperature must be a finite number >= 0",
+                SamplingError::TopK => "--top-k must be at least 1",
+                SamplingError::TopP => "--top-p must be a probability in (0, 1]",
+            }
+            .into(),
+        )
+    })
+}
+
 fn show_tokens(tokens: &[i64], vocab: usize) -> String {
     let ids: Vec<String> = tokens.iter().map(i64::to_string).collect();
     let mut s = format!("tokens: {}", ids.join(","));
@@ -246,11 +300,13 @@ fn show_tokens(tokens: &[i64], vocab: usize) -> String {
     s
 }
 
-/// Runs `generate`.
+/// Runs `generate`. The file is decoded once, here, for every runtime that needs it.
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
-    let model = DecodingModel::read(&a.model)?;
-    if let Some(file) = &a.prompts_file {
-        return batch::run(&a, file, &model);
+    let decoded = read_model(&a.model)?;
+    let file = ModelFile::decoded(&a.model, &decoded);
+    let model = DecodingModel::of_file(file)?;
+    if let Some(prompts) = &a.prompts_file {
+        return batch::run(&a, file, prompts, &model);
     }
     let n = model.info.max_sequence;
     let prompt = parse_prompt(&a, model.vocab_size)?;
@@ -270,43 +326,38 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         None => room,
     };
     let kinds = runtimes(&a);
-    sampling(&a).sampler()?;
+    check_sampling(&a)?;
     let mut results = Vec::new();
     for kind in kinds {
-        let r = generate_on(kind, &a, std::slice::from_ref(&prompt), new_tokens)?;
-        let g = r.generation;
-        results.push(GenerationReport {
-            runtime: r.runtime,
-            mode: r.mode,
-            state_in_place: r.state_in_place,
-            prompt_tokens: prompt.len(),
-            tokens: g.tokens.first().cloned().unwrap_or_default(),
-            stopped: g
-                .stopped
-                .first()
-                .copied()
-                .unwrap_or(StopReason::MaxNewTokens),
-            prefill_ms: g.prefill_ms,
-            prefill_tokens_per_s: prompt.len() as f64 / (g.prefill_ms / 1e3),
-            steps: g.step_ms.len(),
-            steps_ms: g.steps_ms(),
-            step_median_ms: g.step_median_ms(),
-            step_tokens_per_s: g.step_tokens_per_s(),
-            note: r.note,
-        });
+        results.push(generate_on(
+            kind,
+            &a,
+            file,
+            std::slice::from_ref(&prompt),
+            new_tokens,
+        )?);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         for g in &results {
+            let Sequences::One {
+                prompt_tokens,
+                tokens,
+                stopped,
+                prefill_tokens_per_s,
+            } = &g.sequences
+            else {
+                anyhow::bail!(Error::Internal("a batch report of one prompt".into()));
+            };
             println!("{} ({} model):", g.runtime, g.mode);
-            println!("{}", show_tokens(&g.tokens, model.vocab_size));
-            if g.stopped == StopReason::EndToken {
+            println!("{}", show_tokens(tokens, model.vocab_size));
+            if *stopped == StopReason::EndToken {
                 println!("stopped at the end token");
             }
             println!(
-                "prefill: {} tokens in {:.1} ms ({:.0} tokens/s)",
-                g.prompt_tokens, g.prefill_ms, g.prefill_tokens_per_s
+                "prefill: {prompt_tokens} tokens in {:.1} ms ({prefill_tokens_per_s:.0} tokens/s)",
+                g.prefill_ms
             );
             match (g.step_median_ms, g.step_tokens_per_s) {
                 (Some(median), Some(rate)) => println!(
@@ -326,27 +377,26 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             println!("stopped at the model's {n} positions");
         }
     }
-    same_tokens(
-        results.iter().map(|g| (g.runtime.as_str(), &g.tokens)),
-        a.json,
-    )
+    same_tokens(&results, a.json)
 }
 
 /// `--compare`: fails (exit 1) when two runtimes generated different tokens, else says
 /// they agree (unless the output is JSON).
-fn same_tokens<'a, T: PartialEq + 'a>(
-    results: impl Iterator<Item = (&'a str, &'a T)> + Clone,
-    json: bool,
-) -> anyhow::Result<()> {
-    let mut all = results.clone();
-    let Some((first_runtime, first_tokens)) = all.next() else {
+fn same_tokens(results: &[GenerationReport], json: bool) -> anyhow::Result<()> {
+    let Some((first, rest)) = results.split_first() else {
         return Ok(());
     };
-    if let Some((other, _)) = all.find(|(_, tokens)| *tokens != first_tokens) {
-        eprintln!("gmlp-onnx: {first_runtime} and {other} generated different tokens");
+    if let Some(other) = rest
+        .iter()
+        .find(|g| g.sequences.tokens() != first.sequences.tokens())
+    {
+        eprintln!(
+            "gmlp-onnx: {} and {} generated different tokens",
+            first.runtime, other.runtime
+        );
         return Err(Disagreement.into());
     }
-    let runtimes: Vec<&str> = results.map(|(runtime, _)| runtime).collect();
+    let runtimes: Vec<&str> = results.iter().map(|g| g.runtime.as_str()).collect();
     if runtimes.len() > 1 && !json {
         println!("same tokens in {}", runtimes.join(", "));
     }
@@ -368,6 +418,76 @@ mod tests {
         let mut all = vec!["x", "m.onnx"];
         all.extend_from_slice(extra);
         Wrapper::parse_from(all).args
+    }
+
+    /// A small causal static-state token model (n = 12, vocabulary 50) in `dir`.
+    fn tiny_static(dir: &std::path::Path) -> PathBuf {
+        use gmlp_onnx::gmlp::{
+            export::export_for, init::SeededInit, targets::BuildTarget, GmlpConfig, Precision,
+            SequenceMode, SpatialForm, Task,
+        };
+        let cfg = GmlpConfig {
+            task: Task::Tokens {
+                vocab_size: 50,
+                seq_len: 12,
+                tied_embedding: false,
+            },
+            layers: 2,
+            d_model: 16,
+            d_ffn: 32,
+            attn_dim: Some(8),
+            causal: true,
+            heads: 1,
+            shift_tokens: 0,
+            spatial: SpatialForm::ToeplitzGather,
+            norm_eps: 1e-5,
+            sgu_norm_eps: 1e-5,
+            dtype: Precision::F32,
+            block: Default::default(),
+        };
+        let source = std::sync::Arc::new(SeededInit {
+            seed: 3,
+            scheme: gmlp_onnx::gmlp::init::InitScheme::Spread,
+        });
+        let model = export_for(
+            &cfg,
+            source,
+            "test",
+            None,
+            &BuildTarget::at_opset(17),
+            SequenceMode::Static,
+        )
+        .unwrap();
+        let path = dir.join("static.onnx");
+        gmlp_onnx::onnx::writer::write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
+        path
+    }
+
+    /// `generate` decodes the file once, whatever runtimes it compares (tract dequantizes
+    /// from it, ONNX Runtime's static-state session adds its step outputs to it).
+    #[test]
+    fn generate_decodes_the_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny_static(dir.path());
+        let runtimes = if cfg!(feature = "test-onnxruntime") {
+            "tract,ort-cpu"
+        } else {
+            "tract"
+        };
+        let mut a = args(&[
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "3",
+            "--compare",
+            runtimes,
+            "--json",
+            "-q",
+        ]);
+        a.model = path;
+        let before = gmlp_onnx::onnx::reader::files_decoded();
+        run(a).unwrap();
+        assert_eq!(gmlp_onnx::onnx::reader::files_decoded() - before, 1);
     }
 
     #[test]

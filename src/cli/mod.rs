@@ -7,6 +7,7 @@
 
 pub mod build;
 pub mod doctor;
+pub mod flags;
 pub mod genai;
 pub mod generate;
 pub mod inspect;
@@ -76,9 +77,9 @@ pub enum Command {
     },
     /// Say which ONNX Runtime library each runtime would load and why, whether CUDA registers, and run a check model.
     Doctor {
-        /// Path of libonnxruntime.so to check instead of searching.
-        #[arg(long)]
-        ort_lib: Option<PathBuf>,
+        /// The ONNX Runtime library checked (--ort-lib: instead of searching) and how it runs.
+        #[command(flatten)]
+        ort: flags::OrtFlags,
     },
     /// Put an existing ONNX file into a Triton Inference Server model repository.
     Triton(triton::TritonArgs),

@@ -6,9 +6,11 @@ use anyhow::Context;
 use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
-use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::RuntimeKind;
+
+use crate::cli::flags::{OrtFlags, ToleranceFlags};
 use gmlp_onnx::validate::histograms::write_histograms;
-use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions, ValidationReport};
+use gmlp_onnx::validate::{ValidateOptions, ValidationReport, MAX_BENCH_RUNS};
 use gmlp_onnx::Error;
 
 use crate::cli::progress::validate_with_spinner;
@@ -47,12 +49,9 @@ pub struct ValidateArgs {
     /// After one warm-up run, time N runs per runtime and report median and min latency (ort-cuda: also with the outputs left on the device).
     #[arg(long, default_value_t = 0)]
     pub bench: usize,
-    /// Relative tolerance, scaled by the largest reference magnitude [default: by the model's precision: f32 1e-4, f16 1e-2].
-    #[arg(long)]
-    pub rtol: Option<f64>,
-    /// Absolute tolerance [default: by the model's precision: f32 1e-6, f16 1e-4].
-    #[arg(long)]
-    pub atol: Option<f64>,
+    /// The comparison's bounds.
+    #[command(flatten)]
+    pub tolerance: ToleranceFlags,
     /// Allow TF32 on the CUDA execution provider (loosens the default rtol to at least 1e-2).
     #[arg(long)]
     tf32: bool,
@@ -62,12 +61,9 @@ pub struct ValidateArgs {
     /// Write the comparison as JSON to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
-    #[arg(long)]
-    pub ort_lib: Option<PathBuf>,
-    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    /// ONNX Runtime's library, threads and device.
+    #[command(flatten)]
+    pub ort: OrtFlags,
     /// With-past models: tokens fed by the prefill of the decoding check [default: n/2].
     #[arg(long)]
     pub decode_prefill: Option<usize>,
@@ -133,6 +129,16 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
         ));
     }
+    // The flags the library's own checks refuse, by their names.
+    if a.batch == Some(0) {
+        anyhow::bail!(Error::InvalidArgument("--batch must be at least 1".into()));
+    }
+    if a.bench > MAX_BENCH_RUNS {
+        anyhow::bail!(Error::InvalidArgument(format!(
+            "--bench {} is more than {MAX_BENCH_RUNS} runs",
+            a.bench
+        )));
+    }
     let options = ValidateOptions {
         runtimes: distinct(&a.runtimes),
         batch: a.batch.unwrap_or(2),
@@ -142,17 +148,12 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         expected: a.expected,
         save_outputs: a.save_outputs,
         bench: a.bench,
-        tolerance: ToleranceRequest {
-            rtol: a.rtol,
-            atol: a.atol,
-        }
-        .check()?,
-        runtime: RuntimeOptions {
-            ort_library: a.ort_lib,
-            threads: a.threads,
-            cuda_tf32: a.tf32,
-            cuda_no_cpu_fallback: a.cuda_no_cpu_fallback,
-            ..Default::default()
+        tolerance: a.tolerance.request()?,
+        runtime: {
+            let mut options = a.ort.runtime_options();
+            options.cuda.tf32 = a.tf32;
+            options.cuda.no_cpu_fallback = a.cuda_no_cpu_fallback;
+            options
         },
         decode_prefill: a.decode_prefill,
         decode_steps: a.decode_steps,

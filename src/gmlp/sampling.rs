@@ -5,8 +5,27 @@
 //! from a seeded SplitMix64 stream so that a run can be repeated (and compared across
 //! runtimes).
 
-use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
+
+/// What is wrong with a sampling setting (a command names its own flag for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SamplingError {
+    /// A temperature below 0, or not finite.
+    #[error("the temperature must be a finite number >= 0")]
+    Temperature,
+    /// A top-k of 0.
+    #[error("top-k must be at least 1")]
+    TopK,
+    /// A top-p outside (0, 1].
+    #[error("top-p must be a probability in (0, 1]")]
+    TopP,
+}
+
+impl From<SamplingError> for crate::error::Error {
+    fn from(e: SamplingError) -> Self {
+        crate::error::Error::InvalidArgument(e.to_string())
+    }
+}
 
 /// Picks tokens from logits.
 pub struct Sampler {
@@ -26,24 +45,20 @@ impl Sampler {
         top_k: Option<usize>,
         top_p: Option<f64>,
         seed: u64,
-    ) -> Result<Sampler> {
+    ) -> Result<Sampler, SamplingError> {
         let temperature = temperature.unwrap_or(if top_k.is_some() || top_p.is_some() {
             1.0
         } else {
             0.0
         });
         if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(Error::InvalidArgument(
-                "--temperature must be a finite number >= 0".into(),
-            ));
+            return Err(SamplingError::Temperature);
         }
         if top_k == Some(0) {
-            return Err(Error::InvalidArgument("--top-k must be at least 1".into()));
+            return Err(SamplingError::TopK);
         }
         if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-            return Err(Error::InvalidArgument(
-                "--top-p must be a probability in (0, 1]".into(),
-            ));
+            return Err(SamplingError::TopP);
         }
         Ok(Sampler {
             temperature,
@@ -146,9 +161,16 @@ mod tests {
         // Frequencies follow the softmax: p(4) = e^-0.5 / (2 + e^-0.5) ≈ 0.23.
         let fours = a.iter().filter(|&&t| t == 4).count() as f64 / a.len() as f64;
         assert!((fours - 0.233).abs() < 0.08, "{fours}");
-        assert!(Sampler::new(Some(-1.0), None, None, 0).is_err());
-        assert!(Sampler::new(Some(f64::NAN), None, None, 0).is_err());
-        assert!(Sampler::new(None, Some(0), None, 0).is_err());
+        let refused = |t, k, p| Sampler::new(t, k, p, 0).err();
+        assert_eq!(
+            refused(Some(-1.0), None, None),
+            Some(SamplingError::Temperature)
+        );
+        assert_eq!(
+            refused(Some(f64::NAN), None, None),
+            Some(SamplingError::Temperature)
+        );
+        assert_eq!(refused(None, Some(0), None), Some(SamplingError::TopK));
         for p in [0.0, -0.5, 1.5, f64::NAN] {
             assert!(Sampler::new(None, None, Some(p), 0).is_err(), "top_p {p}");
         }

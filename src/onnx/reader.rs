@@ -10,9 +10,21 @@ use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;
 use crate::onnx::proto as onnx;
 
+thread_local! {
+    /// Files decoded by [`read_model`] on this thread.
+    static FILES_DECODED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many files [`read_model`] has decoded on this thread (tests check that a command
+/// decodes each file once).
+pub fn files_decoded() -> usize {
+    FILES_DECODED.with(std::cell::Cell::get)
+}
+
 /// Reads and decodes an ONNX file (see [`decode_model`]); external data files are not read.
 pub fn read_model(path: &Path) -> Result<onnx::ModelProto> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    FILES_DECODED.with(|n| n.set(n.get() + 1));
     decode_model(&bytes, path)
 }
 

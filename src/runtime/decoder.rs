@@ -23,10 +23,29 @@ use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
 use crate::runtime::{
-    open, open_static, Bound, CarriedState, Runtime, RuntimeKind, RuntimeOptions, StaticLayout,
-    StaticSession,
+    open, open_static, Bound, CarriedState, ModelFile, Runtime, RuntimeKind, RuntimeOptions,
+    StaticLayout, StaticSession, StepNames,
 };
 use crate::tensor::{NamedTensor, TensorValue};
+
+/// Checks that every id of `ids` lies in the vocabulary `0..vocab`, naming the first that
+/// does not as `what` (`token id`, `end token`, …): the one vocabulary check of prompts,
+/// fed tokens and end tokens.
+pub fn check_vocabulary<'a>(
+    ids: impl IntoIterator<Item = &'a i64>,
+    vocab: usize,
+    what: &str,
+) -> Result<()> {
+    match ids
+        .into_iter()
+        .find(|&&id| id < 0 || id as u64 >= vocab as u64)
+    {
+        Some(bad) => Err(Error::InvalidArgument(format!(
+            "{what} {bad} is outside the vocabulary 0..{vocab}"
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// What a model says about decoding: how it was emitted and its vocabulary.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,8 +89,13 @@ impl DecodingModel {
     /// Reads `path` and requires a causal token model that can decode (variable length
     /// or with past), naming the fix otherwise.
     pub fn read(path: &Path) -> Result<DecodingModel> {
-        let model = read_model(path)?;
-        DecodingModel::of(&model).ok_or_else(|| {
+        DecodingModel::of_file(ModelFile::from(path))
+    }
+
+    /// [`DecodingModel::read`] of a file the caller may have decoded already.
+    pub fn of_file(file: ModelFile) -> Result<DecodingModel> {
+        let path = file.path;
+        DecodingModel::of(&*file.model()?).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{} is not a causal token model built by gmlp-onnx with a variable length or --with-past (rebuild it with `build --causal --with-past`)",
                 path.display()
@@ -88,8 +112,6 @@ enum Engine {
         runtime: Box<dyn Runtime>,
         /// `past_*` values to feed next (with-past models).
         state: CarriedState,
-        /// (present, past) name pairs of the state.
-        carry: Vec<(String, String)>,
         /// The logits of the last run's new tokens [batch, T, vocab].
         last: Option<Array3<f32>>,
     },
@@ -117,13 +139,13 @@ pub struct Decoder {
 impl Decoder {
     /// Opens `path` in `kind` for decoding `batch` sequences at once, a static-state
     /// model's state written in place where the runtime can (on ort-cuda with CUDA graphs).
-    pub fn open(
+    pub fn open<'a>(
         kind: RuntimeKind,
-        path: &Path,
+        model: impl Into<ModelFile<'a>>,
         options: &RuntimeOptions,
         batch: usize,
     ) -> Result<Decoder> {
-        Decoder::open_with(kind, path, options, batch, true)
+        Decoder::open_with(kind, model, options, batch, true)
     }
 
     /// [`Decoder::open`], with `in_place` false letting the runtime copy a static-state
@@ -132,27 +154,39 @@ impl Decoder {
     /// graphs: every node of such a graph runs on the GPU (docs/static-state.md); if
     /// ONNX Runtime refuses them anyway, the session opens without them and the runtime's
     /// note says why.
-    pub fn open_with(
+    /// The file is decoded here only if the caller has not ([`ModelFile`]).
+    pub fn open_with<'a>(
         kind: RuntimeKind,
-        path: &Path,
+        file: impl Into<ModelFile<'a>>,
         options: &RuntimeOptions,
         batch: usize,
         in_place: bool,
     ) -> Result<Decoder> {
-        let model = DecodingModel::read(path)?;
+        let file = file.into();
+        // Decoded once here if the caller has not: the model's description, tract's
+        // dequantized nodes and a static-state session's step outputs all read it.
+        let owned;
+        let file = match file.decoded {
+            Some(_) => file,
+            None => {
+                owned = read_model(file.path)?;
+                ModelFile::decoded(file.path, &owned)
+            }
+        };
+        let model = DecodingModel::of_file(file)?;
         let bound = in_place && model.in_place;
         if !bound {
-            let runtime = open(kind, path, options)?;
+            let runtime = open(kind, file, options)?;
             return Ok(Decoder::carried(runtime, model, batch));
         }
         let layout = static_layout(&model, batch);
         let mut graph_options = options.clone();
-        graph_options.cuda_graphs = kind == RuntimeKind::OrtCuda;
-        let (bound, open_note) = match open_static(kind, path, &graph_options, &layout) {
+        graph_options.cuda.graphs = kind == RuntimeKind::OrtCuda;
+        let (bound, open_note) = match open_static(kind, file, &graph_options, &layout) {
             Ok(bound) => (bound, None),
-            Err(e) if graph_options.cuda_graphs => {
+            Err(e) if graph_options.cuda.graphs => {
                 let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
-                (open_static(kind, path, options, &layout)?, Some(note))
+                (open_static(kind, file, options, &layout)?, Some(note))
             }
             Err(e) => return Err(e),
         };
@@ -161,15 +195,23 @@ impl Decoder {
         Ok(decoder)
     }
 
-    /// A decoder over an already loaded runtime: a static-state model whose updates allow
-    /// it keeps its state in buffers bound once where the runtime has them
-    /// ([`Runtime::bind_static`], which loads the file again for ONNX Runtime).
-    pub fn new(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Result<Decoder> {
-        if !model.in_place {
+    /// A decoder over `runtime`, of `kind`, already loaded from `file` with `options`: kept
+    /// where it carries the state itself; where the runtime binds a static state written
+    /// in place instead, `runtime` is dropped (one copy of the weights at a time) and the
+    /// file opened again by [`Decoder::open`]'s road.
+    pub fn over(
+        runtime: Box<dyn Runtime>,
+        kind: RuntimeKind,
+        file: ModelFile,
+        options: &RuntimeOptions,
+        batch: usize,
+    ) -> Result<Decoder> {
+        let model = DecodingModel::of_file(file)?;
+        if !(model.in_place && kind.binds_static_state()) {
             return Ok(Decoder::carried(runtime, model, batch));
         }
-        let bound = runtime.bind_static(&static_layout(&model, batch))?;
-        Ok(Decoder::from_bound(bound, model, batch))
+        drop(runtime);
+        Decoder::open(kind, file, options, batch)
     }
 
     /// A decoder over a runtime's answer to binding a static-state model.
@@ -182,16 +224,9 @@ impl Decoder {
 
     /// A decoder carrying the state through host arrays or the runtime's own values.
     fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
-        let carry = model
-            .info
-            .state
-            .iter()
-            .map(|s| (s.present.clone(), s.past.clone()))
-            .collect();
         let engine = Engine::Carried {
             runtime,
             state: CarriedState::default(),
-            carry,
             last: None,
         };
         Decoder::with_engine(engine, model, batch)
@@ -314,13 +349,7 @@ impl Decoder {
                 "{t} tokens after the {p} already fed would pass the model's {n} positions"
             )));
         }
-        let vocab = self.model.vocab_size;
-        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary 0..{vocab}"
-            )));
-        }
-        Ok(())
+        check_vocabulary(ids, self.model.vocab_size, "token id")
     }
 
     /// Feeds `ids` [batch, T], T tokens to every sequence at its own position, and returns
@@ -358,7 +387,6 @@ impl Decoder {
             Engine::Carried {
                 runtime,
                 state,
-                carry,
                 last,
             } => {
                 let fed = history.clone().unwrap_or_else(|| ids.to_owned());
@@ -376,7 +404,7 @@ impl Decoder {
                     // The state stays in the runtime's own form (ONNX Runtime: its output
                     // values, fed back without a copy).
                     SequenceMode::Static | SequenceMode::WithPast => {
-                        runtime.run_carrying(&inputs, state, carry)?
+                        runtime.run_carrying(&inputs, state, &self.model.info.state)?
                     }
                     SequenceMode::Variable | SequenceMode::Fixed => runtime.run(&inputs)?,
                 };
@@ -499,14 +527,17 @@ fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
         batch,
         positions: model.info.max_sequence,
         vocab: model.vocab_size,
-        state: model
-            .info
-            .state
-            .iter()
-            .map(|s| (s.past.clone(), s.present.clone(), s.width))
-            .collect(),
+        state: model.info.state.clone(),
+        names: STEP_NAMES,
     }
 }
+
+/// The names of a static-state step's inputs and output besides the state.
+const STEP_NAMES: StepNames = StepNames {
+    ids: INPUT_IDS,
+    position: POSITION,
+    logits: LOGITS,
+};
 
 /// The logits of the last `t` positions of a run's `outputs`, [batch, t, vocab].
 fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array3<f32>> {
@@ -535,4 +566,51 @@ fn missing_logits(runtime: &str) -> Error {
 
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::Internal(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::reader::files_decoded;
+    use crate::runtime::testing::write_tiny;
+
+    /// The runtimes a unit test can open: tract, and ONNX Runtime on the CPU where the
+    /// test environment has its library.
+    fn runtimes() -> Vec<RuntimeKind> {
+        let mut kinds = vec![RuntimeKind::Tract];
+        if cfg!(feature = "test-onnxruntime") {
+            kinds.push(RuntimeKind::OrtCpu);
+        }
+        kinds
+    }
+
+    #[test]
+    fn a_file_the_caller_decoded_is_not_decoded_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RuntimeOptions {
+            tract: crate::runtime::TractOptions {
+                dequantize_nbits: true,
+            },
+            ..Default::default()
+        };
+        for mode in [SequenceMode::Static, SequenceMode::WithPast] {
+            let path = write_tiny(dir.path(), mode);
+            let before = files_decoded();
+            // What `generate` does: one decode, then every runtime from it.
+            let decoded = read_model(&path).unwrap();
+            let file = ModelFile::decoded(&path, &decoded);
+            for kind in runtimes() {
+                let mut decoder = Decoder::open_with(kind, file, &options, 1, true).unwrap();
+                assert_eq!(
+                    decoder.in_place(),
+                    kind.binds_static_state() && mode == SequenceMode::Static
+                );
+                decoder.feed(ndarray::array![[1i64, 2]].view()).unwrap();
+            }
+            assert_eq!(files_decoded() - before, 1, "{mode:?}");
+            // The counter counts: a path alone is decoded by the decoder, once.
+            Decoder::open(RuntimeKind::Tract, &path, &options, 1).unwrap();
+            assert_eq!(files_decoded() - before, 2, "{mode:?}");
+        }
+    }
 }

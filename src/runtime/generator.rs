@@ -13,8 +13,8 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView2};
 
 use crate::error::{Error, Result};
-use crate::gmlp::sampling::Sampler;
-use crate::runtime::decoder::Decoder;
+use crate::gmlp::sampling::{Sampler, SamplingError};
+use crate::runtime::decoder::{check_vocabulary, Decoder};
 
 /// How the next tokens are picked.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -39,7 +39,7 @@ impl Sampling {
     };
 
     /// A sampler of this setting (checks it).
-    pub fn sampler(&self) -> Result<Sampler> {
+    pub fn sampler(&self) -> Result<Sampler, SamplingError> {
         Sampler::new(self.temperature, self.top_k, self.top_p, self.seed)
     }
 }
@@ -115,12 +115,7 @@ impl Generator {
     /// Stops each sequence at `end_token` instead of the model's own (`None`: never stops
     /// early); refuses an id outside the vocabulary.
     pub fn with_end_token(mut self, end_token: Option<i64>) -> Result<Generator> {
-        let vocab = self.decoder.model().vocab_size;
-        if let Some(id) = end_token.filter(|&id| id < 0 || id as u64 >= vocab as u64) {
-            return Err(Error::InvalidArgument(format!(
-                "end token {id} is outside the vocabulary 0..{vocab}"
-            )));
-        }
+        check_vocabulary(&end_token, self.decoder.model().vocab_size, "end token")?;
         self.end_token = end_token;
         Ok(self)
     }
@@ -177,7 +172,7 @@ impl Generator {
         }
         let mut samplers = (0..batch)
             .map(|_| self.sampling.sampler())
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         let greedy = samplers.iter().all(Sampler::is_greedy);
         self.decoder.reset()?;
         let mut tokens = vec![Vec::with_capacity(new_tokens); batch];

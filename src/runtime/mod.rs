@@ -1,13 +1,24 @@
-//! Runtimes that execute an ONNX file behind one small trait: tract (CPU) and ONNX
-//! Runtime through `ort` (CPU or CUDA execution provider).
+//! Runtimes that execute an ONNX file: tract (CPU) and ONNX Runtime through `ort` (CPU or
+//! CUDA execution provider). The engine side: [`open`] (a [`Runtime`], the trait every
+//! engine implements: runs, runs into owned arrays, runs carrying a state) and
+//! [`open_static`] (a [`StaticSession`] where the engine binds a static state, ONNX
+//! Runtime). The decoding side, on top: [`decoder`] (the model's decoding description and
+//! the `Decoder`) and [`generator`] (the generation loop). docs/architecture.md draws
+//! `generate`'s path through them.
+//!
+//! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
+//! checks each raw access's preconditions.
+#![deny(unsafe_code)]
 
-use std::any::Any;
 use std::path::Path;
 
 use clap::ValueEnum;
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::StateTensor;
+use crate::onnx::proto::ModelProto;
+use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -37,31 +48,65 @@ impl RuntimeKind {
     pub fn name(self) -> String {
         spelling(&self)
     }
+
+    /// Whether the runtime keeps a static-state model's state in buffers bound to its
+    /// session ([`StaticSession`]); otherwise the state is carried
+    /// ([`Runtime::run_carrying`]).
+    pub fn binds_static_state(self) -> bool {
+        match self {
+            RuntimeKind::Tract => false,
+            RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => true,
+        }
+    }
 }
 
-/// Options shared by runtimes.
+/// How runtimes open a file, one group per engine: a command that runs several runtimes
+/// (`validate --runtimes tract,ort-cpu,ort-cuda`) gives each the group it reads.
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeOptions {
-    /// Path of `libonnxruntime.so`; otherwise found as [`onnxruntime::find_library`] says.
-    pub ort_library: Option<std::path::PathBuf>,
-    /// Allow TF32 math on the CUDA execution provider (off by default for parity).
-    pub cuda_tf32: bool,
-    /// Intra-op threads for ONNX Runtime (0 = its default).
-    pub threads: usize,
-    /// Refuse a CUDA session whose graph cannot be placed entirely on the CUDA execution
-    /// provider (ONNX Runtime's `session.disable_cpu_ep_fallback`).
-    pub cuda_no_cpu_fallback: bool,
-    /// Enable ONNX Runtime profiling with this file prefix, so that [`Runtime::placement`]
-    /// can report where each node ran.
-    pub ort_profile_prefix: Option<std::path::PathBuf>,
-    /// tract: run `MatMulNBits` nodes it cannot read (8-bit codes) as `MatMul`s on the
-    /// weights dequantized from the file ([`crate::onnx::dequantize`]), saying so in
+    /// tract's settings.
+    pub tract: TractOptions,
+    /// ONNX Runtime's settings, on either execution provider.
+    pub ort: OrtOptions,
+    /// The CUDA execution provider's settings (ort-cuda).
+    pub cuda: CudaOptions,
+}
+
+/// tract's settings.
+#[derive(Clone, Debug, Default)]
+pub struct TractOptions {
+    /// Run `MatMulNBits` nodes tract cannot read (8-bit codes) as `MatMul`s on the weights
+    /// dequantized from the file ([`crate::onnx::dequantize`]), saying so in
     /// [`Runtime::note`]; off: such a file fails to load.
-    pub tract_dequantize_nbits: bool,
-    /// ort-cuda: enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session
-    /// whose every run goes through buffers bound on the device ([`StaticSession`]); the
-    /// session then refuses a graph with any node outside the CUDA execution provider.
-    pub cuda_graphs: bool,
+    pub dequantize_nbits: bool,
+}
+
+/// ONNX Runtime's settings, on either execution provider.
+#[derive(Clone, Debug, Default)]
+pub struct OrtOptions {
+    /// Path of `libonnxruntime.so`; otherwise found as [`onnxruntime::find_library`] says.
+    pub library: Option<std::path::PathBuf>,
+    /// Intra-op threads (0 = its default).
+    pub threads: usize,
+    /// Enable profiling with this file prefix, so that [`Runtime::placement`] can report
+    /// where each node ran.
+    pub profile_prefix: Option<std::path::PathBuf>,
+}
+
+/// The CUDA execution provider's settings.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// The CUDA device to run on (`--device`; 0, the first, by default).
+    pub device: i32,
+    /// Allow TF32 math (off by default for parity).
+    pub tf32: bool,
+    /// Refuse a session whose graph cannot be placed entirely on the CUDA execution
+    /// provider (ONNX Runtime's `session.disable_cpu_ep_fallback`).
+    pub no_cpu_fallback: bool,
+    /// Enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session whose every
+    /// run goes through buffers bound on the device ([`StaticSession`]); the session then
+    /// refuses a graph with any node outside the CUDA execution provider.
+    pub graphs: bool,
 }
 
 /// Number of graph nodes that ran on each execution provider, by provider name.
@@ -107,8 +152,8 @@ pub trait Runtime {
         None
     }
     /// One run of a model with state: `inputs` plus the values held in `state`, matched
-    /// by name. Each output named as the `present` of a pair in `carry` (present, past)
-    /// is not returned: it becomes `state`'s value under the `past` name, fed by the next
+    /// by name. Each output named as the `present` of a tensor in `carry` is not
+    /// returned: it becomes `state`'s value under its `past` name, fed by the next
     /// call. On error `state` is unchanged. This default moves the state through host
     /// arrays; ONNX Runtime overrides it to feed its own output values back without
     /// copying them (the state is most of the bytes a decoding step moves).
@@ -116,14 +161,15 @@ pub trait Runtime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let mut feed = inputs.to_vec();
         let given = feed.len();
         feed.extend(state.take_host()?);
+        let runtime = self.name().to_string();
         match self
             .run(&feed)
-            .and_then(|outputs| split_carried(outputs, carry))
+            .and_then(|outputs| split_carried(&runtime, outputs, carry))
         {
             Ok((kept, rest)) => {
                 state.values = kept;
@@ -135,13 +181,44 @@ pub trait Runtime {
             }
         }
     }
-    /// This runtime as a [`StaticSession`] for a static-state model laid out as `layout`
-    /// (whose graph writes each `present_*` output by a scatter that is its `past_*`
-    /// input's only reader; the caller checks this), or itself back when it has no such
-    /// form (tract: the state is then carried by [`Runtime::run_carrying`]). ONNX Runtime
-    /// loads the file again, with the outputs its steps feed each other
-    /// ([`open_static`] loads it once).
-    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound>;
+}
+
+/// An ONNX file as runtimes open it: its path, and the model the tool decoded from it if
+/// it has (then no runtime decodes the file again: a command decodes each file once).
+#[derive(Clone, Copy)]
+pub struct ModelFile<'a> {
+    /// The file (external data files are beside it).
+    pub path: &'a Path,
+    /// The decoded model, when the caller has it.
+    pub decoded: Option<&'a ModelProto>,
+}
+
+impl<'a> ModelFile<'a> {
+    /// `path` with its decoded model.
+    pub fn decoded(path: &'a Path, model: &'a ModelProto) -> ModelFile<'a> {
+        ModelFile {
+            path,
+            decoded: Some(model),
+        }
+    }
+
+    /// The decoded model: the caller's, or the file decoded now.
+    pub fn model(&self) -> Result<std::borrow::Cow<'a, ModelProto>> {
+        Ok(match self.decoded {
+            Some(model) => std::borrow::Cow::Borrowed(model),
+            None => std::borrow::Cow::Owned(read_model(self.path)?),
+        })
+    }
+}
+
+impl<'a, P: AsRef<Path> + ?Sized> From<&'a P> for ModelFile<'a> {
+    /// A file not decoded yet.
+    fn from(path: &'a P) -> ModelFile<'a> {
+        ModelFile {
+            path: path.as_ref(),
+            decoded: None,
+        }
+    }
 }
 
 /// What a static-state session needs to know of the model.
@@ -153,11 +230,25 @@ pub struct StaticLayout {
     pub positions: usize,
     /// Vocabulary size (the last axis of `logits`).
     pub vocab: usize,
-    /// (past input, present output, width) of every state tensor, in model order.
-    pub state: Vec<(String, String, usize)>,
+    /// Every state tensor (its past input, present output and width), in model order.
+    pub state: Vec<StateTensor>,
+    /// The names of a run's other inputs and its output, which the model's decoding
+    /// description gives (the engine knows no model's names).
+    pub names: StepNames,
 }
 
-/// [`Runtime::bind_static`]'s answer.
+/// The names of a static-state run's inputs and output besides its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepNames {
+    /// The token ids, [batch, T], int64.
+    pub ids: &'static str,
+    /// Each sequence's position, [batch], int64.
+    pub position: &'static str,
+    /// The logits, [batch, T, vocab], float32.
+    pub logits: &'static str,
+}
+
+/// [`open_static`]'s answer.
 pub enum Bound {
     /// The runtime as a static-state session.
     Static(Box<dyn StaticSession>),
@@ -208,14 +299,18 @@ pub trait DeviceRun {
 pub enum StateValue {
     /// A host array (the empty state of a prompt, and any runtime without its own form).
     Host(TensorValue),
-    /// A runtime's own value (ONNX Runtime: an output `Value`), with the function that
-    /// copies it into a host array when the state is inspected.
-    Native {
-        /// The value, for the runtime that made it to downcast.
-        value: Box<dyn Any>,
-        /// Copies it to the host.
-        to_host: fn(&dyn Any) -> Result<TensorValue>,
-    },
+    /// An ONNX Runtime output value, fed back to the session that made it as it is.
+    Ort(onnxruntime::OrtValue),
+}
+
+impl StateValue {
+    /// A host copy of the value.
+    fn to_host(&self) -> Result<TensorValue> {
+        match self {
+            StateValue::Host(t) => Ok(t.clone()),
+            StateValue::Ort(v) => v.to_host(),
+        }
+    }
 }
 
 /// (input name, value) pairs of a [`CarriedState`].
@@ -245,13 +340,9 @@ impl CarriedState {
         self.values
             .iter()
             .map(|(name, v)| {
-                let value = match v {
-                    StateValue::Host(t) => t.clone(),
-                    StateValue::Native { value, to_host } => to_host(value.as_ref())?,
-                };
                 Ok(NamedTensor {
                     name: name.clone(),
-                    value,
+                    value: v.to_host()?,
                 })
             })
             .collect()
@@ -262,8 +353,8 @@ impl CarriedState {
     pub fn take_host(&mut self) -> Result<Vec<NamedTensor>> {
         // Native values become host copies first, so that an error loses nothing.
         for (_, v) in &mut self.values {
-            if let StateValue::Native { value, to_host } = v {
-                *v = StateValue::Host(to_host(value.as_ref())?);
+            if let StateValue::Ort(value) = v {
+                *v = StateValue::Host(value.to_host()?);
             }
         }
         let mut out = Vec::with_capacity(self.values.len());
@@ -279,25 +370,26 @@ impl CarriedState {
 /// Splits a run's `outputs` into the carried ones (renamed present → past, in `carry`
 /// order, as host values) and the rest (in their order).
 fn split_carried(
+    runtime: &str,
     outputs: Vec<NamedTensor>,
-    carry: &[(String, String)],
+    carry: &[StateTensor],
 ) -> Result<(StateValues, Vec<NamedTensor>)> {
     let mut rest = outputs;
     let mut kept = Vec::with_capacity(carry.len());
-    for (present, past) in carry {
+    for s in carry {
         let k = rest
             .iter()
-            .position(|o| o.name == *present)
-            .ok_or_else(|| missing_output(present))?;
-        kept.push((past.clone(), StateValue::Host(rest.remove(k).value)));
+            .position(|o| o.name == s.present)
+            .ok_or_else(|| missing_output(runtime, &s.present))?;
+        kept.push((s.past.clone(), StateValue::Host(rest.remove(k).value)));
     }
     Ok((kept, rest))
 }
 
-/// The error for a model that did not return a state output it declares.
-pub fn missing_output(name: &str) -> Error {
+/// The error for a model that did not return a state output it declares, on `runtime`.
+pub fn missing_output(runtime: &str, name: &str) -> Error {
     Error::RuntimeFailed {
-        runtime: "decoder".into(),
+        runtime: runtime.into(),
         reason: format!("the model returned no output {name}"),
     }
 }
@@ -305,35 +397,47 @@ pub fn missing_output(name: &str) -> Error {
 /// Loads the static-state model `model` (whose graph writes each `present_*` output by a
 /// scatter that is its `past_*` input's only reader; the caller checks this) in the
 /// runtime `kind` as a [`StaticSession`] laid out as `layout` where the runtime has one
-/// (ONNX Runtime), else as it is (tract); loading it once, as [`open`] and then
-/// [`Runtime::bind_static`] would not.
-pub fn open_static(
+/// (ONNX Runtime), else as it is (tract: the state is then carried by
+/// [`Runtime::run_carrying`]). The one road to a static-state session.
+pub fn open_static<'a>(
     kind: RuntimeKind,
-    model: &Path,
+    model: impl Into<ModelFile<'a>>,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Bound> {
-    match kind {
-        RuntimeKind::Tract => open(kind, model, options)?.bind_static(layout),
-        RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Bound::Static(onnxruntime::open_static(
-            model,
-            kind == RuntimeKind::OrtCuda,
-            options,
-            layout,
-        )?)),
+    let model = model.into();
+    if !kind.binds_static_state() {
+        return Ok(Bound::Unbound(open(kind, model, options)?));
     }
+    Ok(Bound::Static(onnxruntime::open_static(
+        model,
+        provider(kind, options)?,
+        options,
+        layout,
+    )?))
+}
+
+/// ONNX Runtime's provider for `kind`, which is one of its runtimes.
+fn provider(kind: RuntimeKind, options: &RuntimeOptions) -> Result<onnxruntime::Provider> {
+    onnxruntime::Provider::of(kind, options)
+        .ok_or_else(|| Error::Internal(format!("{} is not ONNX Runtime", kind.name())))
 }
 
 /// Loads `model` in the runtime `kind`.
-pub fn open(kind: RuntimeKind, model: &Path, options: &RuntimeOptions) -> Result<Box<dyn Runtime>> {
+pub fn open<'a>(
+    kind: RuntimeKind,
+    model: impl Into<ModelFile<'a>>,
+    options: &RuntimeOptions,
+) -> Result<Box<dyn Runtime>> {
+    let model = model.into();
     match kind {
-        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_with(
+        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_file(
             model,
-            options.tract_dequantize_nbits,
+            options.tract.dequantize_nbits,
         )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
-            model,
-            kind == RuntimeKind::OrtCuda,
+            model.path,
+            provider(kind, options)?,
             options,
         )?)),
     }

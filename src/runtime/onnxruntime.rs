@@ -7,7 +7,6 @@
 //! without CUDA gets an error instead of `ort`'s silent fallback to the CPU, and with
 //! TF32 off unless asked for (the CUDA EP enables it by default, which breaks f32 parity).
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -17,15 +16,18 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
 
 use crate::error::{contain_panic, one_line, Error, Result};
+use crate::gmlp::decoding::StateTensor;
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, Bound, CarriedState, DeviceRun, Placement, Runtime, RuntimeOptions, StateValue,
-    StaticLayout,
+    missing_output, CarriedState, DeviceRun, ModelFile, Placement, Runtime, RuntimeKind,
+    RuntimeOptions, StateValue, StaticLayout,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
-mod bound;
-mod cuda_memory;
+mod static_session;
+// The runtime layer's only `unsafe` (runtime/mod.rs denies it elsewhere).
+#[allow(unsafe_code)]
+mod buffer;
 mod outputs;
 mod step_model;
 
@@ -40,13 +42,13 @@ pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` 
 /// Finds `libonnxruntime.so` in the order of [`discovery`]: `explicit` (`--ort-lib`),
 /// `ORT_DYLIB_PATH`, `$VIRTUAL_ENV`, the environment this binary is installed in,
 /// `./.venv`, then the `onnxruntime` package of `$GMLP_ONNX_PYTHON` or `python3`. The
-/// error lists every place looked at.
-pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
+/// error, for the runtime `kind` that asked, lists every place looked at.
+pub fn find_library(explicit: Option<&Path>, kind: RuntimeKind) -> Result<PathBuf> {
     let found = discover(&SearchContext::from_process(explicit));
     match found.found() {
         Some((_, library)) => Ok(library.to_path_buf()),
         None => Err(Error::RuntimeUnavailable {
-            runtime: "onnxruntime".into(),
+            runtime: kind.name(),
             reason: if found.explicit_choice_failed() {
                 format!("{}; {HOW_TO_GET}", found.summary())
             } else {
@@ -63,7 +65,13 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf> {
 /// created on first use and kept, together with the library it was loaded from.
 static ENVIRONMENT: Mutex<Option<(PathBuf, Environment)>> = Mutex::new(None);
 
-fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
+/// The environment of `library` (loaded on first use), or why it cannot be loaded, for the
+/// runtime `kind` that asked.
+fn environment_for(library: &Path, kind: RuntimeKind) -> Result<Environment> {
+    let unavailable = |reason: String| Error::RuntimeUnavailable {
+        runtime: kind.name(),
+        reason,
+    };
     let mut slot = ENVIRONMENT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -71,11 +79,11 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
         return if loaded == library {
             Ok(env.clone())
         } else {
-            Err(format!(
+            Err(unavailable(format!(
                 "{} is already loaded in this process; cannot also load {}",
                 loaded.display(),
                 library.display()
-            ))
+            )))
         };
     }
     let env = ort::init_from(library)
@@ -85,36 +93,79 @@ fn environment_for(library: &Path) -> std::result::Result<Environment, String> {
                 library.display(),
                 one_line(e)
             )
-        })?
+        })
+        .map_err(unavailable)?
         .with_name("gmlp-onnx")
         .build()
-        .map_err(one_line)?;
+        .map_err(|e| unavailable(one_line(e)))?;
     *slot = Some((library.to_path_buf(), env.clone()));
     Ok(env)
 }
 
 /// Loads `library` (once per process) and returns ONNX Runtime's build information
-/// (`ORT Build Info: git-branch=rel-1.31.1, ...`), or why it cannot be loaded.
-pub fn build_info(library: &Path) -> std::result::Result<String, String> {
-    environment_for(library)?;
+/// (`ORT Build Info: git-branch=rel-1.31.1, ...`), or why it cannot be loaded (an error of
+/// ort-cpu, the runtime the library alone makes).
+pub fn build_info(library: &Path) -> Result<String> {
+    environment_for(library, RuntimeKind::OrtCpu)?;
     Ok(one_line(ort::info()))
+}
+
+/// Where an ONNX Runtime session runs, with what only that place has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// The CPU execution provider (ort-cpu).
+    Cpu,
+    /// The CUDA execution provider (ort-cuda): outputs computed in the memory of CUDA
+    /// device `device`, with CUDA graphs where `graphs`
+    /// ([`CudaOptions::graphs`](crate::runtime::CudaOptions::graphs)).
+    Cuda {
+        /// CUDA device ordinal ([`CudaOptions::device`](crate::runtime::CudaOptions::device)).
+        device: i32,
+        /// CUDA graphs enabled.
+        graphs: bool,
+    },
+}
+
+impl Provider {
+    /// The provider of the runtime `kind` with `options`' CUDA settings; `None` for a
+    /// runtime that is not ONNX Runtime.
+    pub fn of(kind: RuntimeKind, options: &RuntimeOptions) -> Option<Provider> {
+        match kind {
+            RuntimeKind::Tract => None,
+            RuntimeKind::OrtCpu => Some(Provider::Cpu),
+            RuntimeKind::OrtCuda => Some(Provider::Cuda {
+                device: options.cuda.device,
+                graphs: options.cuda.graphs,
+            }),
+        }
+    }
+
+    /// The runtime this provider is.
+    pub fn kind(self) -> RuntimeKind {
+        match self {
+            Provider::Cpu => RuntimeKind::OrtCpu,
+            Provider::Cuda { .. } => RuntimeKind::OrtCuda,
+        }
+    }
+
+    /// The runtime's name ([`RuntimeKind::name`]), for messages.
+    fn name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "ort-cpu",
+            Provider::Cuda { .. } => "ort-cuda",
+        }
+    }
 }
 
 /// A model loaded in ONNX Runtime.
 pub struct OrtRuntime {
     session: Session,
+    provider: Provider,
+    /// The runtime's name ([`Provider::name`]).
     name: &'static str,
-    /// On the CUDA execution provider (outputs computed in device memory).
-    cuda: bool,
     /// What the last run on the CPU saw, for [`Runtime::run_into`]'s bound outputs.
     shapes: Option<outputs::RunShapes>,
     profiling: bool,
-    /// CUDA graphs enabled ([`RuntimeOptions::cuda_graphs`]).
-    cuda_graphs: bool,
-    /// The file and options it was loaded from (a static-state session reloads the file
-    /// with its step outputs, [`Runtime::bind_static`]).
-    path: PathBuf,
-    options: RuntimeOptions,
     _environment: Environment,
 }
 
@@ -127,24 +178,16 @@ pub(crate) enum ModelSource<'a> {
     Edited { path: &'a Path, bytes: &'a [u8] },
 }
 
-impl ModelSource<'_> {
-    fn path(&self) -> &Path {
-        match self {
-            ModelSource::File(path) | ModelSource::Edited { path, .. } => path,
-        }
-    }
-}
-
 /// The static-state model `path` on the CPU execution provider or on CUDA, as a
-/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (bound.rs).
+/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (static_session.rs).
 pub(crate) fn open_static(
-    path: &Path,
-    cuda: bool,
+    model: ModelFile,
+    provider: Provider,
     options: &RuntimeOptions,
     layout: &StaticLayout,
 ) -> Result<Box<dyn crate::runtime::StaticSession>> {
-    Ok(Box::new(bound::BoundStatic::open(
-        path, cuda, options, layout,
+    Ok(Box::new(static_session::BoundStatic::open(
+        model, provider, options, layout,
     )?))
 }
 
@@ -155,10 +198,10 @@ const EXTERNAL_DATA_FOLDER: &str = "session.model_external_initializers_file_fol
 /// Counts, per execution provider, the distinct graph nodes that ran in an ONNX Runtime
 /// profile (the Chrome-trace JSON written by `end_profiling`): events with
 /// `"cat": "Node"` carry `args.provider` and `args.op_name`. A node run several times is
-/// counted once.
-pub fn parse_profile(text: &str) -> Result<Placement> {
+/// counted once. Errors name the runtime `kind` that wrote it.
+pub fn parse_profile(kind: RuntimeKind, text: &str) -> Result<Placement> {
     let bad = |reason: String| Error::RuntimeFailed {
-        runtime: "onnxruntime".into(),
+        runtime: kind.name(),
         reason: format!("cannot read the ONNX Runtime profile: {reason}"),
     };
     let events: Vec<serde_json::Value> =
@@ -200,53 +243,48 @@ fn failed(runtime: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl OrtRuntime {
-    /// Loads `model` on the CPU execution provider, or on CUDA when `cuda` is set.
-    pub fn load(model: &Path, cuda: bool, options: &RuntimeOptions) -> Result<Self> {
-        OrtRuntime::load_from(ModelSource::File(model), cuda, options)
+    /// Loads `model` on `provider` (the rest of `options` as they apply to it).
+    pub fn load(model: &Path, provider: Provider, options: &RuntimeOptions) -> Result<Self> {
+        OrtRuntime::load_from(ModelSource::File(model), provider, options)
     }
 
     /// [`OrtRuntime::load`] of the file or of an edited copy of it.
     pub(crate) fn load_from(
         source: ModelSource,
-        cuda: bool,
+        provider: Provider,
         options: &RuntimeOptions,
     ) -> Result<Self> {
-        let name = if cuda { "ort-cuda" } else { "ort-cpu" };
-        let library = find_library(options.ort_library.as_deref()).map_err(|e| match e {
-            Error::RuntimeUnavailable { reason, .. } => Error::RuntimeUnavailable {
-                runtime: name.into(),
-                reason,
-            },
-            other => other,
-        })?;
+        let name = provider.name();
+        let kind = provider.kind();
+        let library = find_library(options.ort.library.as_deref(), kind)?;
         let unavailable = |reason: String| Error::RuntimeUnavailable {
             runtime: name.into(),
             reason,
         };
-        let environment = environment_for(&library).map_err(unavailable)?;
+        let environment = environment_for(&library, kind)?;
         // ONNX Runtime's own log would print failures over several lines; they come
         // back as errors and are reported on one line instead.
         let mut builder = Session::builder(&environment)
             .map_err(|e| failed(name, e))?
             .with_log_level(ort::logging::LogLevel::Fatal)
             .map_err(|e| failed(name, e))?;
-        if options.threads > 0 {
+        if options.ort.threads > 0 {
             builder = builder
-                .with_intra_threads(options.threads)
+                .with_intra_threads(options.ort.threads)
                 .map_err(|e| failed(name, e))?;
         }
-        if let Some(prefix) = &options.ort_profile_prefix {
+        if let Some(prefix) = &options.ort.profile_prefix {
             builder = builder
                 .with_profiling(prefix)
                 .map_err(|e| failed(name, e))?;
         }
-        if cuda {
-            if options.cuda_no_cpu_fallback {
+        if let Provider::Cuda { device, graphs } = provider {
+            if options.cuda.no_cpu_fallback {
                 builder = builder
                     .with_disable_cpu_fallback()
                     .map_err(|e| failed(name, e))?;
             }
-            builder = register_cuda(builder, options.cuda_tf32, options.cuda_graphs)?;
+            builder = register_cuda(builder, device, options.cuda.tf32, graphs)?;
         }
         let committed = match &source {
             ModelSource::File(path) => builder.commit_from_file(path),
@@ -269,12 +307,12 @@ impl OrtRuntime {
         };
         let session = committed.map_err(|e| {
             let message = e.to_string();
-            if cuda && refused_cpu_fallback(&message) {
+            if kind == RuntimeKind::OrtCuda && refused_cpu_fallback(&message) {
                 // Not the input's fault: CUDA cannot run the whole graph (exit 3, like a
                 // missing CUDA), e.g. the shape computations of a with-past graph, which
                 // ONNX Runtime keeps on the CPU, or DynamicQuantizeLinear of int8 models.
                 unavailable(format!(
-                    "--cuda-no-cpu-fallback: some nodes have no CUDA placement ({})",
+                    "some nodes have no CUDA placement and the CPU fallback is off ({})",
                     one_line(message)
                 ))
             } else {
@@ -283,13 +321,10 @@ impl OrtRuntime {
         })?;
         Ok(OrtRuntime {
             session,
+            provider,
             name,
-            cuda,
             shapes: None,
-            profiling: options.ort_profile_prefix.is_some(),
-            cuda_graphs: cuda && options.cuda_graphs,
-            path: source.path().to_path_buf(),
-            options: options.clone(),
+            profiling: options.ort.profile_prefix.is_some(),
             _environment: environment,
         })
     }
@@ -298,16 +333,18 @@ impl OrtRuntime {
 #[cfg(feature = "cuda")]
 fn register_cuda(
     builder: ort::session::builder::SessionBuilder,
+    device: i32,
     tf32: bool,
     graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     let provider = ort::ep::CUDA::default()
+        .with_device_id(device)
         .with_tf32(tf32)
         .with_cuda_graph(graphs)
         .build()
         .error_on_failure();
     builder.with_execution_providers([provider]).map_err(|e| Error::RuntimeUnavailable {
-        runtime: "ort-cuda".into(),
+        runtime: RuntimeKind::OrtCuda.name(),
         reason: format!(
             "the CUDA execution provider could not be registered ({}); ort-cuda needs an NVIDIA GPU \
              with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
@@ -321,11 +358,12 @@ fn register_cuda(
 #[cfg(not(feature = "cuda"))]
 fn register_cuda(
     _builder: ort::session::builder::SessionBuilder,
+    _device: i32,
     _tf32: bool,
     _graphs: bool,
 ) -> Result<ort::session::builder::SessionBuilder> {
     Err(Error::RuntimeUnavailable {
-        runtime: "ort-cuda".into(),
+        runtime: RuntimeKind::OrtCuda.name(),
         reason: "this gmlp-onnx was built without the `cuda` cargo feature, so the CUDA execution \
                  provider cannot be registered"
             .into(),
@@ -364,7 +402,7 @@ impl Runtime for OrtRuntime {
         let text = std::fs::read_to_string(&file);
         let _ = std::fs::remove_file(&file);
         let text = text.map_err(|e| Error::io(&file, e))?;
-        parse_profile(&text).map(Some)
+        parse_profile(self.provider.kind(), &text).map(Some)
     }
 
     fn run(&mut self, inputs: &[NamedTensor]) -> Result<Vec<NamedTensor>> {
@@ -390,17 +428,10 @@ impl Runtime for OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
-    }
-
-    fn bind_static(self: Box<Self>, layout: &StaticLayout) -> Result<Bound> {
-        let (path, cuda, options) = (self.path.clone(), self.cuda, self.options.clone());
-        // The step's session replaces this one (freed first: one copy of the weights).
-        drop(self);
-        Ok(Bound::Static(open_static(&path, cuda, &options, layout)?))
     }
 }
 
@@ -431,12 +462,19 @@ fn host_value(name: &str, out_name: &str, v: &DynValue) -> Result<TensorValue> {
     })
 }
 
-/// [`StateValue::Native`]'s copy to the host for an ONNX Runtime value.
-fn native_to_host(value: &dyn Any) -> Result<TensorValue> {
-    let v = value
-        .downcast_ref::<DynValue>()
-        .ok_or_else(|| Error::Internal("state value of another runtime".into()))?;
-    host_value("ort", "state", v)
+/// An output value of an ONNX Runtime session, kept as the session made it (on the
+/// device for ort-cuda) to be fed back as an input ([`StateValue::Ort`]).
+pub struct OrtValue {
+    value: DynValue,
+    /// The runtime that made it, for messages.
+    runtime: &'static str,
+}
+
+impl OrtValue {
+    /// A host copy of the value.
+    pub fn to_host(&self) -> Result<TensorValue> {
+        host_value(self.runtime, "state", &self.value)
+    }
 }
 
 impl OrtRuntime {
@@ -446,7 +484,7 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[(String, String)],
+        carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
@@ -457,12 +495,7 @@ impl OrtRuntime {
             } else if let Some((_, v)) = state.values.iter().find(|(n, _)| n == wanted) {
                 match v {
                     StateValue::Host(t) => host_input(name, t)?,
-                    StateValue::Native { value, .. } => value
-                        .downcast_ref::<DynValue>()
-                        .ok_or_else(|| {
-                            Error::Internal(format!("state {wanted} belongs to another runtime"))
-                        })?
-                        .into(),
+                    StateValue::Ort(v) => (&v.value).into(),
                 }
             } else {
                 return Err(Error::BadTensor(format!(
@@ -479,21 +512,21 @@ impl OrtRuntime {
             .collect();
         let mut outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
         let mut kept = Vec::with_capacity(carry.len());
-        for (present, past) in carry {
+        for s in carry {
             let v = outputs
-                .remove(present.as_str())
-                .ok_or_else(|| missing_output(present))?;
+                .remove(s.present.as_str())
+                .ok_or_else(|| missing_output(name, &s.present))?;
             kept.push((
-                past.clone(),
-                StateValue::Native {
-                    value: Box::new(v),
-                    to_host: native_to_host,
-                },
+                s.past.clone(),
+                StateValue::Ort(OrtValue {
+                    value: v,
+                    runtime: name,
+                }),
             ));
         }
         let rest = output_names
             .iter()
-            .filter(|n| !carry.iter().any(|(present, _)| present == *n))
+            .filter(|n| !carry.iter().any(|s| s.present == **n))
             .map(|out_name| {
                 let v = outputs.get(out_name.as_str()).ok_or_else(|| {
                     failed(name, format!("the run returned no output named {out_name}"))
@@ -513,7 +546,33 @@ impl OrtRuntime {
 
 #[cfg(test)]
 mod tests {
-    use super::refused_cpu_fallback;
+    use super::{refused_cpu_fallback, Provider};
+    use crate::runtime::{RuntimeKind, RuntimeOptions};
+
+    #[test]
+    fn each_provider_is_one_runtime_named_as_users_spell_it() {
+        let options = RuntimeOptions {
+            cuda: crate::runtime::CudaOptions {
+                device: 2,
+                graphs: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(Provider::of(RuntimeKind::Tract, &options), None);
+        for kind in [RuntimeKind::OrtCpu, RuntimeKind::OrtCuda] {
+            let provider = Provider::of(kind, &options).unwrap();
+            assert_eq!(provider.kind(), kind);
+            assert_eq!(provider.name(), kind.name());
+        }
+        assert_eq!(
+            Provider::of(RuntimeKind::OrtCuda, &options),
+            Some(Provider::Cuda {
+                device: 2,
+                graphs: true
+            })
+        );
+    }
 
     #[test]
     fn the_cpu_fallback_refusal_is_recognized_by_its_wording() {

@@ -7,7 +7,7 @@ use ndarray::ArrayD;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Result};
-use crate::runtime::{Bound, Runtime, StaticLayout};
+use crate::runtime::{ModelFile, Runtime};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
@@ -63,19 +63,32 @@ impl TractRuntime {
     /// [`Self::load`]; with `dequantize_nbits`, the `MatMulNBits` nodes tract cannot read
     /// (8-bit codes) become `MatMul`s on weights dequantized from the file's blocks.
     pub fn load_with(path: &Path, dequantize_nbits: bool) -> Result<Self> {
-        contain_panic("tract", || Self::load_unguarded(path, dequantize_nbits))
+        Self::load_file(ModelFile::from(path), dequantize_nbits)
     }
 
-    fn load_unguarded(path: &Path, dequantize_nbits: bool) -> Result<Self> {
-        let (model, dequantized) = if dequantize_nbits {
-            Self::parse_dequantized(path)?
+    /// [`Self::load_with`] of a file the caller may have decoded already: the file is
+    /// decoded by the tool only to dequantize it, and not again if the caller has.
+    pub fn load_file(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
+        contain_panic("tract", || Self::load_unguarded(file, dequantize_nbits))
+    }
+
+    fn load_unguarded(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
+        let path = file.path;
+        let model = if dequantize_nbits {
+            Some(file.model()?)
         } else {
-            (
+            None
+        };
+        let (model, dequantized) = match model {
+            Some(model) if needs_dequantizing(&model) => {
+                Self::parse_dequantized(model.into_owned(), path)?
+            }
+            _ => (
                 tract_onnx::onnx()
                     .model_for_path(path)
                     .map_err(failed_to_load)?,
                 0,
-            )
+            ),
         };
         let input_names = model
             .input_outlets()
@@ -107,10 +120,13 @@ impl TractRuntime {
         })
     }
 
-    /// The model at `path` with its unreadable MatMulNBits nodes dequantized, parsed by
-    /// tract (external data still resolved beside `path`), and how many were rewritten.
-    fn parse_dequantized(path: &Path) -> Result<(InferenceModel, usize)> {
-        let mut proto = crate::onnx::reader::read_model(path)?;
+    /// `proto`, the model of `path`, with its unreadable MatMulNBits nodes dequantized,
+    /// parsed by tract (external data still resolved beside `path`), and how many were
+    /// rewritten.
+    fn parse_dequantized(
+        mut proto: crate::onnx::proto::ModelProto,
+        path: &Path,
+    ) -> Result<(InferenceModel, usize)> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let n = crate::onnx::dequantize::dequantize_matmul_nbits(&mut proto, path, |bits| {
             TRACT_NBITS.contains(&bits)
@@ -145,11 +161,6 @@ impl Runtime for TractRuntime {
 
     fn run_into(&mut self, inputs: &[NamedTensor], outputs: &mut Vec<NamedTensor>) -> Result<()> {
         contain_panic("tract", || self.run_into_unguarded(inputs, outputs))
-    }
-
-    /// tract has no bound buffers: its state is carried through host arrays.
-    fn bind_static(self: Box<Self>, _layout: &StaticLayout) -> Result<Bound> {
-        Ok(Bound::Unbound(self))
     }
 
     fn note(&self) -> Option<String> {

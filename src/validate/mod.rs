@@ -5,12 +5,12 @@
 //! ([`report`]), with error histograms on request ([`histograms`]).
 
 pub mod compare;
-pub mod decoding;
 pub mod histograms;
 pub mod inputs;
 mod phases;
 pub mod placement;
 pub mod report;
+pub mod stepwise;
 pub mod tolerance;
 
 use std::path::{Path, PathBuf};
@@ -24,19 +24,19 @@ pub use placement::{check_placement, CUDA_PROVIDER};
 pub use report::{
     BenchReport, InputReport, Latency, RuntimeReport, ValidationReport, EXPECTED, REPORT_SCHEMA,
 };
-pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceRequest};
+pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceError, ToleranceRequest};
 
 use crate::error::Result;
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
 use crate::runtime::decoder::DecodingModel;
-use crate::runtime::{RuntimeKind, RuntimeOptions};
+use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
-use decoding::check_decoding;
 use phases::{
     check_options, compare_results, load_runtimes, model_inputs, read_expected, run_one,
     sequence_dims,
 };
+use stepwise::check_decoding;
 
 /// Most `--bench` runs per runtime (a typo of a few zeros should not run for days).
 pub const MAX_BENCH_RUNS: usize = 10_000;
@@ -121,7 +121,7 @@ pub fn validate_with_progress(
     let tract_dequantize = crate::runtime::tract::needs_dequantizing(&model);
     let resolved = options.tolerance.check()?.resolve(
         stored_config(&model).map(|c| c.dtype),
-        options.runtime.cuda_tf32,
+        options.runtime.cuda.tf32,
     );
     let tolerance = resolved.tolerance;
     let decoding = DecodingModel::of(&model);
@@ -131,9 +131,11 @@ pub fn validate_with_progress(
         .into_iter()
         .map(|o| o.name)
         .collect();
-    drop(model);
     let expected = read_expected(options, &output_names)?;
-    let loaded = load_runtimes(path, options, tract_dequantize, progress)?;
+    // The decoded model goes to every runtime that needs it (tract's dequantized nodes, a
+    // static-state session's step outputs), so that the file is decoded once.
+    let file = ModelFile::decoded(path, &model);
+    let loaded = load_runtimes(file, options, tract_dequantize, progress)?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();
     let mut opened = Vec::new();
@@ -141,12 +143,14 @@ pub fn validate_with_progress(
         let (report, outputs) = run_one(kind, rt.as_mut(), load_ms, &inputs, options, progress)?;
         runtimes.push(report);
         results.push((rt.name().to_string(), outputs));
-        opened.push(rt);
+        opened.push((kind, rt));
     }
     let decoding = match (plan, &decoding) {
-        (Some(plan), Some(model)) => Some(check_decoding(
+        (Some(plan), Some(decoding)) => Some(check_decoding(
             opened,
-            model,
+            file,
+            &options.runtime,
+            decoding,
             plan,
             options.batch,
             options.seed,
@@ -185,4 +189,29 @@ pub fn validate_with_progress(
         pass,
         histograms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmlp::SequenceMode;
+    use crate::onnx::reader::files_decoded;
+    use crate::runtime::testing::write_tiny;
+
+    /// `validate` of a static-state model (its runs, then the stepwise decoding check,
+    /// where ONNX Runtime opens its static-state session) decodes the file once.
+    #[test]
+    fn validate_decodes_the_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let mut runtimes = vec![RuntimeKind::Tract];
+        if cfg!(feature = "test-onnxruntime") {
+            runtimes.push(RuntimeKind::OrtCpu);
+        }
+        let before = files_decoded();
+        let report = validate(&path, &ValidateOptions::new(runtimes)).unwrap();
+        assert!(report.pass);
+        assert!(report.decoding.is_some());
+        assert_eq!(files_decoded() - before, 1);
+    }
 }

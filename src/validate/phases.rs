@@ -10,15 +10,15 @@ use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::npz;
 use crate::onnx::proto::ModelProto;
 use crate::runtime::decoder::DecodingModel;
-use crate::runtime::{self, Runtime, RuntimeKind};
+use crate::runtime::{self, ModelFile, Runtime, RuntimeKind};
 use crate::tensor::NamedTensor;
 use crate::validate::compare::{compare_all, pair, PairReport, Tolerance};
-use crate::validate::decoding::DecodingPlan;
 use crate::validate::histograms::{self, ErrorHistogram};
 use crate::validate::inputs::{
     check_inputs, check_static_positions, make_inputs, start_static_state,
 };
 use crate::validate::report::{BenchReport, Latency, RuntimeReport, EXPECTED};
+use crate::validate::stepwise::DecodingPlan;
 use crate::validate::{ValidateOptions, MAX_BENCH_RUNS};
 
 /// Values of symbolic dimensions by name (`sequence`, `past_sequence`, ...).
@@ -62,11 +62,13 @@ fn time_runs(
 /// Refuses options no run can honour: batch 0, more than [`MAX_BENCH_RUNS`] timed runs.
 pub(super) fn check_options(options: &ValidateOptions) -> Result<()> {
     if options.batch == 0 {
-        return Err(Error::InvalidArgument("--batch must be at least 1".into()));
+        return Err(Error::InvalidArgument(
+            "the batch must be at least 1".into(),
+        ));
     }
     if options.bench > MAX_BENCH_RUNS {
         return Err(Error::InvalidArgument(format!(
-            "--bench {} is more than {MAX_BENCH_RUNS} runs",
+            "{} timed runs are more than {MAX_BENCH_RUNS}",
             options.bench
         )));
     }
@@ -182,7 +184,7 @@ pub(super) fn read_expected(
 /// placement check; with `tract_dequantize`, tract runs the MatMulNBits nodes it cannot
 /// read on dequantized weights (and says so in its report's note).
 pub(super) fn load_runtimes(
-    path: &Path,
+    file: ModelFile,
     options: &ValidateOptions,
     tract_dequantize: bool,
     progress: &mut dyn FnMut(&str),
@@ -194,16 +196,16 @@ pub(super) fn load_runtimes(
         .map(|&kind| {
             progress(&format!("loading {}", kind.name()));
             let mut rt_options = options.runtime.clone();
-            rt_options.tract_dequantize_nbits |= tract_dequantize;
+            rt_options.tract.dequantize_nbits |= tract_dequantize;
             if kind != RuntimeKind::Tract {
-                rt_options.ort_profile_prefix = Some(profile_dir.join(format!(
+                rt_options.ort.profile_prefix = Some(profile_dir.join(format!(
                     "gmlp-onnx-profile-{}-{}",
                     std::process::id(),
                     kind.name()
                 )));
             }
             let start = Instant::now();
-            runtime::open(kind, path, &rt_options)
+            runtime::open(kind, file, &rt_options)
                 .map(|rt| (kind, rt, start.elapsed().as_secs_f64() * 1e3))
         })
         .collect()

@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::gmlp::Precision;
 use crate::runtime::Placement;
 use crate::validate::compare::{PairReport, Tolerance};
-use crate::validate::decoding::DecodingReport;
 use crate::validate::histograms::ErrorHistogram;
+use crate::validate::stepwise::DecodingReport;
 
 /// The `schema` field of the JSON report; bumped when a field changes meaning.
 pub const REPORT_SCHEMA: &str = "gmlp-onnx.validate/1";

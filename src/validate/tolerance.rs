@@ -82,18 +82,35 @@ impl ToleranceRequest {
         }
     }
 
-    /// Refuses a bound that is negative, NaN or infinite, naming the flag.
-    pub fn check(self) -> crate::Result<Self> {
-        for (flag, v) in [("--rtol", self.rtol), ("--atol", self.atol)] {
-            if let Some(v) = v {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(crate::Error::InvalidArgument(format!(
-                        "{flag} must be a finite number >= 0"
-                    )));
-                }
+    /// Refuses a bound that is negative, NaN or infinite, saying which.
+    pub fn check(self) -> Result<Self, ToleranceError> {
+        for (bound, v) in [
+            (ToleranceError::Rtol, self.rtol),
+            (ToleranceError::Atol, self.atol),
+        ] {
+            if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                return Err(bound);
             }
         }
         Ok(self)
+    }
+}
+
+/// Which bound of a [`ToleranceRequest`] is not a finite number ≥ 0 (a command names its
+/// own flag for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ToleranceError {
+    /// The relative bound.
+    #[error("the relative tolerance must be a finite number >= 0")]
+    Rtol,
+    /// The absolute bound.
+    #[error("the absolute tolerance must be a finite number >= 0")]
+    Atol,
+}
+
+impl From<ToleranceError> for crate::Error {
+    fn from(e: ToleranceError) -> Self {
+        crate::Error::InvalidArgument(e.to_string())
     }
 }
 
@@ -145,14 +162,13 @@ mod tests {
     }
 
     #[test]
-    fn negative_or_non_finite_bounds_are_refused_naming_the_flag() {
-        for (rtol, atol, flag) in [
-            (Some(-1.0), None, "--rtol"),
-            (None, Some(f64::NAN), "--atol"),
-            (Some(f64::INFINITY), None, "--rtol"),
+    fn negative_or_non_finite_bounds_are_refused_saying_which() {
+        for (rtol, atol, bound) in [
+            (Some(-1.0), None, ToleranceError::Rtol),
+            (None, Some(f64::NAN), ToleranceError::Atol),
+            (Some(f64::INFINITY), None, ToleranceError::Rtol),
         ] {
-            let e = ToleranceRequest { rtol, atol }.check().unwrap_err();
-            assert!(e.to_string().contains(flag), "{e}");
+            assert_eq!(ToleranceRequest { rtol, atol }.check().unwrap_err(), bound);
         }
         assert!(ToleranceRequest {
             rtol: Some(0.0),

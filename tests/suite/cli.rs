@@ -117,8 +117,11 @@ mod with_onnxruntime {
     /// fail. With onnxruntime-gpu on a GPU machine this test does not apply.
     #[test]
     fn cuda_runtime_without_cuda_exits_3_naming_cuda() {
-        let library = gmlp_onnx::runtime::onnxruntime::find_library(None)
-            .expect("the ONNX Runtime library (run scripts/test)");
+        let library = gmlp_onnx::runtime::onnxruntime::find_library(
+            None,
+            gmlp_onnx::runtime::RuntimeKind::OrtCpu,
+        )
+        .expect("the ONNX Runtime library (run scripts/test)");
         let capi = library.parent().unwrap();
         assert!(
             !capi.join("libonnxruntime_providers_cuda.so").exists(),

@@ -136,8 +136,8 @@ fn the_scanner_sees_references() {
     );
 }
 
-/// The module path of a library source file (`src/validate/decoding.rs` →
-/// `[validate, decoding]`; a folder's `mod.rs` is the folder itself).
+/// The module path of a library source file (`src/validate/stepwise.rs` →
+/// `[validate, stepwise]`; a folder's `mod.rs` is the folder itself).
 fn module_path(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap();
     let mut parts: Vec<String> = rel

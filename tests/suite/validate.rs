@@ -19,7 +19,7 @@ fn profile_parsing_and_the_cuda_placement_rule() {
       {"cat": "Node", "name": "b_kernel_time", "args": {"op_name": "Shape", "provider": "CPUExecutionProvider", "node_index": "1"}},
       {"cat": "Node", "name": "b_fence_before", "args": {}}
     ]"#;
-    let p = parse_profile(profile).unwrap();
+    let p = parse_profile(RuntimeKind::OrtCuda, profile).unwrap();
     let want: Placement = [
         ("CPUExecutionProvider".to_string(), 1),
         ("CUDAExecutionProvider".to_string(), 1),
@@ -29,6 +29,7 @@ fn profile_parsing_and_the_cuda_placement_rule() {
     assert_eq!(p, want);
     check_placement(RuntimeKind::OrtCuda, Some(&p)).unwrap();
     let cpu_only = parse_profile(
+        RuntimeKind::OrtCuda,
         r#"[{"cat": "Node", "name": "b", "args": {"op_name": "Add", "provider": "CPUExecutionProvider"}}]"#,
     )
     .unwrap();
@@ -43,7 +44,7 @@ fn profile_parsing_and_the_cuda_placement_rule() {
         "{e}"
     );
     assert!(check_placement(RuntimeKind::OrtCuda, None).is_err());
-    assert!(parse_profile("{not json").is_err());
+    assert!(parse_profile(RuntimeKind::OrtCuda, "{not json").is_err());
 }
 
 /// The tests that run ONNX Runtime or the onnx checker (the test Python environment),

@@ -326,7 +326,9 @@ mod with_onnxruntime {
             (tiny_vision(SpatialForm::Dense), 6),
         ];
         let tract = RuntimeOptions {
-            tract_dequantize_nbits: true,
+            tract: gmlp_onnx::runtime::TractOptions {
+                dequantize_nbits: true,
+            },
             ..Default::default()
         };
         let mut checked = Vec::new();

@@ -157,15 +157,12 @@ pub struct BuildArgs {
         default_value = "tract,ort-cpu"
     )]
     pub runtimes: Vec<RuntimeKind>,
-    /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
-    #[arg(long)]
-    pub ort_lib: Option<PathBuf>,
-    /// --validate: relative tolerance [default: by precision: f32 1e-4, f16 1e-2].
-    #[arg(long, requires = "validate")]
-    pub rtol: Option<f64>,
-    /// --validate: absolute tolerance [default: by precision: f32 1e-6, f16 1e-4].
-    #[arg(long, requires = "validate")]
-    pub atol: Option<f64>,
+    /// --validate: ONNX Runtime's library, threads and device.
+    #[command(flatten)]
+    pub ort: crate::cli::flags::OrtFlags,
+    /// --validate: the comparison's bounds.
+    #[command(flatten)]
+    pub tolerance: crate::cli::flags::ToleranceFlags,
     /// Write the weights to OUT.onnx.data beside the model even under 2 GiB (always done above).
     #[arg(long)]
     pub external_data: bool,

@@ -11,7 +11,7 @@ use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Tas
 use gmlp_onnx::onnx::ops::TENSOR_SCATTER_OPSET;
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
-use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
+use gmlp_onnx::validate::ValidateOptions;
 use gmlp_onnx::Error;
 
 use crate::cli::distinct;
@@ -306,6 +306,11 @@ fn write_with_progress(
 /// Runs `build`: checks, the model source, the graph, the file (with its external data),
 /// then the optional native weights, Triton repository and validation.
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
+    if a.tolerance.given() && !a.validate {
+        anyhow::bail!(Error::InvalidArgument(
+            "--rtol and --atol bound the comparison of --validate; add --validate".into()
+        ));
+    }
     check_output_paths(&a)?;
     let triton = triton_plan(&a)?;
     if let Some(dir) = &a.genai_dir {
@@ -317,11 +322,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         check_genai_target(dir)?;
     }
     let target = BuildTarget::resolve(a.target, a.opset)?;
-    let tolerance = ToleranceRequest {
-        rtol: a.rtol,
-        atol: a.atol,
-    }
-    .check()?;
+    let tolerance = a.tolerance.request()?;
     // clap requires exactly one of --preset and --weights.
     let ModelSource {
         cfg,
@@ -436,7 +437,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     if a.validate {
         let mut options = ValidateOptions::new(distinct(&a.runtimes));
         options.batch = 1;
-        options.runtime.ort_library = a.ort_lib.clone();
+        options.runtime = a.ort.runtime_options();
         options.tolerance = tolerance;
         let report = validate_with_spinner(&a.output, &options, a.quiet)?;
         finish_validation(report, None, None)?;

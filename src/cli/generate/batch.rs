@@ -8,41 +8,19 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-
-use gmlp_onnx::runtime::decoder::DecodingModel;
+use gmlp_onnx::runtime::decoder::{check_vocabulary, DecodingModel};
 use gmlp_onnx::runtime::generator::StopReason;
-use gmlp_onnx::runtime::RuntimeKind;
+use gmlp_onnx::runtime::ModelFile;
 use gmlp_onnx::Error;
 
-use super::{generate_on, parse_ids, runtimes, sampling, show_tokens, GenerateArgs};
+use super::{
+    check_sampling, generate_on, parse_ids, runtimes, show_tokens, GenerateArgs, Sequences,
+};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
 /// Largest prompts file read, in bytes.
 pub const MAX_PROMPTS_FILE_BYTES: u64 = 16 << 20;
-
-/// What one runtime generated for a batch of prompts.
-#[derive(Serialize)]
-struct BatchGeneration {
-    runtime: String,
-    mode: &'static str,
-    state_in_place: bool,
-    batch: usize,
-    prompt_tokens: Vec<usize>,
-    tokens: Vec<Vec<i64>>,
-    /// Why each sequence stopped: `end_token` (its last token) or `max_new_tokens`.
-    stopped: Vec<StopReason>,
-    prefill_ms: f64,
-    steps: usize,
-    steps_ms: f64,
-    step_median_ms: Option<f64>,
-    /// New tokens of all sequences per second of steps.
-    step_tokens_per_s: Option<f64>,
-    /// As in a single generation's result.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<String>,
-}
 
 /// The prompts of `file`: one per non-blank line, comma-separated token ids within the
 /// vocabulary; at most [`MAX_PROMPTS`], each of at most `n` tokens.
@@ -70,11 +48,7 @@ fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i
         }
         let line_what = format!("{what} line {}", k + 1);
         let ids = parse_ids(line, &line_what)?;
-        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-            anyhow::bail!(Error::InvalidArgument(format!(
-                "{line_what}: token id {bad} is outside the vocabulary 0..{vocab}"
-            )));
-        }
+        check_vocabulary(&ids, vocab, &format!("{line_what}: token id"))?;
         if ids.len() > n {
             anyhow::bail!(Error::InvalidArgument(format!(
                 "{line_what}: {} tokens, more than the model's {n} positions",
@@ -89,35 +63,15 @@ fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i
     Ok(prompts)
 }
 
-fn generate_batch_on(
-    kind: RuntimeKind,
-    a: &GenerateArgs,
-    prompts: &[Vec<i64>],
-    new_tokens: usize,
-) -> anyhow::Result<BatchGeneration> {
-    let r = generate_on(kind, a, prompts, new_tokens)?;
-    let g = r.generation;
-    Ok(BatchGeneration {
-        runtime: r.runtime,
-        mode: r.mode,
-        state_in_place: r.state_in_place,
-        batch: prompts.len(),
-        prompt_tokens: g.prompt_tokens.clone(),
-        prefill_ms: g.prefill_ms,
-        steps: g.step_ms.len(),
-        steps_ms: g.steps_ms(),
-        step_median_ms: g.step_median_ms(),
-        step_tokens_per_s: g.step_tokens_per_s(),
-        tokens: g.tokens,
-        stopped: g.stopped,
-        note: r.note,
-    })
-}
-
 /// Runs `generate --prompts-file`.
-pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Result<()> {
+pub fn run(
+    a: &GenerateArgs,
+    model_file: ModelFile,
+    prompts_file: &Path,
+    model: &DecodingModel,
+) -> anyhow::Result<()> {
     let n = model.info.max_sequence;
-    let prompts = read_prompts(file, model.vocab_size, n)?;
+    let prompts = read_prompts(prompts_file, model.vocab_size, n)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let room = n - longest;
     let new_tokens = match a.max_new_tokens {
@@ -128,49 +82,53 @@ pub fn run(a: &GenerateArgs, file: &Path, model: &DecodingModel) -> anyhow::Resu
         None => room,
     };
     let kinds = runtimes(a);
-    sampling(a).sampler()?;
+    check_sampling(a)?;
     let mut results = Vec::new();
     for kind in kinds {
-        results.push(generate_batch_on(kind, a, &prompts, new_tokens)?);
+        results.push(generate_on(kind, a, model_file, &prompts, new_tokens)?);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         for g in &results {
+            let Sequences::Batch {
+                batch,
+                prompt_tokens,
+                tokens,
+                stopped,
+            } = &g.sequences
+            else {
+                anyhow::bail!(Error::Internal("a single report of a prompts file".into()));
+            };
             println!(
-                "{} ({} model, {} sequences{}):",
+                "{} ({} model, {batch} sequences{}):",
                 g.runtime,
                 g.mode,
-                g.batch,
                 if g.state_in_place {
                     ", state written in place"
                 } else {
                     ""
                 }
             );
-            for (b, seq) in g.tokens.iter().enumerate() {
+            for (b, seq) in tokens.iter().enumerate() {
                 println!("[{b}] {}", show_tokens(seq, model.vocab_size));
-                if g.stopped[b] == StopReason::EndToken {
+                if stopped[b] == StopReason::EndToken {
                     println!("[{b}] stopped at the end token");
                 }
             }
             println!(
-                "prefill: {} prompts ({} tokens) in {:.1} ms",
-                g.batch,
-                g.prompt_tokens.iter().sum::<usize>(),
+                "prefill: {batch} prompts ({} tokens) in {:.1} ms",
+                prompt_tokens.iter().sum::<usize>(),
                 g.prefill_ms
             );
             match (g.step_median_ms, g.step_tokens_per_s) {
                 (Some(median), Some(rate)) => println!(
-                    "steps:   {} steps of {} tokens in {:.1} ms ({rate:.1} tokens/s in total, median step {median:.2} ms)",
-                    g.steps, g.batch, g.steps_ms
+                    "steps:   {} steps of {batch} tokens in {:.1} ms ({rate:.1} tokens/s in total, median step {median:.2} ms)",
+                    g.steps, g.steps_ms
                 ),
                 _ => println!("steps:   none"),
             }
         }
     }
-    super::same_tokens(
-        results.iter().map(|g| (g.runtime.as_str(), &g.tokens)),
-        a.json,
-    )
+    super::same_tokens(&results, a.json)
 }

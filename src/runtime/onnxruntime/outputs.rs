@@ -23,7 +23,7 @@ use ort::value::{
     TensorElementType, TensorRefMut, TensorValueType, ValueType,
 };
 
-use super::{failed, OrtRuntime};
+use super::{failed, OrtRuntime, Provider};
 use crate::error::{contain_panic, Error, Result};
 use crate::runtime::DeviceRun;
 use crate::tensor::{with_array, NamedTensor, TensorValue};
@@ -159,11 +159,11 @@ fn copy_to_host<T: PrimitiveTensorElementType + Debug + Clone + 'static>(
     source.copy_into(TensorRefMut::from_array_view_mut(a.view_mut())?)
 }
 
-/// The memory of CUDA device 0, where ort-cuda's execution provider runs.
-fn cuda_memory() -> ort::Result<MemoryInfo<'static>> {
+/// The memory of CUDA device `device`, where ort-cuda's execution provider runs.
+fn cuda_memory(device: i32) -> ort::Result<MemoryInfo<'static>> {
     MemoryInfo::new(
         AllocationDevice::CUDA,
-        0,
+        device,
         AllocatorType::Device,
         MemoryType::Default,
     )
@@ -219,8 +219,8 @@ impl OrtRuntime {
         let name = self.name;
         let (mut binding, input_shapes) = self.bind_inputs(inputs)?;
         let output_names = self.output_names();
-        if self.cuda {
-            let cuda = cuda_memory().map_err(|e| failed(name, e))?;
+        if let Provider::Cuda { device, .. } = self.provider {
+            let cuda = cuda_memory(device).map_err(|e| failed(name, e))?;
             for out_name in &output_names {
                 binding
                     .bind_output_to_device(out_name.as_str(), &cuda)
@@ -323,13 +323,13 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
     ) -> Result<Option<Box<dyn DeviceRun + '_>>> {
-        if !self.cuda {
+        let Provider::Cuda { device, .. } = self.provider else {
             return Ok(None);
-        }
+        };
         let name = self.name;
         let (mut binding, _) = self.bind_inputs(inputs)?;
         binding.synchronize_inputs().map_err(|e| failed(name, e))?;
-        let cuda = cuda_memory().map_err(|e| failed(name, e))?;
+        let cuda = cuda_memory(device).map_err(|e| failed(name, e))?;
         for out_name in self.output_names() {
             binding
                 .bind_output_to_device(out_name, &cuda)
@@ -383,7 +383,8 @@ mod tests {
     )]
     fn a_value_onnx_runtime_holds_is_copied_into_an_array_of_its_shape_only() {
         // The transfer ort-cuda's outputs take to the host, here from host memory.
-        environment_for(&find_library(None).unwrap()).unwrap();
+        let kind = crate::runtime::RuntimeKind::OrtCpu;
+        environment_for(&find_library(None, kind).unwrap(), kind).unwrap();
         let values: Vec<f32> = (0..6).map(|v| v as f32 - 2.5).collect();
         let source = || {
             let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), values.clone()).unwrap();

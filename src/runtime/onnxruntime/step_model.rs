@@ -8,33 +8,35 @@
 //! - `next_position` = `position + 1`, [batch]: where a single-token step goes next.
 //!
 //! A step's binding writes them into the `input_ids` and `position` buffers of the step
-//! after it (two sets of buffers used in turn, see bound.rs); a prompt's run leaves them
+//! after it (two sets of buffers used in turn, see static_session.rs); a prompt's run leaves them
 //! unbound. The file itself is not changed: the edited copy is loaded from memory.
 
-use std::path::Path;
-
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::POSITION;
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
-use crate::onnx::reader::read_model;
+use crate::runtime::{ModelFile, StepNames};
 
 /// The greedy tokens of a run, [batch, T].
-pub(crate) const NEXT_INPUT_IDS: &str = "next_input_ids";
+pub(crate) const STEP_NEXT_IDS: &str = "next_input_ids";
 /// `position + 1`, [batch].
-pub(crate) const NEXT_POSITION: &str = "next_position";
-/// The constant 1 of [`NEXT_POSITION`].
+pub(crate) const STEP_NEXT_POSITION: &str = "next_position";
+/// The constant 1 of [`STEP_NEXT_POSITION`].
 const ONE: &str = "next_position/one";
 
-/// The static-state model `path` with the outputs [`NEXT_INPUT_IDS`] and
-/// [`NEXT_POSITION`] added, encoded.
-pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
-    let mut model = read_model(path)?;
+/// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
+/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
+pub(crate) fn step_model(file: ModelFile, names: StepNames) -> Result<Vec<u8>> {
+    let path = file.path;
+    let StepNames {
+        ids: input_ids,
+        position,
+        logits,
+    } = names;
+    let mut model = file.model()?.into_owned();
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let mut edit =
         ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
     let taken = edit.value_names();
-    if let Some(name) = [NEXT_INPUT_IDS, NEXT_POSITION, ONE]
+    if let Some(name) = [STEP_NEXT_IDS, STEP_NEXT_POSITION, ONE]
         .into_iter()
         .find(|n| taken.contains(*n))
     {
@@ -42,7 +44,7 @@ pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
             "the graph already has a value named {name}, which static-state decoding adds"
         )));
     }
-    for needed in [INPUT_IDS, POSITION] {
+    for needed in [input_ids, position] {
         if !taken.contains(needed) {
             return Err(bad(format!("the graph has no input {needed}")));
         }
@@ -51,15 +53,15 @@ pub(crate) fn step_model(path: &Path) -> Result<Vec<u8>> {
     edit.wrap_nodes(
         &[],
         &[
-            arg_max_node("next_input_ids/argmax", LOGITS, -1, NEXT_INPUT_IDS),
-            add_node("next_position/add", POSITION, ONE, NEXT_POSITION),
+            arg_max_node("next_input_ids/argmax", logits, -1, STEP_NEXT_IDS),
+            add_node("next_position/add", position, ONE, STEP_NEXT_POSITION),
         ],
     );
-    if !(edit.add_output_like(NEXT_INPUT_IDS, INPUT_IDS)
-        && edit.add_output_like(NEXT_POSITION, POSITION))
+    if !(edit.add_output_like(STEP_NEXT_IDS, input_ids)
+        && edit.add_output_like(STEP_NEXT_POSITION, position))
     {
         return Err(bad(format!(
-            "the graph does not declare {INPUT_IDS} and {POSITION} as inputs"
+            "the graph does not declare {input_ids} and {position} as inputs"
         )));
     }
     Ok(prost::Message::encode_to_vec(&model))
@@ -70,13 +72,22 @@ mod tests {
     use ndarray::{Array1, Array2, ArrayD, IxDyn};
 
     use super::*;
+    use crate::gmlp::decoding::POSITION;
+    use crate::gmlp::emit::{INPUT_IDS, LOGITS};
     use crate::gmlp::sampling::argmax;
     use crate::gmlp::SequenceMode;
     use crate::onnx::proto::{GraphProto, ModelProto};
+    use crate::onnx::reader::read_model;
     use crate::runtime::decoder::DecodingModel;
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
     use crate::tensor::{NamedTensor, TensorValue};
+
+    const NAMES: StepNames = StepNames {
+        ids: INPUT_IDS,
+        position: POSITION,
+        logits: LOGITS,
+    };
 
     fn output_names(g: &GraphProto) -> Vec<String> {
         g.output.iter().map(|o| o.name().to_string()).collect()
@@ -89,11 +100,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let before = read_model(&path).unwrap().graph.unwrap();
-        let bytes = step_model(&path).unwrap();
+        let bytes = step_model(ModelFile::from(&path), NAMES).unwrap();
         let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
         let after = after.graph.unwrap();
         let mut expected = output_names(&before);
-        expected.extend([NEXT_INPUT_IDS.to_string(), NEXT_POSITION.to_string()]);
+        expected.extend([STEP_NEXT_IDS.to_string(), STEP_NEXT_POSITION.to_string()]);
         assert_eq!(output_names(&after), expected);
         let declared = |list: &[crate::onnx::proto::ValueInfoProto], name: &str| {
             list.iter()
@@ -103,11 +114,11 @@ mod tests {
                 .clone()
         };
         assert_eq!(
-            declared(&after.output, NEXT_INPUT_IDS),
+            declared(&after.output, STEP_NEXT_IDS),
             declared(&after.input, INPUT_IDS)
         );
         assert_eq!(
-            declared(&after.output, NEXT_POSITION),
+            declared(&after.output, STEP_NEXT_POSITION),
             declared(&after.input, POSITION)
         );
         let last: Vec<&str> = after
@@ -122,7 +133,9 @@ mod tests {
         // Editing twice is refused: the names are taken.
         let twice = dir.path().join("twice.onnx");
         std::fs::write(&twice, &bytes).unwrap();
-        let err = step_model(&twice).unwrap_err().to_string();
+        let err = step_model(ModelFile::from(&twice), NAMES)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("already has a value named next_input_ids"),
             "{err}"
@@ -136,7 +149,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let edited = dir.path().join("step.onnx");
-        std::fs::write(&edited, step_model(&path).unwrap()).unwrap();
+        std::fs::write(&edited, step_model(ModelFile::from(&path), NAMES).unwrap()).unwrap();
         let model = DecodingModel::of(&read_model(&path).unwrap()).unwrap();
         let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
         let mut inputs = vec![
@@ -158,7 +171,7 @@ mod tests {
         let out = rt.run(&inputs).unwrap();
         let find = |name: &str| &out.iter().find(|o| o.name == name).unwrap().value;
         let (TensorValue::F32(logits), TensorValue::I64(next), TensorValue::I64(position)) =
-            (find(LOGITS), find(NEXT_INPUT_IDS), find(NEXT_POSITION))
+            (find(LOGITS), find(STEP_NEXT_IDS), find(STEP_NEXT_POSITION))
         else {
             panic!("output types")
         };

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
 use crate::runtime::decoder::{Decoder, DecodingModel};
 use crate::runtime::generator::{Generator, Sampling};
-use crate::runtime::Runtime;
+use crate::runtime::{ModelFile, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::{NamedTensor, TensorValue};
 use crate::validate::compare::{compare, pair, OutputDiff, PairReport, Tolerance};
 
@@ -128,9 +128,14 @@ fn f32_tensor(name: String, a: Array3<f32>) -> NamedTensor {
     }
 }
 
-/// Runs the decoding check on the loaded `runtimes` of one with-past model.
+/// Runs the decoding check on the loaded `runtimes` of one with-past model, loaded from
+/// `file` with `options` (the runtimes that bind a static state open it again by the
+/// decoder's road, [`Decoder::over`]).
+#[allow(clippy::too_many_arguments)]
 pub fn check_decoding(
-    runtimes: Vec<Box<dyn Runtime>>,
+    runtimes: Vec<(RuntimeKind, Box<dyn Runtime>)>,
+    file: ModelFile,
+    options: &RuntimeOptions,
     model: &DecodingModel,
     plan: DecodingPlan,
     batch: usize,
@@ -144,10 +149,10 @@ pub fn check_decoding(
     let ids = Array2::from_shape_fn((batch, tokens), |_| rng.below(vocab) as i64);
     let mut reports = Vec::new();
     let mut stepwise_results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
-    for rt in runtimes {
+    for (kind, rt) in runtimes {
         let name = rt.name().to_string();
         progress(&format!("decoding {name}"));
-        let mut decoder = Decoder::new(rt, model.clone(), batch)?;
+        let mut decoder = Decoder::over(rt, kind, file, options, batch)?;
         let state_in_place = decoder.in_place();
         let whole = decoder.feed(ids.view())?;
         let whole_state = decoder.state()?;

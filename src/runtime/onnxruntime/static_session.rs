@@ -3,8 +3,15 @@
 //! as its `past_*` input and as its `present_*` output, so that the scatter writing a run's
 //! new rows (`ScatterND`, `TensorScatter`) finds its output already holding the rest and
 //! copies nothing (its kernels skip the copy when the two buffers are one). On the CPU
-//! execution provider the buffers are host tensors; on CUDA they are device memory,
-//! written and read through [`CudaMemory`].
+//! execution provider the buffers are host tensors; on CUDA they are device memory; both
+//! are [`Buffer`]s, which check where their memory lives before each write and read.
+//!
+//! A buffer bound as an input is read in place only where the session wants that input
+//! in the buffer's memory ([`stays_bound`]): ONNX Runtime copies a bound input elsewhere
+//! at bind time, and later writes would never reach that copy. The session's input
+//! locations are read when it opens: a state input read elsewhere cannot be written in
+//! place (an error); `input_ids` or `position` read elsewhere are bound again before
+//! every run (refused with CUDA graphs, which replay fixed addresses).
 //!
 //! The session runs the file with two more outputs (step_model.rs): the greedy tokens
 //! (`ArgMax` of the logits) and `position + 1`. A single-token step has two sets of
@@ -13,160 +20,81 @@
 //! step finds its inputs already written by the run before it, and only the [batch] ids
 //! come back to the host (as onnxruntime-genai samples on the device and advances its
 //! positions by a kernel). A sampled token, or any other input, is written over them first.
-//! With CUDA graphs (`RuntimeOptions::cuda_graphs`) ONNX Runtime captures each of the two
+//! With CUDA graphs (`CudaOptions::graphs`) ONNX Runtime captures each of the two
 //! step bindings once (graph ids 0 and 1: a graph replays fixed addresses) after their
 //! warm-up runs and replays them, while runs of other lengths (the prompts) run uncaptured
 //! (`gpu_graph_id` −1). A step is then one graph replay and one copy of [batch] ids.
 
-use std::ffi::c_void;
-
-use std::path::Path;
-
 use ndarray::{Array2, Array3, ArrayView2};
-use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
-use ort::session::{IoBinding, RunOptions, Session};
-use ort::value::Tensor;
-use ort::AsPointer;
+use ort::session::{IoBinding, RunOptions};
 
-use super::cuda_memory::CudaMemory;
-use super::step_model::{step_model, NEXT_INPUT_IDS, NEXT_POSITION};
-use super::{failed, ModelSource, OrtRuntime};
+use super::buffer::{input_locations, run_binding, stays_bound, Buffer, Location, Memory};
+use super::step_model::{step_model, STEP_NEXT_IDS, STEP_NEXT_POSITION};
+use super::{failed, ModelSource, OrtRuntime, Provider};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::POSITION;
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{RuntimeOptions, StaticLayout, StaticSession};
+use crate::runtime::{ModelFile, RuntimeOptions, StaticLayout, StaticSession, StepNames};
 use crate::tensor::{NamedTensor, TensorValue};
 
-/// Where the bound buffers live.
-enum Memory {
-    /// Host memory (the CPU execution provider).
-    Host,
-    /// CUDA device memory from the session's allocator, copied through `cuda`.
-    Cuda {
-        allocator: Allocator,
-        cuda: CudaMemory,
-    },
+/// How a run's `input_ids` and `position` buffers reach the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InputBinding {
+    /// Bound once: the session reads them where they are.
+    Once,
+    /// Bound again before each run, after they are written: the session reads them
+    /// elsewhere (a copy made at bind time).
+    EachRun,
 }
 
-impl Memory {
-    /// A zeroed tensor of `shape` in this memory.
-    fn zeros<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug>(
-        &self,
-        name: &str,
-        shape: &[usize],
-    ) -> Result<Tensor<T>> {
-        let host;
-        let allocator = match self {
-            Memory::Host => {
-                host = Allocator::default();
-                &host
+/// How the inputs of a session of `runtime` whose inputs `names` are wanted in `wanted` (in
+/// session order) are bound from buffers in `held`, given the state inputs `state`, the
+/// step's other inputs `step` (ids and position) and whether CUDA graphs are on; or why
+/// the session cannot run from such buffers.
+fn input_binding(
+    runtime: &str,
+    names: &[&str],
+    wanted: &[Location],
+    held: Location,
+    state: &[&str],
+    step: &[&str],
+    graphs: bool,
+) -> Result<InputBinding> {
+    let mut binding = InputBinding::Once;
+    for (name, &want) in names.iter().zip(wanted) {
+        if stays_bound(want, held) {
+            continue;
+        }
+        let elsewhere = format!("the session reads {name} in {want:?} memory, not {held:?}");
+        if state.contains(name) {
+            return Err(failed(
+                runtime,
+                format!("{elsewhere}, so its state cannot be written in place"),
+            ));
+        }
+        if step.contains(name) {
+            if graphs {
+                return Err(failed(
+                    runtime,
+                    format!("{elsewhere}, and a CUDA graph replays fixed input addresses"),
+                ));
             }
-            Memory::Cuda { allocator, .. } => allocator,
-        };
-        let mut t = Tensor::<T>::new(allocator, shape.to_vec()).map_err(|e| failed(name, e))?;
-        self.zero(&mut t)?;
-        Ok(t)
-    }
-
-    /// Sets every element of `t` to zero.
-    fn zero<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug>(
-        &self,
-        t: &mut Tensor<T>,
-    ) -> Result<()> {
-        let bytes = t.shape().iter().product::<i64>() as usize * std::mem::size_of::<T>();
-        let ptr = t.data_ptr_mut();
-        match self {
-            // SAFETY: the tensor's buffer holds `bytes` bytes.
-            Memory::Host => unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) },
-            // SAFETY: a device allocation of `bytes` bytes.
-            Memory::Cuda { cuda, .. } => unsafe { cuda.zero(ptr, bytes)? },
-        }
-        Ok(())
-    }
-
-    /// Waits until the writes issued so far have landed (device memory).
-    fn synchronize(&self) -> Result<()> {
-        match self {
-            Memory::Host => Ok(()),
-            Memory::Cuda { cuda, .. } => cuda.synchronize(),
+            binding = InputBinding::EachRun;
         }
     }
-
-    /// Writes `values` over the start of `t` (which holds at least as many); on the
-    /// device they have landed after [`Memory::synchronize`].
-    fn write<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Copy>(
-        &self,
-        t: &mut Tensor<T>,
-        values: &[T],
-    ) -> Result<()> {
-        let len = t.shape().iter().product::<i64>() as usize;
-        if values.len() > len {
-            return Err(Error::Internal(format!(
-                "{} values for a buffer of {len}",
-                values.len()
-            )));
-        }
-        let ptr = t.data_ptr_mut();
-        let bytes = std::mem::size_of_val(values);
-        match self {
-            // SAFETY: checked above that the buffer holds the values.
-            Memory::Host => unsafe {
-                std::ptr::copy_nonoverlapping(values.as_ptr(), ptr.cast::<T>(), values.len())
-            },
-            // SAFETY: as above, on the device.
-            Memory::Cuda { cuda, .. } => unsafe {
-                cuda.to_device(ptr, values.as_ptr().cast::<c_void>(), bytes)?
-            },
-        }
-        Ok(())
-    }
-
-    /// Reads `out.len()` elements of `t` from element `offset` on.
-    fn read<T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Copy>(
-        &self,
-        t: &Tensor<T>,
-        offset: usize,
-        out: &mut [T],
-    ) -> Result<()> {
-        let len = t.shape().iter().product::<i64>() as usize;
-        if offset + out.len() > len {
-            return Err(Error::Internal(format!(
-                "elements {offset}..{} of a buffer of {len}",
-                offset + out.len()
-            )));
-        }
-        // SAFETY: checked above that the range lies in the buffer.
-        let src = unsafe { t.data_ptr().cast::<T>().add(offset) };
-        match self {
-            // SAFETY: as above.
-            Memory::Host => unsafe {
-                std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len())
-            },
-            // SAFETY: as above, from the device.
-            Memory::Cuda { cuda, .. } => unsafe {
-                cuda.to_host(
-                    out.as_mut_ptr().cast::<c_void>(),
-                    src.cast::<c_void>(),
-                    std::mem::size_of_val(out),
-                )?
-            },
-        }
-        Ok(())
-    }
+    Ok(binding)
 }
 
 /// One state tensor, bound as its `past` input and its `present` output.
 struct StateBuffer {
     past: String,
     present: String,
-    tensor: Tensor<f32>,
+    tensor: Buffer<f32>,
 }
 
 /// The buffers of a prompt's run of T tokens and the binding that names them.
 struct PromptRun {
-    ids: Tensor<i64>,
-    position: Tensor<i64>,
-    logits: Tensor<f32>,
+    ids: Buffer<i64>,
+    position: Buffer<i64>,
+    logits: Buffer<f32>,
     binding: IoBinding,
     /// T.
     tokens: usize,
@@ -175,8 +103,8 @@ struct PromptRun {
 /// One of a step's two sets of inputs, and what they hold as far as the host knows
 /// (`None`: not known, i.e. written by a run and not read back since).
 struct StepInputs {
-    ids: Tensor<i64>,
-    position: Tensor<i64>,
+    ids: Buffer<i64>,
+    position: Buffer<i64>,
     ids_held: Option<Vec<i64>>,
     positions_held: Option<Vec<i64>>,
 }
@@ -185,7 +113,7 @@ struct StepInputs {
 /// writes the greedy tokens and next positions into `inputs[1 − k]`; both write `logits`.
 struct Step {
     inputs: [StepInputs; 2],
-    logits: Tensor<f32>,
+    logits: Buffer<f32>,
     bindings: [IoBinding; 2],
     /// Each binding's run options (with CUDA graphs: its graph id).
     options: [RunOptions; 2],
@@ -217,25 +145,27 @@ pub(crate) struct BoundStatic {
     /// The run options of a prompt (CUDA graphs: uncaptured).
     prompt_options: RunOptions,
     graphs: bool,
+    /// How `input_ids` and `position` reach the session.
+    inputs: InputBinding,
 }
 
 impl BoundStatic {
-    /// Loads the static-state model `path` with its step outputs (step_model.rs) on the
-    /// CPU execution provider or on CUDA (with CUDA graphs when `options` ask for them),
-    /// with its state buffers for `layout`, zeroed.
+    /// Loads the static-state model `model` with its step outputs (step_model.rs) on
+    /// `provider` (CUDA graphs where it has them on), with its state buffers for `layout`,
+    /// zeroed.
     pub(crate) fn open(
-        path: &Path,
-        cuda: bool,
+        model: ModelFile,
+        provider: Provider,
         options: &RuntimeOptions,
         layout: &StaticLayout,
     ) -> Result<BoundStatic> {
-        let bytes = step_model(path)?;
+        let bytes = step_model(model, layout.names)?;
         let runtime = OrtRuntime::load_from(
             ModelSource::Edited {
-                path,
+                path: model.path,
                 bytes: &bytes,
             },
-            cuda,
+            provider,
             options,
         )?;
         drop(bytes);
@@ -244,30 +174,30 @@ impl BoundStatic {
 
     fn new(runtime: OrtRuntime, layout: &StaticLayout) -> Result<BoundStatic> {
         let name = runtime.name;
-        let graphs = runtime.cuda_graphs;
-        let memory = if runtime.cuda {
-            let info = MemoryInfo::new(
-                AllocationDevice::CUDA,
-                0,
-                AllocatorType::Device,
-                MemoryType::Default,
-            )
-            .map_err(|e| failed(name, e))?;
-            Memory::Cuda {
-                allocator: Allocator::new(&runtime.session, info).map_err(|e| failed(name, e))?,
-                cuda: CudaMemory::load()?,
-            }
-        } else {
-            Memory::Host
+        let (memory, graphs) = match runtime.provider {
+            Provider::Cuda { device, graphs } => (Memory::cuda(&runtime.session, device)?, graphs),
+            Provider::Cpu => (Memory::host(), false),
         };
+        let wanted = input_locations(&runtime.session).map_err(|e| failed(name, e))?;
+        let names: Vec<&str> = runtime.session.inputs().iter().map(|i| i.name()).collect();
+        let state_names: Vec<&str> = layout.state.iter().map(|s| s.past.as_str()).collect();
+        let inputs = input_binding(
+            name,
+            &names,
+            &wanted,
+            memory.location(),
+            &state_names,
+            &[layout.names.ids, layout.names.position],
+            graphs,
+        )?;
         let state = layout
             .state
             .iter()
-            .map(|(past, present, width)| {
+            .map(|s| {
                 Ok(StateBuffer {
-                    past: past.clone(),
-                    present: present.clone(),
-                    tensor: memory.zeros(name, &[layout.batch, layout.positions, *width])?,
+                    past: s.past.clone(),
+                    present: s.present.clone(),
+                    tensor: memory.zeros(&[layout.batch, layout.positions, s.width])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -283,6 +213,7 @@ impl BoundStatic {
             last: LastRun::Nothing,
             prompt_options,
             graphs,
+            inputs,
         })
     }
 
@@ -293,12 +224,12 @@ impl BoundStatic {
         let mut binding = self.runtime.session.create_binding().map_err(bind)?;
         for s in &self.state {
             binding
-                .bind_input(s.past.as_str(), &s.tensor)
+                .bind_input(s.past.as_str(), s.tensor.tensor())
                 .map_err(bind)?;
         }
         for s in &mut self.state {
             binding
-                .bind_output(s.present.as_str(), &mut s.tensor)
+                .bind_output(s.present.as_str(), s.tensor.tensor_mut())
                 .map_err(bind)?;
         }
         Ok(binding)
@@ -308,13 +239,14 @@ impl BoundStatic {
     fn prompt_run(&mut self, tokens: usize) -> Result<PromptRun> {
         let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
         let bind = |e| failed(name, e);
-        let ids = self.memory.zeros::<i64>(name, &[b, tokens])?;
-        let position = self.memory.zeros::<i64>(name, &[b])?;
-        let mut logits = self.memory.zeros::<f32>(name, &[b, tokens, v])?;
+        let ids = self.memory.zeros::<i64>(&[b, tokens])?;
+        let position = self.memory.zeros::<i64>(&[b])?;
+        let mut logits = self.memory.zeros::<f32>(&[b, tokens, v])?;
         let mut binding = self.state_binding()?;
-        binding.bind_input(INPUT_IDS, &ids).map_err(bind)?;
-        binding.bind_input(POSITION, &position).map_err(bind)?;
-        binding.bind_output(LOGITS, &mut logits).map_err(bind)?;
+        bind_inputs(name, self.layout.names, &mut binding, &ids, &position)?;
+        binding
+            .bind_output(self.layout.names.logits, logits.tensor_mut())
+            .map_err(bind)?;
         Ok(PromptRun {
             ids,
             position,
@@ -327,17 +259,18 @@ impl BoundStatic {
     /// The step's two sets of inputs, its logits and its two bindings.
     fn step_buffers(&mut self) -> Result<Step> {
         let (name, b, v) = (self.name, self.layout.batch, self.layout.vocab);
+        let names = self.layout.names;
         let bind = |e| failed(name, e);
         let inputs = |memory: &Memory| -> Result<StepInputs> {
             Ok(StepInputs {
-                ids: memory.zeros::<i64>(name, &[b, 1])?,
-                position: memory.zeros::<i64>(name, &[b])?,
+                ids: memory.zeros::<i64>(&[b, 1])?,
+                position: memory.zeros::<i64>(&[b])?,
                 ids_held: None,
                 positions_held: None,
             })
         };
         let mut sets = [inputs(&self.memory)?, inputs(&self.memory)?];
-        let mut logits = self.memory.zeros::<f32>(name, &[b, 1, v])?;
+        let mut logits = self.memory.zeros::<f32>(&[b, 1, v])?;
         let mut bindings = Vec::with_capacity(2);
         for k in 0..2 {
             let mut binding = self.state_binding()?;
@@ -345,14 +278,15 @@ impl BoundStatic {
                 [first, second] if k == 0 => (&*first, second),
                 [first, second] => (&*second, first),
             };
-            binding.bind_input(INPUT_IDS, &read.ids).map_err(bind)?;
-            binding.bind_input(POSITION, &read.position).map_err(bind)?;
-            binding.bind_output(LOGITS, &mut logits).map_err(bind)?;
+            bind_inputs(name, names, &mut binding, &read.ids, &read.position)?;
             binding
-                .bind_output(NEXT_INPUT_IDS, &mut written.ids)
+                .bind_output(names.logits, logits.tensor_mut())
                 .map_err(bind)?;
             binding
-                .bind_output(NEXT_POSITION, &mut written.position)
+                .bind_output(STEP_NEXT_IDS, written.ids.tensor_mut())
+                .map_err(bind)?;
+            binding
+                .bind_output(STEP_NEXT_POSITION, written.position.tensor_mut())
                 .map_err(bind)?;
             bindings.push(binding);
         }
@@ -389,18 +323,27 @@ impl BoundStatic {
         let mut wrote = false;
         if read.ids_held.as_ref() != Some(&ids) {
             read.ids_held = None;
-            self.memory.write(&mut read.ids, &ids)?;
+            read.ids.write(&ids)?;
             read.ids_held = Some(ids);
             wrote = true;
         }
         if read.positions_held.as_deref() != Some(positions) {
             read.positions_held = None;
-            self.memory.write(&mut read.position, positions)?;
+            read.position.write(positions)?;
             read.positions_held = Some(positions.to_vec());
             wrote = true;
         }
         if wrote {
             self.memory.synchronize()?;
+        }
+        if self.inputs == InputBinding::EachRun {
+            bind_inputs(
+                self.name,
+                self.layout.names,
+                &mut step.bindings[k],
+                &read.ids,
+                &read.position,
+            )?;
         }
         written.ids_held = None;
         written.positions_held = None;
@@ -427,9 +370,18 @@ impl BoundStatic {
             .prompt
             .as_mut()
             .ok_or_else(|| Error::Internal("prompt buffers missing".into()))?;
-        self.memory.write(&mut prompt.ids, ids)?;
-        self.memory.write(&mut prompt.position, positions)?;
+        prompt.ids.write(ids)?;
+        prompt.position.write(positions)?;
         self.memory.synchronize()?;
+        if self.inputs == InputBinding::EachRun {
+            bind_inputs(
+                self.name,
+                self.layout.names,
+                &mut prompt.binding,
+                &prompt.ids,
+                &prompt.position,
+            )?;
+        }
         self.last = LastRun::Nothing;
         run_bound(
             self.name,
@@ -442,7 +394,7 @@ impl BoundStatic {
     }
 
     /// The logits buffer of the last run and its T.
-    fn last_logits(&self) -> Result<(&Tensor<f32>, usize)> {
+    fn last_logits(&self) -> Result<(&Buffer<f32>, usize)> {
         match (self.last, &self.step, &self.prompt) {
             (LastRun::Step, Some(step), _) => Ok((&step.logits, 1)),
             (LastRun::Prompt, _, Some(prompt)) => Ok((&prompt.logits, prompt.tokens)),
@@ -462,22 +414,30 @@ fn run_options(name: &str, graph: Option<i64>) -> Result<RunOptions> {
     Ok(options)
 }
 
-/// Runs `binding` on `session`. ort's `run_binding` also asks ONNX Runtime for every bound
-/// output back and wraps each in a new value, every run; the buffers are ours already, so
-/// this calls `RunWithBinding` alone.
+/// Binds a run's `ids` and `position` buffers as the inputs `names` gives them.
+fn bind_inputs(
+    name: &str,
+    names: StepNames,
+    binding: &mut IoBinding,
+    ids: &Buffer<i64>,
+    position: &Buffer<i64>,
+) -> Result<()> {
+    binding
+        .bind_input(names.ids, ids.tensor())
+        .map_err(|e| failed(name, e))?;
+    binding
+        .bind_input(names.position, position.tensor())
+        .map_err(|e| failed(name, e))
+}
+
+/// Runs `binding` on `session` ([`run_binding`]).
 fn run_bound(
     name: &str,
-    session: &mut Session,
+    session: &mut ort::session::Session,
     binding: &IoBinding,
     options: &RunOptions,
 ) -> Result<()> {
-    // SAFETY: the three pointers are live objects owned by the arguments for the whole
-    // call; `&mut Session` keeps the (not thread-safe) run exclusive.
-    let status = unsafe {
-        (ort::api().RunWithBinding)(session.ptr().cast_mut(), options.ptr(), binding.ptr())
-    };
-    // SAFETY: a status returned by the call above, owned here.
-    unsafe { ort::Error::result_from_status(status) }.map_err(|e| failed(name, e))
+    run_binding(session, binding, options).map_err(|e| failed(name, e))
 }
 
 impl StaticSession for BoundStatic {
@@ -518,7 +478,7 @@ impl StaticSession for BoundStatic {
         let slice = out
             .as_slice_mut()
             .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-        self.memory.read(logits, 0, slice)?;
+        logits.read(0, slice)?;
         Ok(out)
     }
 
@@ -535,7 +495,7 @@ impl StaticSession for BoundStatic {
             let slice = row
                 .as_slice_mut()
                 .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-            self.memory.read(logits, (k * t + r) * v, slice)?;
+            logits.read((k * t + r) * v, slice)?;
         }
         Ok(out)
     }
@@ -549,7 +509,7 @@ impl StaticSession for BoundStatic {
             return Ok(Some(ids.clone()));
         }
         let mut ids = vec![0i64; self.layout.batch];
-        self.memory.read(&next.ids, 0, &mut ids)?;
+        next.ids.read(0, &mut ids)?;
         next.ids_held = Some(ids.clone());
         Ok(Some(ids))
     }
@@ -559,12 +519,12 @@ impl StaticSession for BoundStatic {
         self.state
             .iter()
             .zip(&self.layout.state)
-            .map(|(s, (_, _, width))| {
-                let mut out = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[b, n, *width]));
+            .map(|(s, tensor)| {
+                let mut out = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[b, n, tensor.width]));
                 let slice = out
                     .as_slice_mut()
                     .ok_or_else(|| Error::Internal("state not contiguous".into()))?;
-                self.memory.read(&s.tensor, 0, slice)?;
+                s.tensor.read(0, slice)?;
                 Ok(NamedTensor {
                     name: s.past.clone(),
                     value: TensorValue::F32(out),
@@ -575,8 +535,128 @@ impl StaticSession for BoundStatic {
 
     fn reset(&mut self) -> Result<()> {
         for s in &mut self.state {
-            self.memory.zero(&mut s.tensor)?;
+            s.tensor.zero()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmlp::SequenceMode;
+    use crate::runtime::decoder::DecodingModel;
+    use crate::runtime::testing::write_tiny;
+
+    const NAMES: [&str; 3] = ["input_ids", "position", "past_0"];
+
+    #[test]
+    fn inputs_read_elsewhere_are_bound_again_before_each_run() {
+        let (host, gpu) = (Location::Host, Location::Cuda { device: 0 });
+        let check = |wanted: [Location; 3], graphs| {
+            input_binding(
+                "ort-cuda",
+                &NAMES,
+                &wanted,
+                gpu,
+                &["past_0"],
+                &NAMES[..2],
+                graphs,
+            )
+        };
+        let refusal = |wanted, graphs| check(wanted, graphs).unwrap_err().to_string();
+        assert_eq!(check([gpu, gpu, gpu], true).unwrap(), InputBinding::Once);
+        // The CUDA-graph fallback: a graph whose position feeds a node on the CPU.
+        assert_eq!(
+            check([gpu, host, gpu], false).unwrap(),
+            InputBinding::EachRun
+        );
+        assert!(
+            refusal([gpu, host, gpu], true).contains("a CUDA graph replays fixed input addresses")
+        );
+        assert!(refusal([gpu, gpu, host], false).contains("its state cannot be written in place"));
+        assert_eq!(
+            input_binding(
+                "ort-cpu",
+                &NAMES,
+                &[host; 3],
+                host,
+                &["past_0"],
+                &NAMES[..2],
+                false
+            )
+            .unwrap(),
+            InputBinding::Once
+        );
+    }
+
+    /// Greedy tokens and the last step's logits of a prompt and `steps` single steps.
+    fn greedy_run(session: &mut BoundStatic, steps: usize) -> (Vec<i64>, Array2<f32>) {
+        session
+            .run(ndarray::array![[1i64, 7, 3]].view(), &[0])
+            .unwrap();
+        let mut tokens = Vec::new();
+        let mut next = session.greedy().unwrap();
+        if next.is_none() {
+            let row = session.logits_at(&[2]).unwrap();
+            next = Some(vec![
+                crate::gmlp::sampling::argmax(&row.row(0).to_vec()) as i64
+            ]);
+        }
+        for position in 3..3 + steps as i64 {
+            let id = next.clone().unwrap()[0];
+            tokens.push(id);
+            session
+                .run(ndarray::array![[id]].view(), &[position])
+                .unwrap();
+            next = session.greedy().unwrap();
+        }
+        (tokens, session.logits_at(&[0]).unwrap())
+    }
+
+    /// On the CPU the session reads every bound buffer where it is (ONNX Runtime's own
+    /// account of its inputs' memory), so the buffers are bound once; binding the ids and
+    /// positions again before each run (the CUDA fallback's way) gives the same tokens
+    /// and logits.
+    #[test]
+    #[cfg_attr(
+        not(feature = "test-onnxruntime"),
+        ignore = "needs ONNX Runtime's library (the test Python environment): scripts/test"
+    )]
+    fn host_buffers_stay_bound_and_binding_each_run_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let model = DecodingModel::read(&path).unwrap();
+        let layout = StaticLayout {
+            batch: 1,
+            positions: model.info.max_sequence,
+            vocab: model.vocab_size,
+            state: model.info.state.clone(),
+            names: StepNames {
+                ids: crate::gmlp::emit::INPUT_IDS,
+                position: crate::gmlp::decoding::POSITION,
+                logits: crate::gmlp::emit::LOGITS,
+            },
+        };
+        let open = || {
+            BoundStatic::open(
+                ModelFile::from(&path),
+                Provider::Cpu,
+                &RuntimeOptions::default(),
+                &layout,
+            )
+            .unwrap()
+        };
+        let mut once = open();
+        assert_eq!(once.inputs, InputBinding::Once);
+        let wanted = input_locations(&once.runtime.session).unwrap();
+        assert_eq!(wanted.len(), 2 + layout.state.len());
+        assert!(wanted.iter().all(|&w| w == Location::Host), "{wanted:?}");
+        let mut each = open();
+        each.inputs = InputBinding::EachRun;
+        let (a, logits_a) = greedy_run(&mut once, 6);
+        let (b, logits_b) = greedy_run(&mut each, 6);
+        assert_eq!(a, b);
+        assert_eq!(logits_a, logits_b);
     }
 }
