@@ -54,9 +54,23 @@ step compare-static17 "$bin" generate "$m/static17.onnx" --prompt-ids "$prompt" 
 step compare-static24 "$bin" generate "$m/static24.onnx" --prompts-file "$out/prompts8.txt" \
   --max-new-tokens 16 --compare ort-cpu,$rt --json -q > "$out/json/compare-static24.json"
 
+# --device: a device that does not exist is one clear line and exit 3, not a crash or device 0.
+"$bin" generate "$m/static17.onnx" --prompt-ids 1,2,3 --max-new-tokens 2 --runtime $rt --device 99 -q \
+  > /dev/null 2> "$out/device99.txt"
+echo "device-99 $?" >> "$out/exit_codes.txt"
+# The same tokens on --device 0 named, with the CUDA graph replayed (the note of --json).
+step device-0 "$bin" generate "$m/static17.onnx" --prompt-ids "$prompt" --max-new-tokens 16 \
+  --runtime $rt --device 0 --json -q > "$out/json/device0-static17.json"
+
 # onnxruntime-genai-cuda's step on the genai folder of the same static17 model, next to ours
 # (bench/genai_decode.py; runs when its Python package can be imported: BENCHMARKS.md says
 # how it travels to the GPU machine).
+# genai loads libonnxruntime.so* from the onnxruntime Python package's capi folder: where that
+# package is one without its libraries (../shared/gpu/'s py.tar.xz), link ORT_DYLIB_PATH there.
+ort_capi=$(python3 -c "import os, onnxruntime; print(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi'))" 2>/dev/null)
+if [ -n "$ort_capi" ] && [ -n "${ORT_DYLIB_PATH:-}" ] && ! ls "$ort_capi"/libonnxruntime.so* >/dev/null 2>&1; then
+  ln -sf "$ORT_DYLIB_PATH" "$ort_capi/" && echo "genai: linked $ORT_DYLIB_PATH into $ort_capi" >&2
+fi
 if python3 -c "import onnxruntime_genai" 2>/dev/null; then
   step genai python3 "$here/genai_decode.py" "$bin" "$m/genai" --device "${GPU_DECODE_DEVICE:-cuda}" \
     --rounds 3 > "$out/genai.json"
@@ -137,6 +151,16 @@ for tag in ["static17", "static24"]:
         ours[f"check_tokens_{tag}"] = "equal in " + ", ".join(toks) if all(t == first for t in toks.values()) else f"DIFFER {toks}"
     except Exception as e:
         ours[f"check_tokens_{tag}"] = f"error {e}"
+try:
+    rc = dict(l.split() for l in open(os.path.join(d, "exit_codes.txt")))
+    msg = open(os.path.join(d, "device99.txt")).read().strip()
+    ours["check_device_99"] = f"exit {rc.get('device-99')}: {msg}"
+    dev0 = j("device0-static17.json")[0]
+    cmp17 = {r["runtime"]: r["tokens"] for r in j("compare-static17.json")}
+    same = all(t == dev0["tokens"] for t in cmp17.values())
+    ours["check_device_0"] = ("tokens equal to the compare run" if same else "DIFFER") + f"; note: {dev0.get('note')}"
+except Exception as e:
+    ours["check_device"] = f"error {e}"
 worst, bad = 0.0, []
 for f in sorted(glob.glob(os.path.join(d, "json", "fixture-*.json"))):
     name = os.path.basename(f)[len("fixture-"):-len(".json")]
