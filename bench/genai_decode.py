@@ -29,7 +29,8 @@ def build(binary, out):
     model, folder = os.path.join(out, "static.onnx"), os.path.join(out, "genai")
     if not os.path.exists(os.path.join(folder, "genai_config.json")):
         subprocess.run([binary, "build", "--preset", "amlp-base", "--layers", "6", "--causal",
-                        "--with-past", "-o", model, "--genai-dir", folder, "-q"], check=True)
+                        "--with-past", "-o", model, "--genai-dir", folder, "-q"], check=True,
+                       stdout=sys.stderr)  # stdout is this script's JSON
     return model, folder
 
 

@@ -346,8 +346,8 @@ fn register_cuda(
     builder.with_execution_providers([provider]).map_err(|e| Error::RuntimeUnavailable {
         runtime: RuntimeKind::OrtCuda.name(),
         reason: format!(
-            "the CUDA execution provider could not be registered ({}); ort-cuda needs an NVIDIA GPU \
-             with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
+            "the CUDA execution provider could not be registered on CUDA device {device} ({}); ort-cuda \
+             needs that device (nvidia-smi lists them, from 0) with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
              and the CUDA 13 / cuDNN 9 libraries (pip install onnxruntime-gpu==1.31.1 nvidia-cuda-runtime \
              nvidia-cublas nvidia-cufft nvidia-curand nvidia-cudnn-cu13)",
             one_line(e)
