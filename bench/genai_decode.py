@@ -9,7 +9,12 @@ Rounds alternate between the two (machines are shared and noisy) and the tokens 
 equal. Prints one JSON object; `--device cuda` uses onnxruntime-genai-cuda and
 `generate --runtime ort-cuda` (genai with and without its CUDA graph).
 
-Usage: python3 bench/genai_decode.py BIN OUT_DIR [--device cpu|cuda] [--rounds 3]
+On the CPU it also times the two graphs alone, apart from both loops: the folder's
+model.onnx and the built file in ONNX Runtime (Python), each step's state bound in place
+(I/O binding, as both loops do), the steps of the two sessions interleaved in one process
+so that load changes hit both alike (`graphs_*`: is the folder's graph as fast as the file?).
+
+Usage: python3 bench/genai_decode.py BIN OUT_DIR [--device cpu|cuda] [--rounds 3] [--threads N]
   BIN: a gmlp-onnx release binary; ORT_DYLIB_PATH must name the ONNX Runtime library both use
   (genai reads ORT_LIB_PATH, set here from it).
 """
@@ -34,17 +39,27 @@ def build(binary, out):
     return model, folder
 
 
-def ours(binary, model, runtime):
+def ours(binary, model, runtime, threads):
     out = subprocess.run([binary, "generate", model, "--prompt-ids", ",".join(map(str, PROMPT)),
-                          "--max-new-tokens", str(NEW), "--runtime", runtime, "--json", "-q"],
+                          "--max-new-tokens", str(NEW), "--runtime", runtime, "--json", "-q",
+                          "--threads", str(threads)],
                          check=True, capture_output=True, text=True).stdout
     r = json.loads(out)[0]
     return r["step_median_ms"], r["tokens"], r.get("note")
 
 
-def genai(folder, device, graph):
+def genai(folder, device, graph, threads):
     import onnxruntime_genai as og
 
+    # genai reads its session options from the folder's config only.
+    path = os.path.join(folder, "genai_config.json")
+    c = json.load(open(path))
+    options = c["model"]["decoder"]["session_options"]
+    if threads:
+        options["intra_op_num_threads"] = threads
+    else:
+        options.pop("intra_op_num_threads", None)
+    json.dump(c, open(path, "w"), indent=2)
     config = og.Config(folder)
     if device == "cuda":
         config.clear_providers()
@@ -66,12 +81,69 @@ def genai(folder, device, graph):
     return statistics.median(steps[1:]), tokens
 
 
+def graphs(model, folder, threads, steps=60):
+    """Median step of the built file and of the folder's model.onnx in ONNX Runtime, the two
+    sessions' steps interleaved; the greedy tokens must agree at every step."""
+    import numpy as np
+    import onnxruntime as ort
+
+    def session(path, genai_names):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        b, state = s.io_binding(), {}
+        for i in s.get_inputs():
+            if i.name.startswith("past"):
+                shape = [d if isinstance(d, int) else 1 for d in i.shape]
+                state[i.name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32))
+                b.bind_ortvalue_input(i.name, state[i.name])
+
+        def past_of(present):
+            if genai_names:
+                return present.replace("present.", "past_key_values.")
+            return present.replace("present_", "past_")
+
+        def run(ids, pos):
+            b.bind_cpu_input("input_ids", np.array([ids], np.int64))
+            if genai_names:
+                b.bind_cpu_input("position_ids", np.arange(pos, pos + len(ids), dtype=np.int64)[None])
+                b.bind_cpu_input("attention_mask", np.ones((1, pos + len(ids)), np.int64))
+            else:
+                b.bind_cpu_input("position", np.array([pos], np.int64))
+            b.clear_binding_outputs()
+            b.bind_output("logits", "cpu")  # first: copy_outputs_to_cpu()[0]
+            for o in s.get_outputs():
+                if o.name.startswith("present"):
+                    b.bind_ortvalue_output(o.name, state[past_of(o.name)])
+            s.run_with_iobinding(b)
+            return b.copy_outputs_to_cpu()[0]
+        return run
+
+    built, theirs = session(model, False), session(os.path.join(folder, "model.onnx"), True)
+    lb, lf = built(PROMPT, 0), theirs(PROMPT, 0)
+    tb, tf, pos = [], [], len(PROMPT)
+    for _ in range(steps):
+        vocab = lb.shape[-1]
+        t1, t2 = int(lb[0, -1].argmax()), int(lf[0, -1, :vocab].argmax())
+        if t1 != t2:
+            raise SystemExit(f"graphs: tokens differ at position {pos}: {t1} vs {t2}")
+        t0 = time.perf_counter()
+        lb = built([t1], pos)
+        t_mid = time.perf_counter()
+        lf = theirs([t2], pos)
+        tf.append((time.perf_counter() - t_mid) * 1e3)
+        tb.append((t_mid - t0) * 1e3)
+        pos += 1
+    return statistics.median(tb), statistics.median(tf)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("binary")
     p.add_argument("out")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads of every session (0: ONNX Runtime's default)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.environ.setdefault("ORT_LIB_PATH", os.environ.get("ORT_DYLIB_PATH", ""))
@@ -80,14 +152,14 @@ def main():
     variants = [("genai", False)] + ([("genai_cuda_graph", True)] if a.device == "cuda" else [])
     times = {"gmlp_onnx": []}
     times.update({name: [] for name, _ in variants})
-    result = {"device": a.device, "prompt": len(PROMPT), "new_tokens": NEW}
+    result = {"device": a.device, "prompt": len(PROMPT), "new_tokens": NEW, "threads": a.threads}
     for _ in range(a.rounds):
-        ms, ours_tokens, note = ours(a.binary, model, runtime)
+        ms, ours_tokens, note = ours(a.binary, model, runtime, a.threads)
         times["gmlp_onnx"].append(ms)
         result["gmlp_onnx_note"] = note
         for name, graph in variants:
             try:
-                ms, their_tokens = genai(folder, a.device, graph)
+                ms, their_tokens = genai(folder, a.device, graph, a.threads)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
                 result[f"{name}_error"] = str(e)
                 continue
@@ -100,6 +172,11 @@ def main():
     for name, _ in variants:
         if f"{name}_step_ms" in result:
             result[f"{name}_over_ours"] = result[f"{name}_step_ms"] / result["gmlp_onnx_step_ms"]
+    if a.device == "cpu":
+        built_ms, folder_ms = graphs(model, folder, a.threads)
+        result["graphs_built_file_step_ms"] = built_ms
+        result["graphs_folder_step_ms"] = folder_ms
+        result["graphs_folder_over_built_file"] = folder_ms / built_ms
     json.dump(result, sys.stdout, indent=1)
     print()
 
