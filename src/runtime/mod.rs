@@ -1,10 +1,11 @@
-//! Runtimes that execute an ONNX file: tract (CPU) and ONNX Runtime through `ort` (CPU or
-//! CUDA execution provider). The engine side: [`open`] (a [`Runtime`], the trait every
-//! engine implements: runs, runs into owned arrays, runs carrying a state) and
-//! [`open_static`] (a [`StaticSession`] where the engine binds a static state, ONNX
-//! Runtime). The decoding side, on top: [`decoder`] (the model's decoding description and
-//! the `Decoder`) and [`generator`] (the generation loop). docs/architecture.md draws
-//! `generate`'s path through them.
+//! The engine layer: runtimes that execute an ONNX file, tract (CPU) and ONNX Runtime
+//! through `ort` (CPU or CUDA execution provider). [`open`] gives a [`Runtime`], the trait
+//! every engine implements (runs, runs into owned arrays, runs carrying a state);
+//! [`open_static`] a [`StaticSession`] where the engine binds a static state (ONNX
+//! Runtime); [`discovery`] says where ONNX Runtime's library comes from, and
+//! [`RuntimeOptions`] holds each engine's settings. It knows no model's tensor names (a
+//! caller passes them, as [`StaticLayout`]) and nothing of the decoding layer above it
+//! (src/generation/, which `tests/suite/layers.rs` keeps out of here).
 //!
 //! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
 //! checks each raw access's preconditions.
@@ -22,9 +23,7 @@ use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
-pub mod decoder;
 pub mod discovery;
-pub mod generator;
 pub mod onnxruntime;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -79,10 +79,10 @@ fn greedy_generation_equals_the_argmax_of_the_reference() {
 mod with_onnxruntime {
     use super::*;
     use gmlp_onnx::checkpoint::Import;
+    use gmlp_onnx::generation::Decoder;
     use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
     use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::Precision;
-    use gmlp_onnx::runtime::decoder::Decoder;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use gmlp_onnx::validate::Tolerance;
     use ndarray::Array3;

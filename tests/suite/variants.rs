@@ -109,13 +109,13 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
 mod with_onnxruntime {
     use super::*;
     use crate::common::decoding::{decode, rel};
+    use gmlp_onnx::generation::Decoder;
     use gmlp_onnx::gmlp::export::export_for;
     use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens};
     use gmlp_onnx::gmlp::targets::BuildTarget;
     use gmlp_onnx::gmlp::WeightSource;
     use gmlp_onnx::onnx::writer::write_model;
     use gmlp_onnx::rng::SplitMix64;
-    use gmlp_onnx::runtime::decoder::Decoder;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use ndarray::s;
     use ndarray::{Array2, Array3};

@@ -6,103 +6,23 @@
 //! bound once where the runtime and the file allow it ([`StaticSession`]: ONNX Runtime,
 //! on the host or the CUDA device), else carries it like the growing form. A
 //! variable-length model without state is re-run on the whole prefix every time (what the
-//! state avoids). The generation loop over a decoder is the generator module's `Generator`.
+//! state avoids). The generation loop over a decoder is [`Generator`](crate::generation::Generator).
 //!
 //! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.
-
-use std::path::Path;
 
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
+use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
+use crate::generation::sampling::argmax;
+use crate::gmlp::decoding::{SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
-use crate::gmlp::sampling::argmax;
-use crate::gmlp::Task;
-use crate::onnx::proto::ModelProto;
-use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
+use crate::onnx::reader::read_model;
 use crate::runtime::{
     open, open_static, Bound, CarriedState, ModelFile, Runtime, RuntimeKind, RuntimeOptions,
-    StaticLayout, StaticSession, StepNames,
+    StaticSession,
 };
 use crate::tensor::{NamedTensor, TensorValue};
-
-/// Checks that every id of `ids` lies in the vocabulary `0..vocab`, naming the first that
-/// does not as `what` (`token id`, `end token`, …): the one vocabulary check of prompts,
-/// fed tokens and end tokens.
-pub fn check_vocabulary<'a>(
-    ids: impl IntoIterator<Item = &'a i64>,
-    vocab: usize,
-    what: &str,
-) -> Result<()> {
-    match ids
-        .into_iter()
-        .find(|&&id| id < 0 || id as u64 >= vocab as u64)
-    {
-        Some(bad) => Err(Error::InvalidArgument(format!(
-            "{what} {bad} is outside the vocabulary 0..{vocab}"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// What a model says about decoding: how it was emitted and its vocabulary.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecodingModel {
-    /// Mode, n and state names.
-    pub info: DecodingInfo,
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// A static-state model whose graph writes every `present_*` by a scatter that is the
-    /// only reader of its `past_*` ([`updates_in_place`]), so the two may share a buffer.
-    pub in_place: bool,
-    /// The token that ends a sequence, if the model names one (metadata
-    /// [`END_TOKEN_KEY`], `build --eos-token-id`; ignored when outside the vocabulary).
-    pub end_token: Option<i64>,
-}
-
-impl DecodingModel {
-    /// Reads the decoding description from our metadata; `None` for fixed-length models
-    /// and files not written by this tool.
-    pub fn of(model: &ModelProto) -> Option<DecodingModel> {
-        let info = metadata_value(model, DECODING_KEY).and_then(DecodingInfo::parse)?;
-        let cfg = metadata_value(model, CONFIG_KEY).and_then(parse_config)?;
-        let in_place = info.mode == SequenceMode::Static
-            && info
-                .state
-                .iter()
-                .all(|s| updates_in_place(model, &s.past, &s.present));
-        match cfg.task {
-            Task::Tokens { vocab_size, .. } => Some(DecodingModel {
-                info,
-                vocab_size,
-                in_place,
-                end_token: metadata_value(model, END_TOKEN_KEY)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .filter(|&id| id >= 0 && (id as u64) < vocab_size as u64),
-            }),
-            Task::Vision { .. } | Task::Backbone { .. } => None,
-        }
-    }
-
-    /// Reads `path` and requires a causal token model that can decode (variable length
-    /// or with past), naming the fix otherwise.
-    pub fn read(path: &Path) -> Result<DecodingModel> {
-        DecodingModel::of_file(ModelFile::from(path))
-    }
-
-    /// [`DecodingModel::read`] of a file the caller may have decoded already.
-    pub fn of_file(file: ModelFile) -> Result<DecodingModel> {
-        let path = file.path;
-        DecodingModel::of(&*file.model()?).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} is not a causal token model built by gmlp-onnx with a variable length or --with-past (rebuild it with `build --causal --with-past`)",
-                path.display()
-            ))
-        })
-    }
-}
 
 /// How a [`Decoder`] runs its model, with the data of that way only.
 enum Engine {
@@ -520,24 +440,6 @@ impl Decoder {
         }
     }
 }
-
-/// What a static-state session needs of `model` to decode `batch` sequences.
-fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
-    StaticLayout {
-        batch,
-        positions: model.info.max_sequence,
-        vocab: model.vocab_size,
-        state: model.info.state.clone(),
-        names: STEP_NAMES,
-    }
-}
-
-/// The names of a static-state step's inputs and output besides the state.
-const STEP_NAMES: StepNames = StepNames {
-    ids: INPUT_IDS,
-    position: POSITION,
-    logits: LOGITS,
-};
 
 /// The logits of the last `t` positions of a run's `outputs`, [batch, t, vocab].
 fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array3<f32>> {
