@@ -10,6 +10,7 @@ pub mod decoder;
 pub mod generator;
 pub mod model;
 pub mod sampling;
+pub mod state;
 
 pub use decoder::Decoder;
 pub use generator::{Generation, Generator, Sampling, StopReason};
