@@ -131,7 +131,7 @@ impl Decoder {
     fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
         let state: Box<dyn State> = match model.info.mode {
             SequenceMode::Variable => Box::new(Prefix::new(runtime, batch)),
-            SequenceMode::Static | SequenceMode::WithPast | SequenceMode::Fixed => {
+            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
                 Box::new(Carried::new(runtime, model.info.clone(), batch))
             }
         };
@@ -284,7 +284,7 @@ impl Decoder {
             return Err(Error::InvalidArgument(format!(
                 "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model (build --with-past static); in a {} model every sequence of a batch is at the same position",
                 match self.model.info.mode {
-                    SequenceMode::WithPast => "growing-state (--with-past growing)",
+                    SequenceMode::Growing => "growing-state (--with-past growing)",
                     _ => "variable-length",
                 }
             )));
@@ -348,7 +348,7 @@ mod tests {
             },
             ..Default::default()
         };
-        for mode in [SequenceMode::Static, SequenceMode::WithPast] {
+        for mode in [SequenceMode::Static, SequenceMode::Growing] {
             let path = write_tiny(dir.path(), mode);
             let before = files_decoded();
             // What `generate` does: one decode, then every runtime from it.

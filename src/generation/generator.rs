@@ -297,7 +297,7 @@ mod tests {
         );
         for mode in [
             SequenceMode::Static,
-            SequenceMode::WithPast,
+            SequenceMode::Growing,
             SequenceMode::Variable,
         ] {
             let path = write_tiny(dir.path(), mode);

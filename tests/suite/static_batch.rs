@@ -102,7 +102,7 @@ fn growing_state_refuses_prompts_of_different_lengths() {
     let path = write_for(
         &cfg,
         Arc::new(spread(3)),
-        SequenceMode::WithPast,
+        SequenceMode::Growing,
         &BuildTarget::at_opset(17),
         dir.path(),
         "g.onnx",

@@ -33,7 +33,7 @@ fn the_in_place_check_reads_the_graph() {
     let g = write_for(
         &cfg,
         source,
-        SequenceMode::WithPast,
+        SequenceMode::Growing,
         &target,
         dir.path(),
         "g.onnx",
@@ -91,7 +91,7 @@ fn static_state_graphs_read_no_shape() {
         let growing = write_for(
             &cfg,
             source.clone(),
-            SequenceMode::WithPast,
+            SequenceMode::Growing,
             &BuildTarget::at_opset(17),
             dir.path(),
             &format!("{name}-growing.onnx"),
