@@ -13,6 +13,6 @@ pub mod sampling;
 pub mod state;
 
 pub use decoder::Decoder;
-pub use generator::{Generation, Generator, Sampling, StopReason};
+pub use generator::{Generator, Sampling, StopReason};
 pub use model::{check_vocabulary, DecodingModel};
-pub use sampling::{Sampler, SamplingError};
+pub use sampling::SamplingError;
