@@ -17,7 +17,7 @@ use ndarray::{Array2, Array3, ArrayView2};
 use crate::error::{Error, Result};
 use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
 use crate::generation::sampling::argmax;
-use crate::generation::state::{self, Carried, Prefix, State};
+use crate::generation::state::{self, EngineValues, HostArrays, Prefix, State};
 use crate::gmlp::decoding::SequenceMode;
 use crate::onnx::reader::read_model;
 use crate::runtime::{open, open_static, Bound, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
@@ -127,12 +127,18 @@ impl Decoder {
     }
 
     /// A decoder over `runtime` whose state (if the model has one) is carried from run to
-    /// run: a variable-length model re-runs its prefix instead.
+    /// run, in the runtime's own values where it has them, else as host arrays; a
+    /// variable-length model re-runs its prefix instead.
     fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
         let state: Box<dyn State> = match model.info.mode {
             SequenceMode::Variable => Box::new(Prefix::new(runtime, batch)),
+            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed
+                if runtime.carries_own_values() =>
+            {
+                Box::new(EngineValues::new(runtime, model.info.clone(), batch))
+            }
             SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
-                Box::new(Carried::new(runtime, model.info.clone(), batch))
+                Box::new(HostArrays::new(runtime, model.info.clone(), batch))
             }
         };
         Decoder::with_state(state, model, batch)
