@@ -3,11 +3,11 @@
 //!
 //! Data path, one way: [`gmlp::GmlpConfig`] (from a preset or a [`checkpoint`]) →
 //! [`gmlp::build_graph`] through [`onnx::builder::GraphBuilder`] → [`onnx::writer`] →
-//! [`runtime`] (tract, ONNX Runtime) → [`validate`].
+//! [`runtime`] (tract, ONNX Runtime) → [`generation`] (decoding) or [`validate`].
 //!
 //! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
 //! [`fs`], [`archive`], [`spelling`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
-//! [`runtime`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
+//! [`runtime`] → [`generation`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
 //! sources.
 #![warn(missing_docs)]
 
@@ -30,6 +30,8 @@ pub mod checkpoint;
 pub mod inspect;
 
 pub mod runtime;
+
+pub mod generation;
 
 pub mod serve;
 

@@ -1,6 +1,6 @@
 // Text generation with a gmlp-onnx causal token model built `--with-past`, in the browser
 // with ONNX Runtime Web. No DOM here (app.js is the page); everything mirrors
-// `gmlp-onnx generate` (src/cli/generate.rs, src/gmlp/sampling.rs, src/rng.rs) so that the
+// `gmlp-onnx generate` (src/cli/generate.rs, src/generation/sampling.rs, src/rng.rs) so that the
 // same model, prompt and settings give the same bytes:
 //
 // - the prompt is its UTF-8 bytes, one token each (a 256-token vocabulary);
@@ -132,7 +132,7 @@ export class SplitMix64 {
   }
 }
 
-// Picks tokens from logits as src/gmlp/sampling.rs: greedy when the temperature is 0 (the
+// Picks tokens from logits as src/generation/sampling.rs: greedy when the temperature is 0 (the
 // default without topK) or topK is 1, else a draw at `temperature` (default 1 with topK)
 // among the topK most likely tokens. NaN logits are never picked.
 export class Sampler {

@@ -12,10 +12,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use gmlp_onnx::gmlp::sampling::SamplingError;
+use gmlp_onnx::generation::SamplingError;
+use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel};
+use gmlp_onnx::generation::{Generator, Sampling, StopReason};
 use gmlp_onnx::onnx::reader::read_model;
-use gmlp_onnx::runtime::decoder::{check_vocabulary, Decoder, DecodingModel};
-use gmlp_onnx::runtime::generator::{Generator, Sampling, StopReason};
 use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 

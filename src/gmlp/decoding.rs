@@ -47,8 +47,10 @@ pub enum SequenceMode {
     Variable,
     /// Variable length plus the per-block state in and out, growing with every token
     /// (`--with-past growing`): `past_*` [batch, P, width] in, `present_*` [batch, P + T,
-    /// width] out.
-    WithPast,
+    /// width] out. Spelled `with-past` in metadata and reports (the name of the earlier
+    /// builds' only state form).
+    #[serde(rename = "with-past")]
+    Growing,
     /// Variable length plus fixed-size state written in place (`--with-past`, `--with-past
     /// static`): `past_*` and `present_*` [batch, n, width], a `position` `[batch]` input,
     /// the new rows scattered into the state.
@@ -71,14 +73,14 @@ impl SequenceMode {
         match self {
             SequenceMode::Fixed => "fixed",
             SequenceMode::Variable => "variable",
-            SequenceMode::WithPast => "with-past",
+            SequenceMode::Growing => "with-past",
             SequenceMode::Static => "static",
         }
     }
 
     /// Whether the graph carries state (`past_*` inputs, `present_*` outputs).
     pub fn has_state(self) -> bool {
-        matches!(self, SequenceMode::WithPast | SequenceMode::Static)
+        matches!(self, SequenceMode::Growing | SequenceMode::Static)
     }
 
     /// Refuses a mode the model cannot have: a variable length or state for a vision or
@@ -88,7 +90,7 @@ impl SequenceMode {
         let flag = match self {
             SequenceMode::Fixed => return Ok(()),
             SequenceMode::Variable => "a variable sequence length",
-            SequenceMode::WithPast => "--with-past",
+            SequenceMode::Growing => "--with-past",
             SequenceMode::Static => "--with-past",
         };
         match cfg.task {
@@ -226,7 +228,7 @@ pub fn block_state(cfg: &GmlpConfig, i: usize) -> Vec<StateTensor> {
 pub fn mode_state(cfg: &GmlpConfig, mode: SequenceMode) -> Vec<StateTensor> {
     let all = (0..cfg.layers).flat_map(|i| block_state(cfg, i));
     match mode {
-        SequenceMode::WithPast => all.collect(),
+        SequenceMode::Growing => all.collect(),
         SequenceMode::Static => all.map(|s| StateTensor { window: None, ..s }).collect(),
         SequenceMode::Fixed | SequenceMode::Variable => Vec::new(),
     }
@@ -279,7 +281,7 @@ impl DecodingInfo {
             .unwrap_or(0);
         // Only a with-past graph has the window (files without state keep their bytes).
         let window: usize = match mode {
-            SequenceMode::WithPast => blocks
+            SequenceMode::Growing => blocks
                 .iter()
                 .map(|b| {
                     b.iter()
@@ -320,13 +322,13 @@ mod tests {
     fn modes_default_and_refuse_what_cannot_decode() {
         let mut cfg = preset("amlp-base").unwrap().config;
         assert_eq!(SequenceMode::default_for(&cfg), SequenceMode::Fixed);
-        let err = SequenceMode::WithPast.check(&cfg).unwrap_err();
+        let err = SequenceMode::Growing.check(&cfg).unwrap_err();
         assert!(err.to_string().contains("needs a causal model"), "{err}");
         cfg.causal = true;
         assert_eq!(SequenceMode::default_for(&cfg), SequenceMode::Variable);
-        SequenceMode::WithPast.check(&cfg).unwrap();
+        SequenceMode::Growing.check(&cfg).unwrap();
         cfg.shift_tokens = 1;
-        SequenceMode::WithPast.check(&cfg).unwrap();
+        SequenceMode::Growing.check(&cfg).unwrap();
         SequenceMode::Variable.check(&cfg).unwrap();
         let mut vision = preset("gmlp-ti16").unwrap().config;
         vision.causal = true;
@@ -339,7 +341,7 @@ mod tests {
         let mut cfg = preset("amlp-base").unwrap().config;
         cfg.causal = true;
         cfg.layers = 2;
-        let info = DecodingInfo::of(&cfg, SequenceMode::WithPast).unwrap();
+        let info = DecodingInfo::of(&cfg, SequenceMode::Growing).unwrap();
         let names: Vec<&str> = info.state.iter().map(|s| s.past.as_str()).collect();
         assert_eq!(
             names,
@@ -372,7 +374,7 @@ mod tests {
         cfg.causal = true;
         cfg.layers = 2;
         cfg.shift_tokens = 2;
-        let info = DecodingInfo::of(&cfg, SequenceMode::WithPast).unwrap();
+        let info = DecodingInfo::of(&cfg, SequenceMode::Growing).unwrap();
         let shift: Vec<&StateTensor> = info.state.iter().filter(|s| s.window.is_some()).collect();
         assert_eq!(shift.len(), 2);
         assert_eq!(shift[1].past, "past_shift.1");

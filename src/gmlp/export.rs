@@ -184,7 +184,7 @@ pub fn export_for(
                     (false, _) => "",
                     (true, SequenceMode::Fixed) => ", causal",
                     (true, SequenceMode::Variable) => ", causal, any length up to n",
-                    (true, SequenceMode::WithPast) => ", causal, with past state",
+                    (true, SequenceMode::Growing) => ", causal, with past state",
                     (true, SequenceMode::Static) => ", causal, with static state",
                 }
             ),

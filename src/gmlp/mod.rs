@@ -14,7 +14,6 @@ pub mod metadata;
 pub mod presets;
 pub mod quantize;
 pub mod reference;
-pub mod sampling;
 pub mod targets;
 pub mod toeplitz;
 pub mod weights;

@@ -129,7 +129,7 @@ impl Target {
     pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, String) {
         let growing = |why: String| {
             (
-                SequenceMode::WithPast,
+                SequenceMode::Growing,
                 format!("--with-past builds the growing state: {why}"),
             )
         };
@@ -306,7 +306,7 @@ mod tests {
                     );
                 }
                 Target::Portable | Target::Candle | Target::Opencv4 => {
-                    assert_eq!(mode, SequenceMode::WithPast, "{}", t.name());
+                    assert_eq!(mode, SequenceMode::Growing, "{}", t.name());
                     assert!(note.contains(&format!("--target {}", t.name())), "{note}");
                 }
             }
@@ -320,7 +320,7 @@ mod tests {
             },
         ];
         let (mode, note) = Target::Ort.with_past_for(&windowed);
-        assert_eq!(mode, SequenceMode::WithPast);
+        assert_eq!(mode, SequenceMode::Growing);
         assert!(note.contains("block 1 has a window"), "{note}");
         assert!(SequenceMode::Static.check(&windowed).is_err());
     }

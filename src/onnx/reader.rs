@@ -49,7 +49,7 @@ pub fn decode_model(bytes: &[u8], path: &Path) -> Result<onnx::ModelProto> {
         return Err(bad("its graph has no output".into()));
     }
     for t in external_tensors(graph) {
-        let reference = external_reference(t).map_err(bad)?;
+        let reference = external_reference(t).map_err(|e| bad(e.to_string()))?;
         let location = Path::new(&reference.location);
         let escapes = location.components().any(|c| {
             !matches!(
@@ -94,29 +94,56 @@ fn external_tensors(graph: &onnx::GraphProto) -> impl Iterator<Item = &onnx::Ten
         .filter(|t| t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32))
 }
 
+/// What is wrong with an initializer's external data reference (its `external_data`
+/// entries).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExternalReferenceError {
+    /// No `location` entry.
+    #[error("initializer {initializer} has external data but no location")]
+    NoLocation {
+        /// The initializer's name.
+        initializer: String,
+    },
+    /// An `offset` or `length` entry that is not a byte count.
+    #[error("initializer {initializer}: external data {key} {value:?} is not a byte count")]
+    NotAByteCount {
+        /// The initializer's name.
+        initializer: String,
+        /// `offset` or `length`.
+        key: String,
+        /// The entry's value as written.
+        value: String,
+    },
+}
+
 /// The `external_data` entries of an initializer stored outside the file.
-pub fn external_reference(t: &onnx::TensorProto) -> Result<ExternalReference, String> {
+pub fn external_reference(
+    t: &onnx::TensorProto,
+) -> std::result::Result<ExternalReference, ExternalReferenceError> {
     let entry = |key: &str| {
         t.external_data
             .iter()
             .find(|e| e.key() == key)
             .map(|e| e.value())
     };
-    let number = |key: &str| -> Result<Option<u64>, String> {
+    let number = |key: &str| -> std::result::Result<Option<u64>, ExternalReferenceError> {
         entry(key)
             .map(|v| {
-                v.trim().parse::<u64>().map_err(|_| {
-                    format!(
-                        "initializer {}: external data {key} {v:?} is not a byte count",
-                        t.name()
-                    )
-                })
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| ExternalReferenceError::NotAByteCount {
+                        initializer: t.name().to_string(),
+                        key: key.to_string(),
+                        value: v.to_string(),
+                    })
             })
             .transpose()
     };
     Ok(ExternalReference {
         location: entry("location")
-            .ok_or_else(|| format!("initializer {} has external data but no location", t.name()))?
+            .ok_or_else(|| ExternalReferenceError::NoLocation {
+                initializer: t.name().to_string(),
+            })?
             .to_string(),
         offset: number("offset")?.unwrap_or(0),
         length: number("length")?,
@@ -129,9 +156,9 @@ pub fn external_locations(model: &onnx::ModelProto, path: &Path) -> Result<Vec<S
     let mut locations: Vec<String> = Vec::new();
     if let Some(graph) = &model.graph {
         for t in external_tensors(graph) {
-            let r = external_reference(t).map_err(|reason| Error::BadModel {
+            let r = external_reference(t).map_err(|e| Error::BadModel {
                 path: path.to_path_buf(),
-                reason,
+                reason: e.to_string(),
             })?;
             if !locations.contains(&r.location) {
                 locations.push(r.location);
@@ -158,7 +185,7 @@ pub fn check_external_data(model: &onnx::ModelProto, path: &Path) -> Result<()> 
     };
     let mut sizes = std::collections::HashMap::new();
     for t in external_tensors(graph) {
-        let r = external_reference(t).map_err(bad)?;
+        let r = external_reference(t).map_err(|e| bad(e.to_string()))?;
         let file = dir.join(&r.location);
         let file_len = match sizes.get(&file) {
             Some(&n) => n,
@@ -335,4 +362,53 @@ pub fn stored_f32_count(model: &onnx::ModelProto) -> u64 {
                 .fold(0u64, u64::saturating_add)
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_entries(entries: &[(&str, &str)]) -> onnx::TensorProto {
+        onnx::TensorProto {
+            name: Some("w".into()),
+            external_data: entries
+                .iter()
+                .map(|(k, v)| onnx::StringStringEntryProto {
+                    key: Some(k.to_string()),
+                    value: Some(v.to_string()),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_external_reference_without_location_or_with_a_bad_count_says_which() {
+        let ok = external_reference(&with_entries(&[("location", "w.bin"), ("length", "8")]));
+        assert_eq!(
+            ok.unwrap(),
+            ExternalReference {
+                location: "w.bin".into(),
+                offset: 0,
+                length: Some(8),
+            }
+        );
+        let missing = external_reference(&with_entries(&[("offset", "0")])).unwrap_err();
+        assert_eq!(
+            missing,
+            ExternalReferenceError::NoLocation {
+                initializer: "w".into()
+            }
+        );
+        assert_eq!(
+            missing.to_string(),
+            "initializer w has external data but no location"
+        );
+        let bad = external_reference(&with_entries(&[("location", "w.bin"), ("offset", "x")]))
+            .unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "initializer w: external data offset \"x\" is not a byte count"
+        );
+    }
 }

@@ -115,7 +115,7 @@ fn read_external(
     bytes: usize,
 ) -> Result<Vec<u8>, String> {
     use std::io::{Read, Seek, SeekFrom};
-    let r = external_reference(t)?;
+    let r = external_reference(t).map_err(|e| e.to_string())?;
     let dir = match model_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -61,7 +61,40 @@ pub struct Look {
     /// does not apply (flag not given, variable not set).
     pub place: Option<String>,
     /// The library found there, or why there was none.
-    pub outcome: std::result::Result<PathBuf, String>,
+    pub outcome: std::result::Result<PathBuf, NoLibrary>,
+}
+
+/// Why a place held no ONNX Runtime library (each message as [`Look::render`] shows it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoLibrary {
+    /// The place does not apply here (flag not given, variable not set, no interpreter…):
+    /// why, as said.
+    #[error("{0}")]
+    NotApplicable(&'static str),
+    /// A path given explicitly (`what`: "the path given", "the path set") is not a file.
+    #[error("{what} is not a file")]
+    NotAFile {
+        /// How the path was given.
+        what: &'static str,
+    },
+    /// The environment's folder does not exist.
+    #[error("no such folder")]
+    NoSuchFolder,
+    /// The environment has no `lib/python3*/site-packages`.
+    #[error("no lib/python3*/site-packages")]
+    NoSitePackages,
+    /// No `onnxruntime` package in the environment's site-packages.
+    #[error("no onnxruntime package installed there")]
+    NoPackage,
+    /// The interpreter could not be started (the operating system's reason).
+    #[error("cannot run it ({0})")]
+    CannotRun(String),
+    /// The interpreter cannot import `onnxruntime`.
+    #[error("it cannot import onnxruntime")]
+    CannotImport,
+    /// The package's `capi` folder holds no library file.
+    #[error("no libonnxruntime.so* in {}", .0.display())]
+    NotInPackage(PathBuf),
 }
 
 impl Look {
@@ -153,13 +186,13 @@ impl SearchContext {
 /// place that has it or at an explicit choice that is not a file.
 pub fn discover(context: &SearchContext) -> Discovery {
     let mut looked = Vec::new();
-    let explicit = |source, path: &Path, what: &str| Look {
+    let explicit = |source, path: &Path, what: &'static str| Look {
         source,
         place: Some(path.display().to_string()),
         outcome: if path.is_file() {
             Ok(path.to_path_buf())
         } else {
-            Err(format!("{what} is not a file"))
+            Err(NoLibrary::NotAFile { what })
         },
     };
     let stop = |looked: &Vec<Look>| looked.last().is_some_and(|l: &Look| l.outcome.is_ok());
@@ -171,7 +204,7 @@ pub fn discover(context: &SearchContext) -> Discovery {
         None => looked.push(Look {
             source: LibrarySource::Flag,
             place: None,
-            outcome: Err("not given".into()),
+            outcome: Err(NoLibrary::NotApplicable("not given")),
         }),
     }
     match &context.ort_dylib_path {
@@ -183,7 +216,7 @@ pub fn discover(context: &SearchContext) -> Discovery {
         None => looked.push(Look {
             source: LibrarySource::EnvVar,
             place: None,
-            outcome: Err("not set".into()),
+            outcome: Err(NoLibrary::NotApplicable("not set")),
         }),
     }
     let environments = [
@@ -213,7 +246,7 @@ pub fn discover(context: &SearchContext) -> Discovery {
             None => Look {
                 source,
                 place: None,
-                outcome: Err(absent.into()),
+                outcome: Err(NoLibrary::NotApplicable(absent)),
             },
         });
         if stop(&looked) {
@@ -229,7 +262,7 @@ pub fn discover(context: &SearchContext) -> Discovery {
         None => Look {
             source: LibrarySource::Python,
             place: None,
-            outcome: Err("no interpreter to ask".into()),
+            outcome: Err(NoLibrary::NotApplicable("no interpreter to ask")),
         },
     });
     Discovery { looked }
@@ -243,9 +276,9 @@ fn installed_prefix(executable: &Path) -> Option<PathBuf> {
 }
 
 /// `onnxruntime/capi/libonnxruntime.so*` under `<prefix>/lib*/python3*/site-packages/`.
-pub fn library_in_environment(prefix: &Path) -> std::result::Result<PathBuf, String> {
+pub fn library_in_environment(prefix: &Path) -> std::result::Result<PathBuf, NoLibrary> {
     if !prefix.is_dir() {
-        return Err("no such folder".into());
+        return Err(NoLibrary::NoSuchFolder);
     }
     let mut site_packages = Vec::new();
     for lib in ["lib", "lib64"] {
@@ -266,18 +299,18 @@ pub fn library_in_environment(prefix: &Path) -> std::result::Result<PathBuf, Str
         site_packages.extend(pythons);
     }
     if site_packages.is_empty() {
-        return Err("no lib/python3*/site-packages".into());
+        return Err(NoLibrary::NoSitePackages);
     }
     for site in &site_packages {
         if let Some(lib) = library_in(&site.join("onnxruntime").join("capi")) {
             return Ok(lib);
         }
     }
-    Err("no onnxruntime package installed there".into())
+    Err(NoLibrary::NoPackage)
 }
 
 /// The `onnxruntime` package's library as `python` imports it.
-fn library_of_python(python: &str) -> std::result::Result<PathBuf, String> {
+fn library_of_python(python: &str) -> std::result::Result<PathBuf, NoLibrary> {
     let probe = Command::new(python)
         .args([
             "-c",
@@ -285,11 +318,11 @@ fn library_of_python(python: &str) -> std::result::Result<PathBuf, String> {
         ])
         .output();
     match probe {
-        Err(e) => Err(format!("cannot run it ({e})")),
-        Ok(out) if !out.status.success() => Err("it cannot import onnxruntime".into()),
+        Err(e) => Err(NoLibrary::CannotRun(e.to_string())),
+        Ok(out) if !out.status.success() => Err(NoLibrary::CannotImport),
         Ok(out) => {
             let capi = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            library_in(&capi).ok_or_else(|| format!("no libonnxruntime.so* in {}", capi.display()))
+            library_in(&capi).ok_or(NoLibrary::NotInPackage(capi))
         }
     }
 }

@@ -1,10 +1,11 @@
-//! Runtimes that execute an ONNX file: tract (CPU) and ONNX Runtime through `ort` (CPU or
-//! CUDA execution provider). The engine side: [`open`] (a [`Runtime`], the trait every
-//! engine implements: runs, runs into owned arrays, runs carrying a state) and
-//! [`open_static`] (a [`StaticSession`] where the engine binds a static state, ONNX
-//! Runtime). The decoding side, on top: [`decoder`] (the model's decoding description and
-//! the `Decoder`) and [`generator`] (the generation loop). docs/architecture.md draws
-//! `generate`'s path through them.
+//! The engine layer: runtimes that execute an ONNX file, tract (CPU) and ONNX Runtime
+//! through `ort` (CPU or CUDA execution provider). [`open`] gives a [`Runtime`], the trait
+//! every engine implements (runs, runs into owned arrays, runs carrying a state);
+//! [`open_static`] a [`StaticSession`] where the engine binds a static state (ONNX
+//! Runtime); [`discovery`] says where ONNX Runtime's library comes from, and
+//! [`RuntimeOptions`] holds each engine's settings. It knows no model's tensor names (a
+//! caller passes them, as [`StaticLayout`]) and nothing of the decoding layer above it
+//! (src/generation/, which `tests/suite/layers.rs` keeps out of here).
 //!
 //! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
 //! checks each raw access's preconditions.
@@ -22,9 +23,7 @@ use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
-pub mod decoder;
 pub mod discovery;
-pub mod generator;
 pub mod onnxruntime;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -151,35 +150,27 @@ pub trait Runtime {
     fn note(&self) -> Option<String> {
         None
     }
-    /// One run of a model with state: `inputs` plus the values held in `state`, matched
-    /// by name. Each output named as the `present` of a tensor in `carry` is not
-    /// returned: it becomes `state`'s value under its `past` name, fed by the next
-    /// call. On error `state` is unchanged. This default moves the state through host
-    /// arrays; ONNX Runtime overrides it to feed its own output values back without
-    /// copying them (the state is most of the bytes a decoding step moves).
+    /// Whether the runtime keeps a carried state in values of its own
+    /// ([`Runtime::run_carrying`]: ONNX Runtime's output values, fed back without a copy);
+    /// otherwise a caller carries the state as host arrays through [`Runtime::run`].
+    fn carries_own_values(&self) -> bool {
+        false
+    }
+    /// One run of a model with state, where [`Runtime::carries_own_values`]: `inputs` plus
+    /// the values held in `state`, matched by name. Each output named as the `present` of
+    /// a tensor in `carry` is not returned: it becomes `state`'s value under its `past`
+    /// name, in the runtime's own form, fed by the next call. On error `state` is
+    /// unchanged. This default refuses (a runtime without values of its own).
     fn run_carrying(
         &mut self,
-        inputs: &[NamedTensor],
-        state: &mut CarriedState,
-        carry: &[StateTensor],
+        _inputs: &[NamedTensor],
+        _state: &mut CarriedState,
+        _carry: &[StateTensor],
     ) -> Result<Vec<NamedTensor>> {
-        let mut feed = inputs.to_vec();
-        let given = feed.len();
-        feed.extend(state.take_host()?);
-        let runtime = self.name().to_string();
-        match self
-            .run(&feed)
-            .and_then(|outputs| split_carried(&runtime, outputs, carry))
-        {
-            Ok((kept, rest)) => {
-                state.values = kept;
-                Ok(rest)
-            }
-            Err(e) => {
-                *state = CarriedState::host(feed.split_off(given));
-                Err(e)
-            }
-        }
+        Err(Error::Internal(format!(
+            "{} keeps no values of its own to carry a state in",
+            self.name()
+        )))
     }
 }
 
@@ -297,7 +288,7 @@ pub trait DeviceRun {
 
 /// One value a [`CarriedState`] holds.
 pub enum StateValue {
-    /// A host array (the empty state of a prompt, and any runtime without its own form).
+    /// A host array (the empty state of a prompt).
     Host(TensorValue),
     /// An ONNX Runtime output value, fed back to the session that made it as it is.
     Ort(onnxruntime::OrtValue),
@@ -347,43 +338,6 @@ impl CarriedState {
             })
             .collect()
     }
-
-    /// Moves the values out as host arrays (copying only native ones), leaving the state
-    /// empty; on error the state holds the same values.
-    pub fn take_host(&mut self) -> Result<Vec<NamedTensor>> {
-        // Native values become host copies first, so that an error loses nothing.
-        for (_, v) in &mut self.values {
-            if let StateValue::Ort(value) = v {
-                *v = StateValue::Host(value.to_host()?);
-            }
-        }
-        let mut out = Vec::with_capacity(self.values.len());
-        for (name, v) in std::mem::take(&mut self.values) {
-            if let StateValue::Host(value) = v {
-                out.push(NamedTensor { name, value });
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Splits a run's `outputs` into the carried ones (renamed present → past, in `carry`
-/// order, as host values) and the rest (in their order).
-fn split_carried(
-    runtime: &str,
-    outputs: Vec<NamedTensor>,
-    carry: &[StateTensor],
-) -> Result<(StateValues, Vec<NamedTensor>)> {
-    let mut rest = outputs;
-    let mut kept = Vec::with_capacity(carry.len());
-    for s in carry {
-        let k = rest
-            .iter()
-            .position(|o| o.name == s.present)
-            .ok_or_else(|| missing_output(runtime, &s.present))?;
-        kept.push((s.past.clone(), StateValue::Host(rest.remove(k).value)));
-    }
-    Ok((kept, rest))
 }
 
 /// The error for a model that did not return a state output it declares, on `runtime`.
@@ -397,8 +351,8 @@ pub fn missing_output(runtime: &str, name: &str) -> Error {
 /// Loads the static-state model `model` (whose graph writes each `present_*` output by a
 /// scatter that is its `past_*` input's only reader; the caller checks this) in the
 /// runtime `kind` as a [`StaticSession`] laid out as `layout` where the runtime has one
-/// (ONNX Runtime), else as it is (tract: the state is then carried by
-/// [`Runtime::run_carrying`]). The one road to a static-state session.
+/// (ONNX Runtime), else as it is (tract: its caller then carries the state as host
+/// arrays). The one road to a static-state session.
 pub fn open_static<'a>(
     kind: RuntimeKind,
     model: impl Into<ModelFile<'a>>,

@@ -424,6 +424,10 @@ impl Runtime for OrtRuntime {
         contain_panic(name, move || self.on_device_unguarded(inputs))
     }
 
+    fn carries_own_values(&self) -> bool {
+        true
+    }
+
     fn run_carrying(
         &mut self,
         inputs: &[NamedTensor],

@@ -27,9 +27,9 @@ pub use report::{
 pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceError, ToleranceRequest};
 
 use crate::error::Result;
+use crate::generation::DecodingModel;
 use crate::npz;
 use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
-use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 use phases::{

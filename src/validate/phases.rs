@@ -6,10 +6,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::generation::DecodingModel;
 use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::npz;
 use crate::onnx::proto::ModelProto;
-use crate::runtime::decoder::DecodingModel;
 use crate::runtime::{self, ModelFile, Runtime, RuntimeKind};
 use crate::tensor::NamedTensor;
 use crate::validate::compare::{compare_all, pair, PairReport, Tolerance};

@@ -13,9 +13,9 @@ use ndarray::{s, Array2, Array3};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::generation::{Decoder, DecodingModel};
+use crate::generation::{Generator, Sampling};
 use crate::rng::SplitMix64;
-use crate::runtime::decoder::{Decoder, DecodingModel};
-use crate::runtime::generator::{Generator, Sampling};
 use crate::runtime::{ModelFile, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::{NamedTensor, TensorValue};
 use crate::validate::compare::{compare, pair, OutputDiff, PairReport, Tolerance};

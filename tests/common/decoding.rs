@@ -6,12 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use gmlp_onnx::generation::Decoder;
+use gmlp_onnx::generation::{Generator, Sampling};
 use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::writer::write_model;
-use gmlp_onnx::runtime::decoder::Decoder;
-use gmlp_onnx::runtime::generator::{Generator, Sampling};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};

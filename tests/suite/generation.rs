@@ -35,7 +35,7 @@ fn greedy_generation_equals_the_argmax_of_the_reference() {
     let path = write_in(
         &cfg,
         source.clone(),
-        SequenceMode::WithPast,
+        SequenceMode::Growing,
         dir.path(),
         "g.onnx",
     );
@@ -79,10 +79,10 @@ fn greedy_generation_equals_the_argmax_of_the_reference() {
 mod with_onnxruntime {
     use super::*;
     use gmlp_onnx::checkpoint::Import;
+    use gmlp_onnx::generation::Decoder;
     use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
     use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::Precision;
-    use gmlp_onnx::runtime::decoder::Decoder;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use gmlp_onnx::validate::Tolerance;
     use ndarray::Array3;
@@ -162,7 +162,7 @@ mod with_onnxruntime {
             let path = write_for(
                 &cfg,
                 source.clone(),
-                SequenceMode::WithPast,
+                SequenceMode::Growing,
                 &target,
                 dir.path(),
                 "p.onnx",
@@ -242,7 +242,7 @@ mod with_onnxruntime {
             let path = write_in(
                 &q,
                 source.clone(),
-                SequenceMode::WithPast,
+                SequenceMode::Growing,
                 dir.path(),
                 "q.onnx",
             );
@@ -286,7 +286,7 @@ mod with_onnxruntime {
             let path = write_in(
                 &cfg,
                 weights.clone(),
-                SequenceMode::WithPast,
+                SequenceMode::Growing,
                 dir.path(),
                 "p.onnx",
             );

@@ -1,7 +1,9 @@
 //! The library's modules form one stack, each importing only from the layers below it, so the
 //! data path points one way and there is no import circle (docs/architecture.md). This reads
 //! the sources and checks every `crate::NAME` reference against the order documented in
-//! src/lib.rs; it also checks that the gMLP model knows nothing of protobuf.
+//! src/lib.rs; it also checks that the gMLP model knows nothing of protobuf, and that the
+//! engine (`src/runtime/`) knows nothing of the decoding layer on top of it
+//! (`src/generation/`) nor any tensor name of the model.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["checkpoint"],
     &["inspect"],
     &["runtime"],
+    &["generation"],
     &["serve"],
     &["validate"],
 ];
@@ -64,6 +67,21 @@ fn crate_references(text: &str) -> Vec<String> {
     found
 }
 
+/// The `crate::NAME` references of `text`, a source file of the top-level module
+/// `module`, that point to a module of its own or a later layer (or to none in LAYERS).
+fn references_up(module: &str, text: &str) -> Vec<String> {
+    let own = layer_of(module).expect("a module in LAYERS");
+    crate_references(text)
+        .into_iter()
+        .filter(|used| {
+            !(used == module
+                || used == "Error"
+                || used == "Result"
+                || matches!(layer_of(used), Some(l) if l < own))
+        })
+        .collect()
+}
+
 #[test]
 fn modules_import_only_from_the_layers_below() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -78,21 +96,19 @@ fn modules_import_only_from_the_layers_below() {
         if ["lib", "main", "cli"].contains(&module.as_str()) {
             continue; // the crate root and the binary sit on top of everything
         }
-        let own = layer_of(&module)
-            .unwrap_or_else(|| panic!("{}: module {module} is not in LAYERS", file.display()));
+        assert!(
+            layer_of(&module).is_some(),
+            "{}: module {module} is not in LAYERS",
+            file.display()
+        );
         let text = std::fs::read_to_string(file).unwrap();
-        for used in crate_references(&text) {
-            checked += 1;
-            if used == module || used == "Error" || used == "Result" {
-                continue;
-            }
-            let ok = matches!(layer_of(&used), Some(l) if l < own);
-            if !ok {
-                violations
-                    .entry(format!("{}", file.strip_prefix(&src).unwrap().display()))
-                    .or_insert_with(Vec::new)
-                    .push(used);
-            }
+        checked += crate_references(&text).len();
+        let upward = references_up(&module, &text);
+        if !upward.is_empty() {
+            violations.insert(
+                format!("{}", file.strip_prefix(&src).unwrap().display()),
+                upward,
+            );
         }
     }
     assert!(
@@ -126,6 +142,85 @@ fn the_gmlp_model_knows_nothing_of_protobuf() {
             );
         }
     }
+}
+
+/// The two layers of running a model: the engine (`runtime`: sessions, buffers, where
+/// ONNX Runtime comes from) under the decoding layer (`generation`: the decoding model,
+/// the decoder, its state, the sampler, the generator). A reference from the engine to the
+/// decoding layer, a doc link included, is one pointing up; the other way is allowed.
+#[test]
+fn the_engine_never_refers_to_the_decoding_layer() {
+    assert!(layer_of("runtime").unwrap() < layer_of("generation").unwrap());
+    assert_eq!(
+        references_up("runtime", "use crate::generation::Decoder;"),
+        vec!["generation"]
+    );
+    assert_eq!(
+        references_up(
+            "runtime",
+            "/// See [`Sampler`](crate::generation::sampling::Sampler)."
+        ),
+        vec!["generation"]
+    );
+    assert!(references_up("generation", "use crate::runtime::{open, Runtime};").is_empty());
+    // And on the sources: no file of the engine names the decoding layer at all.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 8, "the engine's files: {files:?}");
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !crate_references(&text).iter().any(|m| m == "generation"),
+            "{} refers to the decoding layer",
+            file.display()
+        );
+    }
+}
+
+/// The engine's library code (its unit tests and their test models aside) names no tensor
+/// of the model: a static-state session gets the names from the decoding layer
+/// (`StaticLayout`), and the one type it takes from the model, `StateTensor`, is a pair of
+/// names its caller fills.
+#[test]
+fn the_engine_names_no_tensor_of_the_model() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut seen = 0;
+    for file in files.iter().filter(|f| !f.ends_with("testing.rs")) {
+        let text = std::fs::read_to_string(file).unwrap();
+        let library = text.split("#[cfg(test)]").next().unwrap_or("");
+        let own = module_path(dir.parent().unwrap(), file);
+        for path in path_references(&own, library) {
+            if path.first().is_some_and(|m| m == "gmlp") {
+                seen += 1;
+                assert_eq!(
+                    path.join("::"),
+                    "gmlp::decoding::StateTensor",
+                    "{} uses the model",
+                    file.display()
+                );
+            }
+        }
+        for name in [
+            "\"input_ids\"",
+            "\"logits\"",
+            "\"position\"",
+            "\"past_",
+            "\"present_",
+        ] {
+            assert!(
+                !library.contains(name),
+                "{} names the model's tensor {name}",
+                file.display()
+            );
+        }
+    }
+    assert!(
+        seen >= 1,
+        "the engine's StateTensor references: is the scan broken?"
+    );
 }
 
 #[test]

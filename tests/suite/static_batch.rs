@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use crate::common::decoding::*;
 use crate::common::*;
+use gmlp_onnx::generation::{Decoder, DecodingModel};
 use gmlp_onnx::gmlp::reference::forward_tokens;
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
-use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{s, Array1, Array2, ArrayD, IxDyn};
@@ -102,7 +102,7 @@ fn growing_state_refuses_prompts_of_different_lengths() {
     let path = write_for(
         &cfg,
         Arc::new(spread(3)),
-        SequenceMode::WithPast,
+        SequenceMode::Growing,
         &BuildTarget::at_opset(17),
         dir.path(),
         "g.onnx",

@@ -33,7 +33,7 @@ fn the_in_place_check_reads_the_graph() {
     let g = write_for(
         &cfg,
         source,
-        SequenceMode::WithPast,
+        SequenceMode::Growing,
         &target,
         dir.path(),
         "g.onnx",
@@ -91,7 +91,7 @@ fn static_state_graphs_read_no_shape() {
         let growing = write_for(
             &cfg,
             source.clone(),
-            SequenceMode::WithPast,
+            SequenceMode::Growing,
             &BuildTarget::at_opset(17),
             dir.path(),
             &format!("{name}-growing.onnx"),
@@ -241,9 +241,9 @@ fn ort_gpu_files_name_their_scatter_and_tract_refuses_them_clearly() {
 mod with_onnxruntime {
     use super::*;
     use gmlp_onnx::checkpoint::Import;
+    use gmlp_onnx::generation::{Decoder, DecodingModel};
     use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
     use gmlp_onnx::gmlp::Precision;
-    use gmlp_onnx::runtime::decoder::{Decoder, DecodingModel};
     use gmlp_onnx::runtime::{self, RuntimeKind};
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use gmlp_onnx::validate::Tolerance;
@@ -414,8 +414,8 @@ mod with_onnxruntime {
     /// through the edited copy in memory like its inline twin.
     #[test]
     fn tokens_picked_by_the_graph_equal_tracts_host_picks() {
+        use gmlp_onnx::generation::{Generator, Sampling};
         use gmlp_onnx::onnx::writer::{write_model_with, ExternalData};
-        use gmlp_onnx::runtime::generator::{Generator, Sampling};
         let dir = tempfile::tempdir().unwrap();
         // Untied embedding and head (two heads): continuations that do not repeat the
         // last token.

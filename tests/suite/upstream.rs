@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use crate::common::*;
+use gmlp_onnx::generation::Decoder;
 use gmlp_onnx::onnx::reader::read_model;
-use gmlp_onnx::runtime::decoder::Decoder;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
 use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};
 

@@ -80,7 +80,7 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
         .into_iter()
         .find(|(n, _)| *n == "fold3-window2-attn-heads2")
         .unwrap();
-    let info = gmlp_onnx::gmlp::decoding::DecodingInfo::of(&cfg, SequenceMode::WithPast).unwrap();
+    let info = gmlp_onnx::gmlp::decoding::DecodingInfo::of(&cfg, SequenceMode::Growing).unwrap();
     let windows: Vec<(String, Option<usize>)> = info
         .state
         .iter()
@@ -109,13 +109,13 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
 mod with_onnxruntime {
     use super::*;
     use crate::common::decoding::{decode, rel};
+    use gmlp_onnx::generation::Decoder;
     use gmlp_onnx::gmlp::export::export_for;
     use gmlp_onnx::gmlp::reference::{forward_backbone, forward_tokens};
     use gmlp_onnx::gmlp::targets::BuildTarget;
     use gmlp_onnx::gmlp::WeightSource;
     use gmlp_onnx::onnx::writer::write_model;
     use gmlp_onnx::rng::SplitMix64;
-    use gmlp_onnx::runtime::decoder::Decoder;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use ndarray::s;
     use ndarray::{Array2, Array3};
@@ -202,7 +202,7 @@ mod with_onnxruntime {
     fn token_variants_decode_with_state_in_pieces() {
         let dir = tempfile::tempdir().unwrap();
         for (name, cfg) in token_variants() {
-            let path = write(&cfg, SequenceMode::WithPast, 17, dir.path(), "p.onnx");
+            let path = write(&cfg, SequenceMode::Growing, 17, dir.path(), "p.onnx");
             onnx_check(std::slice::from_ref(&path));
             let whole = ids(2, 16, 50);
             let reference = forward_tokens(&cfg, &spread(11), whole.view()).unwrap();

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gmlp_onnx::checkpoint::{save_native, Import, ImportHints};
+use gmlp_onnx::gmlp::emit::StateScatter;
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
-use gmlp_onnx::onnx::ops::TENSOR_SCATTER_OPSET;
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
 use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
 use gmlp_onnx::validate::ValidateOptions;
@@ -337,25 +337,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     cfg.dtype = a.dtype;
     target.check(cfg.spatial)?;
     target.check_dtype(cfg.dtype)?;
-    let (mode, past_note) = match a.with_past {
-        Some(Some(PastArg::Static)) => (SequenceMode::Static, None),
-        Some(Some(PastArg::Growing)) => (SequenceMode::WithPast, None),
-        Some(None) => {
-            let (mode, note) = target.target.with_past_for(&cfg);
-            (mode, Some(note))
-        }
-        None if a.fixed_seq => (SequenceMode::Fixed, None),
-        None => (target.target.sequence_for(&cfg), None),
-    };
-    mode.check(&cfg)?;
-    if a.genai_dir.is_some() && mode != SequenceMode::Static {
-        anyhow::bail!(Error::InvalidArgument(
-            "--genai-dir needs the static state (--with-past or --with-past static): onnxruntime-genai cannot share a growing state in place".into()
-        ));
-    }
-    if let Some(note) = past_note {
-        eprintln!("note: {note}");
-    }
+    let mode = sequence_mode(&a, &target, &cfg)?;
     let mut model = export_for(
         &cfg,
         source.clone(),
@@ -364,6 +346,59 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         &target,
         mode,
     )?;
+    record_end_token(&a, &cfg, &mut model)?;
+    let layout = if a.external_data {
+        ExternalData::Always
+    } else {
+        ExternalData::Auto
+    };
+    let written = write_with_progress(&model, &a.output, layout, a.quiet)?;
+    write_beside(&a, &cfg, source.as_ref(), triton.as_ref(), &written)?;
+    println!("{}", summary(&a, &cfg, &target, mode, &model, &written));
+    if a.validate {
+        let mut options = ValidateOptions::new(distinct(&a.runtimes));
+        options.batch = 1;
+        options.runtime = a.ort.runtime_options();
+        options.tolerance = tolerance;
+        let report = validate_with_spinner(&a.output, &options, a.quiet)?;
+        finish_validation(report, None, None)?;
+    }
+    Ok(())
+}
+
+/// The sequence form the flags ask for (`--with-past [static|growing]`, `--fixed-seq`, or
+/// the target's default), checked against the model and `--genai-dir`; a plain
+/// `--with-past` says on stderr which form it built.
+fn sequence_mode(
+    a: &BuildArgs,
+    target: &BuildTarget,
+    cfg: &GmlpConfig,
+) -> anyhow::Result<SequenceMode> {
+    let (mode, past_note) = match a.with_past {
+        Some(Some(PastArg::Static)) => (SequenceMode::Static, None),
+        Some(Some(PastArg::Growing)) => (SequenceMode::Growing, None),
+        Some(None) => {
+            let (mode, note) = target.target.with_past_for(cfg);
+            (mode, Some(note))
+        }
+        None if a.fixed_seq => (SequenceMode::Fixed, None),
+        None => (target.target.sequence_for(cfg), None),
+    };
+    mode.check(cfg)?;
+    if a.genai_dir.is_some() && mode != SequenceMode::Static {
+        anyhow::bail!(Error::InvalidArgument(
+            "--genai-dir needs the static state (--with-past or --with-past static): onnxruntime-genai cannot share a growing state in place".into()
+        ));
+    }
+    if let Some(note) = past_note {
+        eprintln!("note: {note}");
+    }
+    Ok(mode)
+}
+
+/// Records `--eos-token-id` in `model`'s metadata, refusing it for a model without token
+/// ids or an id outside the vocabulary.
+fn record_end_token(a: &BuildArgs, cfg: &GmlpConfig, model: &mut Export) -> anyhow::Result<()> {
     if let Some(id) = a.eos_token_id {
         let vocab = match cfg.task {
             Task::Tokens { vocab_size, .. } if cfg.causal => vocab_size,
@@ -381,14 +416,49 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
             .metadata
             .push((END_TOKEN_KEY.to_string(), id.to_string()));
     }
-    let c = model.counts.clone();
-    let layout = if a.external_data {
-        ExternalData::Always
-    } else {
-        ExternalData::Auto
-    };
-    let written = write_with_progress(&model, &a.output, layout, a.quiet)?;
-    let bytes = written.model_bytes;
+    Ok(())
+}
+
+/// Writes what goes beside the model (`--save-weights`, `--triton-repo`, `--genai-dir`),
+/// removing every file written so far, the model's included, if one fails.
+fn write_beside(
+    a: &BuildArgs,
+    cfg: &GmlpConfig,
+    source: &dyn WeightSource,
+    triton: Option<&(PathBuf, TritonOptions)>,
+    written: &Written,
+) -> anyhow::Result<()> {
+    let mut written_so_far = WrittenSoFar(vec![a.output.clone()]);
+    written_so_far
+        .0
+        .extend(written.data_file.iter().map(|(path, _)| path.clone()));
+    if let Some(path) = &a.save_weights {
+        written_so_far.or_remove(save_native(path, cfg, source))?;
+        written_so_far.0.push(path.clone());
+        println!("wrote {} (native layout)", path.display());
+    }
+    if let Some((repo, options)) = triton {
+        let w = written_so_far.or_remove(write_repository(&a.output, repo, options))?;
+        print_repository(&w);
+    }
+    if let Some(dir) = &a.genai_dir {
+        let w = written_so_far.or_remove(write_folder(&a.output, dir, &GenaiOptions::default()))?;
+        print_folder(&w);
+    }
+    Ok(())
+}
+
+/// The line that says what was written: sizes, counts, target, opset, spatial form and,
+/// for a model with state, its form (a static state's scatter as the emitter chose it).
+fn summary(
+    a: &BuildArgs,
+    cfg: &GmlpConfig,
+    target: &BuildTarget,
+    mode: SequenceMode,
+    model: &Export,
+    written: &Written,
+) -> String {
+    let c = &model.counts;
     let data_note = match &written.data_file {
         Some((path, len)) => format!(
             " + {} ({:.1} MB of external data)",
@@ -397,50 +467,22 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         ),
         None => String::new(),
     };
-    let mut written_so_far = WrittenSoFar(vec![a.output.clone()]);
-    written_so_far
-        .0
-        .extend(written.data_file.iter().map(|(path, _)| path.clone()));
-    if let Some(path) = &a.save_weights {
-        written_so_far.or_remove(save_native(path, &cfg, source.as_ref()))?;
-        written_so_far.0.push(path.clone());
-        println!("wrote {} (native layout)", path.display());
-    }
-    if let Some((repo, options)) = &triton {
-        let w = written_so_far.or_remove(write_repository(&a.output, repo, options))?;
-        print_repository(&w);
-    }
-    if let Some(dir) = &a.genai_dir {
-        let w = written_so_far.or_remove(write_folder(&a.output, dir, &GenaiOptions::default()))?;
-        print_folder(&w);
-    }
     let state = match mode {
-        // Which scatter writes the new rows (docs/static-state.md): TensorScatter from
-        // opset 24 (`--target ort-gpu`), ScatterND below, which tract also reads.
-        SequenceMode::Static if target.opset >= TENSOR_SCATTER_OPSET => {
-            ", static state (TensorScatter)"
-        }
-        SequenceMode::Static => ", static state (ScatterND)",
-        SequenceMode::WithPast => ", growing state",
-        SequenceMode::Fixed | SequenceMode::Variable => "",
+        SequenceMode::Static => format!(
+            ", static state ({})",
+            StateScatter::at_opset(target.opset).op_type()
+        ),
+        SequenceMode::Growing => ", growing state".to_string(),
+        SequenceMode::Fixed | SequenceMode::Variable => String::new(),
     };
-    println!(
+    format!(
         "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}{state}",
         a.output.display(),
-        bytes as f64 / 1e6,
+        written.model_bytes as f64 / 1e6,
         c.stored_params,
         gmlp_onnx::inspect::human_flops(c.flops),
         target.target.name(),
         target.opset,
         cfg.spatial.name()
-    );
-    if a.validate {
-        let mut options = ValidateOptions::new(distinct(&a.runtimes));
-        options.batch = 1;
-        options.runtime = a.ort.runtime_options();
-        options.tolerance = tolerance;
-        let report = validate_with_spinner(&a.output, &options, a.quiet)?;
-        finish_validation(report, None, None)?;
-    }
-    Ok(())
+    )
 }

@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use gmlp_onnx::runtime::decoder::{check_vocabulary, DecodingModel};
-use gmlp_onnx::runtime::generator::StopReason;
+use gmlp_onnx::generation::StopReason;
+use gmlp_onnx::generation::{check_vocabulary, DecodingModel};
 use gmlp_onnx::runtime::ModelFile;
 use gmlp_onnx::Error;
 

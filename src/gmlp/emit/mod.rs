@@ -41,6 +41,7 @@ use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
 use context::Emitter;
 pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
+pub use static_state::StateScatter;
 
 /// Name of the token-model input.
 pub const INPUT_IDS: &str = "input_ids";

@@ -108,7 +108,7 @@ impl Emitter {
         Ok(match mode {
             SequenceMode::Fixed => DeclaredInputs::Fixed,
             SequenceMode::Variable => DeclaredInputs::Variable,
-            SequenceMode::WithPast => DeclaredInputs::Growing(self.declare_past_inputs(batch)?),
+            SequenceMode::Growing => DeclaredInputs::Growing(self.declare_past_inputs(batch)?),
             SequenceMode::Static => DeclaredInputs::Static(self.declare_static_inputs(batch)?),
         })
     }

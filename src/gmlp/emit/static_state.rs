@@ -24,6 +24,36 @@ use crate::gmlp::decoding::{
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 
+/// The operator that writes a run's new rows into a static state: opset 24's
+/// `TensorScatter` from [`TENSOR_SCATTER_OPSET`] on (`--target ort-gpu`), `ScatterND` below
+/// (which tract also reads). The emitter's one choice, which the build's summary asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateScatter {
+    /// `ScatterND` at indices (b, P_b + t).
+    ScatterNd,
+    /// `TensorScatter` at write index P_b.
+    TensorScatter,
+}
+
+impl StateScatter {
+    /// The scatter the emitter writes at `opset`.
+    pub fn at_opset(opset: i64) -> StateScatter {
+        if opset >= TENSOR_SCATTER_OPSET {
+            StateScatter::TensorScatter
+        } else {
+            StateScatter::ScatterNd
+        }
+    }
+
+    /// The operator's ONNX name.
+    pub fn op_type(self) -> &'static str {
+        match self {
+            StateScatter::ScatterNd => "ScatterND",
+            StateScatter::TensorScatter => "TensorScatter",
+        }
+    }
+}
+
 /// The inputs of a static-state graph, declared before the embedding.
 pub(crate) struct StaticInputs {
     /// The `position` input, i64 [batch].
@@ -268,12 +298,15 @@ impl Emitter {
             .ok_or_else(|| Error::Internal(format!("no graph input {}", tensor.past)))?;
         let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         let local = format!("{kind}_update");
-        let present = if self.g.opset() >= TENSOR_SCATTER_OPSET {
-            let start = self.static_start(&mut state.rows)?;
-            self.g.tensor_scatter(&local, &past, &update, &start, 1)?
-        } else {
-            let indices = self.static_scatter_indices(&mut state.rows)?;
-            self.g.scatter_nd(&local, &past, &indices, &update)?
+        let present = match StateScatter::at_opset(self.g.opset()) {
+            StateScatter::TensorScatter => {
+                let start = self.static_start(&mut state.rows)?;
+                self.g.tensor_scatter(&local, &past, &update, &start, 1)?
+            }
+            StateScatter::ScatterNd => {
+                let indices = self.static_scatter_indices(&mut state.rows)?;
+                self.g.scatter_nd(&local, &past, &indices, &update)?
+            }
         };
         state
             .present

@@ -545,8 +545,7 @@ impl StaticSession for BoundStatic {
 mod tests {
     use super::*;
     use crate::gmlp::SequenceMode;
-    use crate::runtime::decoder::DecodingModel;
-    use crate::runtime::testing::write_tiny;
+    use crate::runtime::testing::{first_largest, tiny_layout, write_tiny};
 
     const NAMES: [&str; 3] = ["input_ids", "position", "past_0"];
 
@@ -599,9 +598,7 @@ mod tests {
         let mut next = session.greedy().unwrap();
         if next.is_none() {
             let row = session.logits_at(&[2]).unwrap();
-            next = Some(vec![
-                crate::gmlp::sampling::argmax(&row.row(0).to_vec()) as i64
-            ]);
+            next = Some(vec![first_largest(&row.row(0).to_vec()) as i64]);
         }
         for position in 3..3 + steps as i64 {
             let id = next.clone().unwrap()[0];
@@ -626,18 +623,7 @@ mod tests {
     fn host_buffers_stay_bound_and_binding_each_run_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
-        let model = DecodingModel::read(&path).unwrap();
-        let layout = StaticLayout {
-            batch: 1,
-            positions: model.info.max_sequence,
-            vocab: model.vocab_size,
-            state: model.info.state.clone(),
-            names: StepNames {
-                ids: crate::gmlp::emit::INPUT_IDS,
-                position: crate::gmlp::decoding::POSITION,
-                logits: crate::gmlp::emit::LOGITS,
-            },
-        };
+        let layout = tiny_layout(&path, 1);
         let open = || {
             BoundStatic::open(
                 ModelFile::from(&path),

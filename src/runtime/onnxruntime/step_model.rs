@@ -74,20 +74,14 @@ mod tests {
     use super::*;
     use crate::gmlp::decoding::POSITION;
     use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-    use crate::gmlp::sampling::argmax;
     use crate::gmlp::SequenceMode;
     use crate::onnx::proto::{GraphProto, ModelProto};
     use crate::onnx::reader::read_model;
-    use crate::runtime::decoder::DecodingModel;
-    use crate::runtime::testing::write_tiny;
+    use crate::runtime::testing::{first_largest, tiny_info, write_tiny, TINY_STEP_NAMES};
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
     use crate::tensor::{NamedTensor, TensorValue};
 
-    const NAMES: StepNames = StepNames {
-        ids: INPUT_IDS,
-        position: POSITION,
-        logits: LOGITS,
-    };
+    const NAMES: StepNames = TINY_STEP_NAMES;
 
     fn output_names(g: &GraphProto) -> Vec<String> {
         g.output.iter().map(|o| o.name().to_string()).collect()
@@ -150,7 +144,7 @@ mod tests {
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let edited = dir.path().join("step.onnx");
         std::fs::write(&edited, step_model(ModelFile::from(&path), NAMES).unwrap()).unwrap();
-        let model = DecodingModel::of(&read_model(&path).unwrap()).unwrap();
+        let info = tiny_info(&path);
         let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
         let mut inputs = vec![
             NamedTensor {
@@ -162,8 +156,8 @@ mod tests {
                 value: TensorValue::I64(Array1::from(vec![0i64, 4]).into_dyn()),
             },
         ];
-        let n = model.info.max_sequence;
-        inputs.extend(model.info.state.iter().map(|s| NamedTensor {
+        let n = info.max_sequence;
+        inputs.extend(info.state.iter().map(|s| NamedTensor {
             name: s.past.clone(),
             value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, n, s.width]))),
         }));
@@ -179,7 +173,7 @@ mod tests {
         for b in 0..2 {
             for t in 0..3 {
                 let row: Vec<f32> = (0..50).map(|v| logits[[b, t, v]]).collect();
-                assert_eq!(next[[b, t]], argmax(&row) as i64, "row {b}, {t}");
+                assert_eq!(next[[b, t]], first_largest(&row) as i64, "row {b}, {t}");
             }
         }
         let distinct: std::collections::BTreeSet<i64> = next.iter().copied().collect();

@@ -50,7 +50,7 @@ pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
         SequenceMode::Fixed | SequenceMode::Variable => Err(refused(
             "it carries no state between runs (build it with --with-past)",
         )),
-        SequenceMode::WithPast => Err(refused(
+        SequenceMode::Growing => Err(refused(
             "its state grows with every token, which genai cannot share in place (build it with --with-past, the static state)",
         )),
     }

@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn files_genai_cannot_run_are_refused_and_nothing_is_written() {
         let dir = tempfile::tempdir().unwrap();
-        for mode in [SequenceMode::Variable, SequenceMode::WithPast] {
+        for mode in [SequenceMode::Variable, SequenceMode::Growing] {
             let built = write_tiny(dir.path(), mode);
             let folder = dir.path().join(format!("genai-{}", mode.as_str()));
             let e = write_folder(&built, &folder, &GenaiOptions::default()).unwrap_err();

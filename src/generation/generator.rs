@@ -13,8 +13,9 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView2};
 
 use crate::error::{Error, Result};
-use crate::gmlp::sampling::{Sampler, SamplingError};
-use crate::runtime::decoder::{check_vocabulary, Decoder};
+use crate::generation::decoder::Decoder;
+use crate::generation::model::check_vocabulary;
+use crate::generation::sampling::{Sampler, SamplingError};
 
 /// How the next tokens are picked.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -243,7 +244,7 @@ mod tests {
     use ndarray::Array2;
 
     use super::*;
-    use crate::gmlp::sampling::argmax;
+    use crate::generation::sampling::argmax;
     use crate::gmlp::SequenceMode;
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
@@ -296,7 +297,7 @@ mod tests {
         );
         for mode in [
             SequenceMode::Static,
-            SequenceMode::WithPast,
+            SequenceMode::Growing,
             SequenceMode::Variable,
         ] {
             let path = write_tiny(dir.path(), mode);

@@ -6,129 +6,31 @@
 //! bound once where the runtime and the file allow it ([`StaticSession`]: ONNX Runtime,
 //! on the host or the CUDA device), else carries it like the growing form. A
 //! variable-length model without state is re-run on the whole prefix every time (what the
-//! state avoids). The generation loop over a decoder is the generator module's `Generator`.
+//! state avoids). The decoder holds its runs and state as one
+//! [`State`](crate::generation::state::State), whichever the form, and keeps the
+//! positions. The generation loop over a decoder is [`Generator`](crate::generation::Generator).
 //!
 //! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.
 
-use std::path::Path;
-
-use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
+use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
-use crate::gmlp::sampling::argmax;
-use crate::gmlp::Task;
-use crate::onnx::proto::ModelProto;
-use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
-use crate::runtime::{
-    open, open_static, Bound, CarriedState, ModelFile, Runtime, RuntimeKind, RuntimeOptions,
-    StaticLayout, StaticSession, StepNames,
-};
-use crate::tensor::{NamedTensor, TensorValue};
-
-/// Checks that every id of `ids` lies in the vocabulary `0..vocab`, naming the first that
-/// does not as `what` (`token id`, `end token`, …): the one vocabulary check of prompts,
-/// fed tokens and end tokens.
-pub fn check_vocabulary<'a>(
-    ids: impl IntoIterator<Item = &'a i64>,
-    vocab: usize,
-    what: &str,
-) -> Result<()> {
-    match ids
-        .into_iter()
-        .find(|&&id| id < 0 || id as u64 >= vocab as u64)
-    {
-        Some(bad) => Err(Error::InvalidArgument(format!(
-            "{what} {bad} is outside the vocabulary 0..{vocab}"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// What a model says about decoding: how it was emitted and its vocabulary.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecodingModel {
-    /// Mode, n and state names.
-    pub info: DecodingInfo,
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// A static-state model whose graph writes every `present_*` by a scatter that is the
-    /// only reader of its `past_*` ([`updates_in_place`]), so the two may share a buffer.
-    pub in_place: bool,
-    /// The token that ends a sequence, if the model names one (metadata
-    /// [`END_TOKEN_KEY`], `build --eos-token-id`; ignored when outside the vocabulary).
-    pub end_token: Option<i64>,
-}
-
-impl DecodingModel {
-    /// Reads the decoding description from our metadata; `None` for fixed-length models
-    /// and files not written by this tool.
-    pub fn of(model: &ModelProto) -> Option<DecodingModel> {
-        let info = metadata_value(model, DECODING_KEY).and_then(DecodingInfo::parse)?;
-        let cfg = metadata_value(model, CONFIG_KEY).and_then(parse_config)?;
-        let in_place = info.mode == SequenceMode::Static
-            && info
-                .state
-                .iter()
-                .all(|s| updates_in_place(model, &s.past, &s.present));
-        match cfg.task {
-            Task::Tokens { vocab_size, .. } => Some(DecodingModel {
-                info,
-                vocab_size,
-                in_place,
-                end_token: metadata_value(model, END_TOKEN_KEY)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .filter(|&id| id >= 0 && (id as u64) < vocab_size as u64),
-            }),
-            Task::Vision { .. } | Task::Backbone { .. } => None,
-        }
-    }
-
-    /// Reads `path` and requires a causal token model that can decode (variable length
-    /// or with past), naming the fix otherwise.
-    pub fn read(path: &Path) -> Result<DecodingModel> {
-        DecodingModel::of_file(ModelFile::from(path))
-    }
-
-    /// [`DecodingModel::read`] of a file the caller may have decoded already.
-    pub fn of_file(file: ModelFile) -> Result<DecodingModel> {
-        let path = file.path;
-        DecodingModel::of(&*file.model()?).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} is not a causal token model built by gmlp-onnx with a variable length or --with-past (rebuild it with `build --causal --with-past`)",
-                path.display()
-            ))
-        })
-    }
-}
-
-/// How a [`Decoder`] runs its model, with the data of that way only.
-enum Engine {
-    /// Any runtime, the state carried through [`CarriedState`] (fed back as the runtime's
-    /// own values, or copied by a static-state graph's scatter every run).
-    Carried {
-        runtime: Box<dyn Runtime>,
-        /// `past_*` values to feed next (with-past models).
-        state: CarriedState,
-        /// The logits of the last run's new tokens [batch, T, vocab].
-        last: Option<Array3<f32>>,
-    },
-    /// A static-state model whose state stays in buffers bound once.
-    Bound(Box<dyn StaticSession>),
-}
+use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
+use crate::generation::sampling::argmax;
+use crate::generation::state::{self, EngineValues, HostArrays, Prefix, State};
+use crate::gmlp::decoding::SequenceMode;
+use crate::onnx::reader::read_model;
+use crate::runtime::{open, open_static, Bound, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
+use crate::tensor::NamedTensor;
 
 /// Feeds tokens to a causal token model and keeps its state between calls.
 pub struct Decoder {
-    engine: Engine,
+    /// Where the model runs and what it keeps between runs, in its one form.
+    state: Box<dyn State>,
     model: DecodingModel,
     batch: usize,
     /// Tokens fed so far to each sequence (the position of its next token).
     positions: Vec<usize>,
-    /// Every token fed so far to a variable-length model, [batch, P] (it re-runs them; empty
-    /// for the others).
-    history: Array2<i64>,
     /// Each sequence's row of its last token in the last run (T − 1, or a shorter
     /// prompt's last row).
     last_rows: Vec<usize>,
@@ -217,72 +119,52 @@ impl Decoder {
     /// A decoder over a runtime's answer to binding a static-state model.
     fn from_bound(bound: Bound, model: DecodingModel, batch: usize) -> Decoder {
         match bound {
-            Bound::Static(session) => Decoder::with_engine(Engine::Bound(session), model, batch),
+            Bound::Static(session) => {
+                Decoder::with_state(Box::new(state::Bound(session)), model, batch)
+            }
             Bound::Unbound(runtime) => Decoder::carried(runtime, model, batch),
         }
     }
 
-    /// A decoder carrying the state through host arrays or the runtime's own values.
+    /// A decoder over `runtime` whose state (if the model has one) is carried from run to
+    /// run, in the runtime's own values where it has them, else as host arrays; a
+    /// variable-length model re-runs its prefix instead.
     fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
-        let engine = Engine::Carried {
-            runtime,
-            state: CarriedState::default(),
-            last: None,
+        let state: Box<dyn State> = match model.info.mode {
+            SequenceMode::Variable => Box::new(Prefix::new(runtime, batch)),
+            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed
+                if runtime.carries_own_values() =>
+            {
+                Box::new(EngineValues::new(runtime, model.info.clone(), batch))
+            }
+            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
+                Box::new(HostArrays::new(runtime, model.info.clone(), batch))
+            }
         };
-        Decoder::with_engine(engine, model, batch)
+        Decoder::with_state(state, model, batch)
     }
 
-    fn with_engine(engine: Engine, model: DecodingModel, batch: usize) -> Decoder {
-        let mut d = Decoder {
-            engine,
+    fn with_state(state: Box<dyn State>, model: DecodingModel, batch: usize) -> Decoder {
+        Decoder {
+            state,
             model,
             batch,
             positions: vec![0; batch],
-            history: Array2::zeros((batch, 0)),
             last_rows: Vec::new(),
             open_note: None,
-        };
-        d.forget();
-        d
+        }
     }
 
     /// Forgets every token: the next [`Decoder::feed`] is a prompt (empty or zero state).
     pub fn reset(&mut self) -> Result<()> {
-        self.forget();
-        match &mut self.engine {
-            Engine::Bound(session) => session.reset(),
-            Engine::Carried { .. } => Ok(()),
-        }
-    }
-
-    /// The host side of [`Decoder::reset`]: positions, history, and a carried state of
-    /// zeros (static) or of no rows.
-    fn forget(&mut self) {
-        self.history = Array2::zeros((self.batch, 0));
         self.positions = vec![0; self.batch];
         self.last_rows.clear();
-        let (batch, info) = (self.batch, &self.model.info);
-        if let Engine::Carried { state, last, .. } = &mut self.engine {
-            let rows = match info.mode {
-                SequenceMode::Static => info.max_sequence,
-                _ => 0,
-            };
-            *last = None;
-            *state = CarriedState::host(
-                info.state
-                    .iter()
-                    .map(|s| NamedTensor {
-                        name: s.past.clone(),
-                        value: TensorValue::F32(ArrayD::zeros(IxDyn(&[batch, rows, s.width]))),
-                    })
-                    .collect(),
-            );
-        }
+        self.state.reset()
     }
 
     /// Whether runs write the state in place (a static-state model in buffers bound once).
     pub fn in_place(&self) -> bool {
-        matches!(self.engine, Engine::Bound(_))
+        self.state.in_place()
     }
 
     /// Tokens fed so far to the first sequence (the position of its next token).
@@ -307,19 +189,13 @@ impl Decoder {
 
     /// The runtime's name.
     pub fn runtime_name(&self) -> &str {
-        match &self.engine {
-            Engine::Carried { runtime, .. } => runtime.name(),
-            Engine::Bound(session) => session.name(),
-        }
+        self.state.runtime_name()
     }
 
     /// What the runtime does differently from running the file as it is
-    /// ([`Runtime::note`], [`StaticSession::note`]).
+    /// ([`State::note`]).
     pub fn runtime_note(&self) -> Option<String> {
-        let engine = match &self.engine {
-            Engine::Carried { runtime, .. } => runtime.note(),
-            Engine::Bound(session) => session.note(),
-        };
+        let engine = self.state.note();
         let notes: Vec<String> = engine.into_iter().chain(self.open_note.clone()).collect();
         (!notes.is_empty()).then(|| notes.join("; "))
     }
@@ -327,10 +203,7 @@ impl Decoder {
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
     /// for models without state.
     pub fn state(&mut self) -> Result<Vec<NamedTensor>> {
-        match &mut self.engine {
-            Engine::Carried { state, .. } => state.to_host(),
-            Engine::Bound(session) => session.state(),
-        }
+        self.state.tensors()
     }
 
     /// Checks `ids` [batch, T] against the batch, the vocabulary and the n − P positions
@@ -356,10 +229,7 @@ impl Decoder {
     /// the logits of those T positions [batch, T, vocab].
     pub fn feed(&mut self, ids: ArrayView2<i64>) -> Result<Array3<f32>> {
         self.advance(ids)?;
-        match &mut self.engine {
-            Engine::Carried { last, .. } => last.clone().ok_or_else(|| self.missing(LOGITS)),
-            Engine::Bound(session) => session.logits(),
-        }
+        self.state.logits()
     }
 
     /// Feeds `ids` [batch, T] like [`Decoder::feed`], keeping the logits where the runtime
@@ -367,56 +237,15 @@ impl Decoder {
     pub fn advance(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         self.check(ids)?;
         let t = ids.ncols();
-        let mode = self.model.info.mode;
-        if mode != SequenceMode::Static && self.positions.iter().any(|&p| p != self.position()) {
+        if self.model.info.mode != SequenceMode::Static
+            && self.positions.iter().any(|&p| p != self.position())
+        {
             return Err(Error::Internal(
                 "sequences at different positions in a model whose state is one length".into(),
             ));
         }
         let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
-        // Only a model without state re-reads the tokens before: kept for it alone.
-        let history = if mode == SequenceMode::Variable {
-            let mut all = self.history.clone();
-            all.append(Axis(1), ids).map_err(internal)?;
-            Some(all)
-        } else {
-            None
-        };
-        match &mut self.engine {
-            Engine::Bound(session) => session.run(ids, &positions)?,
-            Engine::Carried {
-                runtime,
-                state,
-                last,
-            } => {
-                let fed = history.clone().unwrap_or_else(|| ids.to_owned());
-                let mut inputs = vec![NamedTensor {
-                    name: INPUT_IDS.into(),
-                    value: TensorValue::I64(fed.into_dyn()),
-                }];
-                if mode == SequenceMode::Static {
-                    inputs.push(NamedTensor {
-                        name: POSITION.into(),
-                        value: TensorValue::I64(ndarray::Array1::from(positions).into_dyn()),
-                    });
-                }
-                let outputs = match mode {
-                    // The state stays in the runtime's own form (ONNX Runtime: its output
-                    // values, fed back without a copy).
-                    SequenceMode::Static | SequenceMode::WithPast => {
-                        runtime.run_carrying(&inputs, state, &self.model.info.state)?
-                    }
-                    SequenceMode::Variable | SequenceMode::Fixed => runtime.run(&inputs)?,
-                };
-                *last = Some(
-                    new_logits(outputs, self.batch, t)
-                        .ok_or_else(|| missing_logits(runtime.name()))?,
-                );
-            }
-        }
-        if let Some(history) = history {
-            self.history = history;
-        }
+        self.state.run(ids, &positions)?;
         for p in &mut self.positions {
             *p += t;
         }
@@ -461,7 +290,7 @@ impl Decoder {
             return Err(Error::InvalidArgument(format!(
                 "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model (build --with-past static); in a {} model every sequence of a batch is at the same position",
                 match self.model.info.mode {
-                    SequenceMode::WithPast => "growing-state (--with-past growing)",
+                    SequenceMode::Growing => "growing-state (--with-past growing)",
                     _ => "variable-length",
                 }
             )));
@@ -481,19 +310,7 @@ impl Decoder {
         if self.last_rows.len() != self.batch {
             return Err(Error::Internal("logits asked before any run".into()));
         }
-        match &mut self.engine {
-            Engine::Bound(session) => session.logits_at(&self.last_rows),
-            Engine::Carried { last, runtime, .. } => {
-                let last = last
-                    .as_ref()
-                    .ok_or_else(|| missing_logits(runtime.name()))?;
-                let vocab = last.dim().2;
-                let rows = &self.last_rows;
-                Ok(Array2::from_shape_fn((self.batch, vocab), |(b, v)| {
-                    last[[b, rows[b], v]]
-                }))
-            }
-        }
+        self.state.logits_at(&self.last_rows)
     }
 
     /// The greedy next token of each sequence (the first largest logit after its last
@@ -501,10 +318,8 @@ impl Decoder {
     /// after a step (on the CUDA device for ort-cuda: only the ids come back), else on the
     /// host from [`Decoder::next_logits`].
     pub fn greedy_next(&mut self) -> Result<Vec<i64>> {
-        if let Engine::Bound(session) = &mut self.engine {
-            if let Some(ids) = session.greedy()? {
-                return Ok(ids);
-            }
+        if let Some(ids) = self.state.greedy()? {
+            return Ok(ids);
         }
         let logits = self.next_logits()?;
         Ok(logits
@@ -512,60 +327,6 @@ impl Decoder {
             .map(|row| argmax(&row.to_vec()) as i64)
             .collect())
     }
-
-    fn missing(&self, output: &str) -> Error {
-        Error::RuntimeFailed {
-            runtime: self.runtime_name().to_string(),
-            reason: format!("the model returned no usable output {output}"),
-        }
-    }
-}
-
-/// What a static-state session needs of `model` to decode `batch` sequences.
-fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
-    StaticLayout {
-        batch,
-        positions: model.info.max_sequence,
-        vocab: model.vocab_size,
-        state: model.info.state.clone(),
-        names: STEP_NAMES,
-    }
-}
-
-/// The names of a static-state step's inputs and output besides the state.
-const STEP_NAMES: StepNames = StepNames {
-    ids: INPUT_IDS,
-    position: POSITION,
-    logits: LOGITS,
-};
-
-/// The logits of the last `t` positions of a run's `outputs`, [batch, t, vocab].
-fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array3<f32>> {
-    let logits = outputs.into_iter().find(|o| o.name == LOGITS)?;
-    let TensorValue::F32(logits) = logits.value else {
-        return None;
-    };
-    let logits: Array3<f32> = logits.into_dimensionality().ok()?;
-    let total = logits.dim().1;
-    if total < t || logits.dim().0 != batch {
-        return None;
-    }
-    Some(if total == t {
-        logits
-    } else {
-        logits.slice(s![.., total - t.., ..]).to_owned()
-    })
-}
-
-fn missing_logits(runtime: &str) -> Error {
-    Error::RuntimeFailed {
-        runtime: runtime.to_string(),
-        reason: format!("the model returned no usable output {LOGITS}"),
-    }
-}
-
-fn internal(e: impl std::fmt::Display) -> Error {
-    Error::Internal(e.to_string())
 }
 
 #[cfg(test)]
@@ -593,7 +354,7 @@ mod tests {
             },
             ..Default::default()
         };
-        for mode in [SequenceMode::Static, SequenceMode::WithPast] {
+        for mode in [SequenceMode::Static, SequenceMode::Growing] {
             let path = write_tiny(dir.path(), mode);
             let before = files_decoded();
             // What `generate` does: one decode, then every runtime from it.

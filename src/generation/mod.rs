@@ -1,0 +1,18 @@
+//! The decoding layer, on top of the engine ([`crate::runtime`]): the decoding model read
+//! from a file's metadata and its name scheme ([`model`]), the [`Decoder`] that feeds
+//! tokens and keeps the state between runs ([`decoder`]), the choice of the next token
+//! ([`sampling`]) and the one generation loop ([`generator`]). The engine knows nothing of
+//! this layer (`tests/suite/layers.rs` checks it); docs/architecture.md draws `generate`'s
+//! path through both.
+#![deny(unsafe_code)]
+
+pub mod decoder;
+pub mod generator;
+pub mod model;
+pub mod sampling;
+pub mod state;
+
+pub use decoder::Decoder;
+pub use generator::{Generator, Sampling, StopReason};
+pub use model::{check_vocabulary, DecodingModel};
+pub use sampling::SamplingError;
