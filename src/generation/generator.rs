@@ -279,16 +279,23 @@ mod tests {
         seq[prompt.len()..].to_vec()
     }
 
-    #[test]
-    fn greedy_generation_with_state_equals_rerunning_the_prefix() {
-        let dir = tempfile::tempdir().unwrap();
-        let variable = write_tiny(dir.path(), SequenceMode::Variable);
+    /// Three prompts of different lengths and each one's `new` greedy tokens from re-running
+    /// its whole prefix through the variable-length model (no state to get wrong).
+    fn three_prompts_rerun(dir: &std::path::Path, new: usize) -> (Vec<Vec<i64>>, Vec<Vec<i64>>) {
+        let variable = write_tiny(dir, SequenceMode::Variable);
         let prompts = vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]];
-        let new = 6;
-        let expected: Vec<Vec<i64>> = prompts
+        let expected = prompts
             .iter()
             .map(|p| rerun_greedy(&variable, p, new))
             .collect();
+        (prompts, expected)
+    }
+
+    #[test]
+    fn greedy_generation_with_state_equals_rerunning_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = 6;
+        let (prompts, expected) = three_prompts_rerun(dir.path(), new);
         let distinct: std::collections::BTreeSet<i64> =
             expected.iter().flatten().copied().collect();
         assert!(
@@ -335,13 +342,8 @@ mod tests {
     #[test]
     fn each_sequence_stops_at_the_end_token_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let variable = write_tiny(dir.path(), SequenceMode::Variable);
-        let prompts = vec![vec![3, 17, 5], vec![40, 2, 9, 11, 1], vec![7]];
         let new = 6;
-        let expected: Vec<Vec<i64>> = prompts
-            .iter()
-            .map(|p| rerun_greedy(&variable, p, new))
-            .collect();
+        let (prompts, expected) = three_prompts_rerun(dir.path(), new);
         // The end token: the third token of the first continuation.
         let end = expected[0][2];
         let cut = |seq: &Vec<i64>| match seq.iter().position(|&t| t == end) {

@@ -83,8 +83,7 @@ pub struct HostArrays {
     batch: usize,
     /// `past_*` values to feed next, in model order.
     past: Vec<NamedTensor>,
-    /// The logits of the last run's new tokens [batch, T, vocab].
-    last: Option<Array3<f32>>,
+    last: LastLogits,
 }
 
 impl HostArrays {
@@ -95,7 +94,7 @@ impl HostArrays {
             runtime,
             info,
             batch,
-            last: None,
+            last: LastLogits::default(),
         }
     }
 }
@@ -115,7 +114,7 @@ impl State for HostArrays {
 
     fn reset(&mut self) -> Result<()> {
         self.past = empty_past(&self.info, self.batch);
-        self.last = None;
+        self.last.clear();
         Ok(())
     }
 
@@ -139,23 +138,16 @@ impl State for HostArrays {
                 return Err(e);
             }
         };
-        self.last =
-            Some(new_logits(rest, self.batch, ids.ncols()).ok_or_else(|| missing_logits(&name))?);
+        self.last.keep(rest, self.batch, ids.ncols(), &name)?;
         Ok(())
     }
 
     fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last
-            .clone()
-            .ok_or_else(|| missing_logits(self.runtime.name()))
+        self.last.all(self.runtime.name())
     }
 
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        let last = self
-            .last
-            .as_ref()
-            .ok_or_else(|| missing_logits(self.runtime.name()))?;
-        Ok(rows_of(last, rows))
+        self.last.at(rows, self.runtime.name())
     }
 
     fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
@@ -198,8 +190,7 @@ pub struct EngineValues {
     batch: usize,
     /// `past_*` values to feed next.
     state: CarriedState,
-    /// The logits of the last run's new tokens [batch, T, vocab].
-    last: Option<Array3<f32>>,
+    last: LastLogits,
 }
 
 impl EngineValues {
@@ -211,7 +202,7 @@ impl EngineValues {
             runtime,
             info,
             batch,
-            last: None,
+            last: LastLogits::default(),
         }
     }
 }
@@ -231,7 +222,7 @@ impl State for EngineValues {
 
     fn reset(&mut self) -> Result<()> {
         self.state = CarriedState::host(empty_past(&self.info, self.batch));
-        self.last = None;
+        self.last.clear();
         Ok(())
     }
 
@@ -240,25 +231,17 @@ impl State for EngineValues {
         let outputs = self
             .runtime
             .run_carrying(&inputs, &mut self.state, &self.info.state)?;
-        self.last = Some(
-            new_logits(outputs, self.batch, ids.ncols())
-                .ok_or_else(|| missing_logits(self.runtime.name()))?,
-        );
+        self.last
+            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())?;
         Ok(())
     }
 
     fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last
-            .clone()
-            .ok_or_else(|| missing_logits(self.runtime.name()))
+        self.last.all(self.runtime.name())
     }
 
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        let last = self
-            .last
-            .as_ref()
-            .ok_or_else(|| missing_logits(self.runtime.name()))?;
-        Ok(rows_of(last, rows))
+        self.last.at(rows, self.runtime.name())
     }
 
     fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
@@ -317,8 +300,7 @@ pub struct Prefix {
     batch: usize,
     /// Every token fed so far, [batch, P].
     history: Array2<i64>,
-    /// The logits of the last run's new tokens [batch, T, vocab].
-    last: Option<Array3<f32>>,
+    last: LastLogits,
 }
 
 impl Prefix {
@@ -328,7 +310,7 @@ impl Prefix {
             runtime,
             batch,
             history: Array2::zeros((batch, 0)),
-            last: None,
+            last: LastLogits::default(),
         }
     }
 }
@@ -348,7 +330,7 @@ impl State for Prefix {
 
     fn reset(&mut self) -> Result<()> {
         self.history = Array2::zeros((self.batch, 0));
-        self.last = None;
+        self.last.clear();
         Ok(())
     }
 
@@ -360,26 +342,18 @@ impl State for Prefix {
             name: INPUT_IDS.into(),
             value: TensorValue::I64(all.clone().into_dyn()),
         }])?;
-        self.last = Some(
-            new_logits(outputs, self.batch, ids.ncols())
-                .ok_or_else(|| missing_logits(self.runtime.name()))?,
-        );
+        self.last
+            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())?;
         self.history = all;
         Ok(())
     }
 
     fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last
-            .clone()
-            .ok_or_else(|| missing_logits(self.runtime.name()))
+        self.last.all(self.runtime.name())
     }
 
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        let last = self
-            .last
-            .as_ref()
-            .ok_or_else(|| missing_logits(self.runtime.name()))?;
-        Ok(rows_of(last, rows))
+        self.last.at(rows, self.runtime.name())
     }
 
     fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
@@ -388,6 +362,41 @@ impl State for Prefix {
 
     fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
         Ok(Vec::new())
+    }
+}
+
+/// The logits of the last run's new tokens [batch, T, vocab], kept on the host by the forms
+/// whose runs return them (all but [`Bound`], whose session keeps its own).
+#[derive(Default)]
+struct LastLogits(Option<Array3<f32>>);
+
+impl LastLogits {
+    /// Keeps the logits of the last `t` positions of a run's `outputs` [batch, ≥ t, vocab].
+    fn keep(
+        &mut self,
+        outputs: Vec<NamedTensor>,
+        batch: usize,
+        t: usize,
+        runtime: &str,
+    ) -> Result<()> {
+        self.0 = Some(new_logits(outputs, batch, t).ok_or_else(|| missing_logits(runtime))?);
+        Ok(())
+    }
+
+    /// Forgets them (a new generation).
+    fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// All of them, [batch, T, vocab].
+    fn all(&self, runtime: &str) -> Result<Array3<f32>> {
+        self.0.clone().ok_or_else(|| missing_logits(runtime))
+    }
+
+    /// Row `rows[b]` of each sequence b, [batch, vocab].
+    fn at(&self, rows: &[usize], runtime: &str) -> Result<Array2<f32>> {
+        let last = self.0.as_ref().ok_or_else(|| missing_logits(runtime))?;
+        Ok(rows_of(last, rows))
     }
 }
 
