@@ -51,15 +51,18 @@ def ours(binary, model, runtime, threads):
 def genai(folder, device, graph, threads):
     import onnxruntime_genai as og
 
-    # genai reads its session options from the folder's config only.
-    path = os.path.join(folder, "genai_config.json")
-    c = json.load(open(path))
-    options = c["model"]["decoder"]["session_options"]
     if threads:
-        options["intra_op_num_threads"] = threads
-    else:
-        options.pop("intra_op_num_threads", None)
-    json.dump(c, open(path, "w"), indent=2)
+        # genai reads its session options from the folder's config only: a sibling folder
+        # with the same model.onnx and the thread count in the config (0: as written).
+        pinned = f"{folder}-threads{threads}"
+        os.makedirs(pinned, exist_ok=True)
+        for name in os.listdir(folder):
+            if name != "genai_config.json" and not os.path.exists(os.path.join(pinned, name)):
+                os.symlink(os.path.abspath(os.path.join(folder, name)), os.path.join(pinned, name))
+        c = json.load(open(os.path.join(folder, "genai_config.json")))
+        c["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
+        json.dump(c, open(os.path.join(pinned, "genai_config.json"), "w"), indent=2)
+        folder = pinned
     config = og.Config(folder)
     if device == "cuda":
         config.clear_providers()

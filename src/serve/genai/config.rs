@@ -67,6 +67,11 @@ pub struct SessionOptions {
     pub log_id: String,
     /// Execution providers besides the CPU (none: genai's device packages add theirs).
     pub provider_options: Vec<serde_json::Value>,
+    /// ONNX Runtime's intra-op threads: 0, ONNX Runtime's own default (one per physical
+    /// core, what `gmlp-onnx generate` runs with). Left out, genai would take half the
+    /// logical CPUs (`CreateSessionOptionsFromConfig`, src/models/model.cpp): one thread on
+    /// 2 vCPUs, a 1.44× slower step there (BENCHMARKS.md, "onnxruntime-genai on the CPU").
+    pub intra_op_num_threads: usize,
 }
 
 /// `model.decoder.inputs`.
@@ -142,6 +147,7 @@ impl GenaiConfig {
                     session_options: SessionOptions {
                         log_id: s("onnxruntime-genai"),
                         provider_options: Vec::new(),
+                        intra_op_num_threads: 0,
                     },
                     filename: s(filename),
                     hidden_size: d_model,
