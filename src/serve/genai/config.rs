@@ -69,7 +69,7 @@ pub struct SessionOptions {
     pub provider_options: Vec<serde_json::Value>,
     /// ONNX Runtime's intra-op threads: 0, ONNX Runtime's own default (one per physical
     /// core, what `gmlp-onnx generate` runs with). Left out, genai would take half the
-    /// logical CPUs (`CreateSessionOptionsFromConfig`, src/models/model.cpp): one thread on
+    /// logical CPUs (`CreateSessionOptionsFromConfig` in genai's src/models/model.cpp): one thread on
     /// 2 vCPUs, a 1.44× slower step there (BENCHMARKS.md, "onnxruntime-genai on the CPU").
     pub intra_op_num_threads: usize,
 }
