@@ -30,8 +30,32 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
-/// A reason an archive or member was refused, on one line.
-pub type ZipResult<T> = std::result::Result<T, String>;
+/// A reason an archive or member was refused, by what the caller can do about it; each
+/// holds the one-line reason (its `Display`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZipError {
+    /// The bytes contradict themselves or the format (cut short, a record missing or
+    /// pointing elsewhere, sizes or CRC-32 that do not match): a damaged or forged file.
+    #[error("{0}")]
+    Damaged(String),
+    /// A valid archive using what this reader does not read (several disks, encryption, a
+    /// method other than stored and deflate).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Larger than the caller's limit or this reader's (a member, the central directory).
+    #[error("{0}")]
+    TooLarge(String),
+    /// Reading the underlying file failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// An archive or member refused ([`ZipError`]), or the value.
+pub type ZipResult<T> = std::result::Result<T, ZipError>;
+
+fn damaged(reason: String) -> ZipError {
+    ZipError::Damaged(reason)
+}
 
 const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
@@ -98,8 +122,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn io(e: std::io::Error) -> String {
-    crate::error::one_line(e)
+fn io(e: std::io::Error) -> ZipError {
+    ZipError::Io(crate::error::one_line(e))
 }
 
 fn read_at<R: Read + Seek>(reader: &mut R, at: u64, buf: &mut [u8]) -> ZipResult<()> {
@@ -110,7 +134,9 @@ fn read_at<R: Read + Seek>(reader: &mut R, at: u64, buf: &mut [u8]) -> ZipResult
 /// Where the central directory is: (offset, size, member count, where it must end by).
 fn find_directory<R: Read + Seek>(reader: &mut R, len: u64) -> ZipResult<(u64, u64, u64, u64)> {
     if len < EOCD_LEN as u64 {
-        return Err(format!("{len} bytes is too short for a zip archive"));
+        return Err(damaged(format!(
+            "{len} bytes is too short for a zip archive"
+        )));
     }
     let tail_len = len.min((EOCD_LEN + MAX_COMMENT) as u64) as usize;
     let tail_start = len - tail_len as u64;
@@ -123,7 +149,7 @@ fn find_directory<R: Read + Seek>(reader: &mut R, len: u64) -> ZipResult<(u64, u
             u32_at(&tail, i) == EOCD_SIG
                 && usize::from(u16_at(&tail, i + 20)) == tail_len - i - EOCD_LEN
         })
-        .ok_or("no end of central directory record")?;
+        .ok_or_else(|| damaged("no end of central directory record".into()))?;
     let eocd = &tail[at..at + EOCD_LEN];
     let eocd_pos = tail_start + at as u64;
     let (disk, cd_disk) = (u16_at(eocd, 4), u16_at(eocd, 6));
@@ -135,10 +161,12 @@ fn find_directory<R: Read + Seek>(reader: &mut R, len: u64) -> ZipResult<(u64, u
         && u32_at(&locator, 0) == ZIP64_LOCATOR_SIG;
     if !has_locator {
         if disk != 0 || cd_disk != 0 || disk_entries != entries {
-            return Err("multi-disk archives are not supported".into());
+            return Err(ZipError::Unsupported(
+                "multi-disk archives are not supported".into(),
+            ));
         }
         if entries == u16::MAX || cd_size == u32::MAX || cd_offset == u32::MAX {
-            return Err("zip64 sizes without a zip64 end record".into());
+            return Err(damaged("zip64 sizes without a zip64 end record".into()));
         }
         return Ok((
             u64::from(cd_offset),
@@ -154,25 +182,29 @@ fn find_directory<R: Read + Seek>(reader: &mut R, len: u64) -> ZipResult<(u64, u
         u32_at(&locator, 16),
     );
     if z_disk != 0 || z_disks > 1 {
-        return Err("multi-disk archives are not supported".into());
+        return Err(ZipError::Unsupported(
+            "multi-disk archives are not supported".into(),
+        ));
     }
     if z_offset
         .checked_add(ZIP64_EOCD_LEN as u64)
         .is_none_or(|end| end > locator_pos)
     {
-        return Err(format!(
+        return Err(damaged(format!(
             "the zip64 end record at {z_offset} does not fit before its locator at {locator_pos}"
-        ));
+        )));
     }
     let mut z = [0u8; ZIP64_EOCD_LEN];
     read_at(reader, z_offset, &mut z)?;
     if u32_at(&z, 0) != ZIP64_EOCD_SIG {
-        return Err(format!("no zip64 end record at {z_offset}"));
+        return Err(damaged(format!("no zip64 end record at {z_offset}")));
     }
     let (disk, cd_disk) = (u32_at(&z, 16), u32_at(&z, 20));
     let (disk_entries, entries) = (u64_at(&z, 24), u64_at(&z, 32));
     if disk != 0 || cd_disk != 0 || disk_entries != entries {
-        return Err("multi-disk archives are not supported".into());
+        return Err(ZipError::Unsupported(
+            "multi-disk archives are not supported".into(),
+        ));
     }
     Ok((u64_at(&z, 48), u64_at(&z, 40), entries, z_offset))
 }
@@ -186,7 +218,11 @@ fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
         let record = cd
             .get(pos..pos + CENTRAL_LEN)
             .filter(|r| u32_at(r, 0) == CENTRAL_SIG)
-            .ok_or_else(|| format!("central directory record {i} is missing or damaged"))?;
+            .ok_or_else(|| {
+                damaged(format!(
+                    "central directory record {i} is missing or damaged"
+                ))
+            })?;
         let flags = u16_at(record, 8);
         let method = match u16_at(record, 10) {
             0 => Method::Stored,
@@ -204,26 +240,30 @@ fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
         let name_at = pos + CENTRAL_LEN;
         let end = name_at + name_len + extra_len + comment_len;
         if end > cd.len() {
-            return Err(format!(
+            return Err(damaged(format!(
                 "central directory record {i} runs past the directory"
-            ));
+            )));
         }
         let name = std::str::from_utf8(&cd[name_at..name_at + name_len])
-            .map_err(|_| format!("member {i}'s name is not UTF-8"))?
+            .map_err(|_| damaged(format!("member {i}'s name is not UTF-8")))?
             .to_string();
         let mut extra = &cd[name_at + name_len..name_at + name_len + extra_len];
         // The zip64 extra field holds, in this order, each value whose 32-bit field is full.
         while extra.len() >= 4 {
             let (id, n) = (u16_at(extra, 0), usize::from(u16_at(extra, 2)));
-            let data = extra
-                .get(4..4 + n)
-                .ok_or_else(|| format!("member '{name}': an extra field runs past its record"))?;
+            let data = extra.get(4..4 + n).ok_or_else(|| {
+                damaged(format!(
+                    "member '{name}': an extra field runs past its record"
+                ))
+            })?;
             if id == 1 {
                 let mut fields = data.chunks_exact(8).map(|c| u64_at(c, 0));
                 for value in [&mut size, &mut compressed_size, &mut offset] {
                     if *value == u64::from(u32::MAX) {
                         *value = fields.next().ok_or_else(|| {
-                            format!("member '{name}': its zip64 extra field is too short")
+                            damaged(format!(
+                                "member '{name}': its zip64 extra field is too short"
+                            ))
                         })?;
                     }
                 }
@@ -231,15 +271,17 @@ fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
             extra = &extra[4 + n..];
         }
         if disk != 0 && disk != u16::MAX {
-            return Err("multi-disk archives are not supported".into());
-        }
-        if [size, compressed_size, offset].contains(&u64::from(u32::MAX)) {
-            return Err(format!(
-                "member '{name}': zip64 sizes without a zip64 extra field"
+            return Err(ZipError::Unsupported(
+                "multi-disk archives are not supported".into(),
             ));
         }
+        if [size, compressed_size, offset].contains(&u64::from(u32::MAX)) {
+            return Err(damaged(format!(
+                "member '{name}': zip64 sizes without a zip64 extra field"
+            )));
+        }
         if !names.insert(name.clone()) {
-            return Err(format!("member '{name}' appears twice"));
+            return Err(damaged(format!("member '{name}' appears twice")));
         }
         out.push((
             Entry {
@@ -267,19 +309,19 @@ impl<R: Read + Seek> ZipArchive<R> {
             .checked_add(cd_size)
             .is_none_or(|end| end > cd_end)
         {
-            return Err(format!(
+            return Err(damaged(format!(
                 "the central directory ({cd_size} bytes at {cd_offset}) runs past its end record at {cd_end}"
-            ));
+            )));
         }
         if cd_size > MAX_CENTRAL_DIRECTORY {
-            return Err(format!(
+            return Err(ZipError::TooLarge(format!(
                 "a central directory of {cd_size} bytes is too large"
-            ));
+            )));
         }
         if count > cd_size / CENTRAL_LEN as u64 {
-            return Err(format!(
+            return Err(damaged(format!(
                 "{count} members do not fit a central directory of {cd_size} bytes"
-            ));
+            )));
         }
         let mut cd = vec![0u8; cd_size as usize];
         read_at(&mut reader, cd_offset, &mut cd)?;
@@ -293,39 +335,43 @@ impl<R: Read + Seek> ZipArchive<R> {
                 .checked_add(LOCAL_LEN as u64)
                 .is_none_or(|e| e > cd_offset)
             {
-                return Err(format!("member '{name}' starts past the archive's data"));
+                return Err(damaged(format!(
+                    "member '{name}' starts past the archive's data"
+                )));
             }
             read_at(&mut reader, offset, &mut local)?;
             if u32_at(&local, 0) != LOCAL_SIG {
-                return Err(format!("member '{name}' has no local header at {offset}"));
+                return Err(damaged(format!(
+                    "member '{name}' has no local header at {offset}"
+                )));
             }
             let name_len = u64::from(u16_at(&local, 26));
             let extra_len = u64::from(u16_at(&local, 28));
             let mut local_name = vec![0u8; name_len as usize];
             reader.read_exact(&mut local_name).map_err(io)?;
             if local_name != name.as_bytes() {
-                return Err(format!(
+                return Err(damaged(format!(
                     "member '{name}' is named '{}' in its local header",
                     String::from_utf8_lossy(&local_name)
-                ));
+                )));
             }
             entry.data_start = offset + LOCAL_LEN as u64 + name_len + extra_len;
             let data_end = entry.data_start.checked_add(entry.compressed_size);
             if data_end.is_none_or(|e| e > cd_offset) {
-                return Err(format!(
+                return Err(damaged(format!(
                     "member '{name}' ({} bytes at {}) runs into the central directory at {cd_offset}",
                     entry.compressed_size, entry.data_start
-                ));
+                )));
             }
             spans.push((offset, data_end.expect("checked"), entries.len()));
             entries.push(entry);
         }
         spans.sort_unstable();
         if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-            return Err(format!(
+            return Err(damaged(format!(
                 "members '{}' and '{}' overlap",
                 entries[w[0].2].name, entries[w[1].2].name
-            ));
+            )));
         }
         let by_name = entries
             .iter()
@@ -355,27 +401,29 @@ impl<R: Read + Seek> ZipArchive<R> {
         let entry = self.entries[index].clone();
         let name = &entry.name;
         if entry.encrypted {
-            return Err(format!("member '{name}' is encrypted"));
+            return Err(ZipError::Unsupported(format!(
+                "member '{name}' is encrypted"
+            )));
         }
         let raw = match entry.method {
             Method::Stored if entry.compressed_size != entry.size => {
-                return Err(format!(
+                return Err(damaged(format!(
                     "stored member '{name}' declares {} bytes in {} bytes of data",
                     entry.size, entry.compressed_size
-                ))
+                )))
             }
             Method::Deflated
                 if entry.size > entry.compressed_size.saturating_mul(MAX_DEFLATE_RATIO) =>
             {
-                return Err(format!(
+                return Err(damaged(format!(
                     "member '{name}' declares {} bytes, more than deflate can make of its {} bytes",
                     entry.size, entry.compressed_size
-                ))
+                )))
             }
             Method::Other(m) => {
-                return Err(format!(
+                return Err(ZipError::Unsupported(format!(
                     "member '{name}' uses compression method {m} (stored and deflate are read)"
-                ))
+                )))
             }
             _ => {
                 self.reader
@@ -401,17 +449,21 @@ impl<R: Read + Seek> ZipArchive<R> {
     pub fn read(&mut self, index: usize, limit: u64) -> ZipResult<Vec<u8>> {
         let entry = &self.entries[index];
         if entry.size > limit {
-            return Err(format!(
+            return Err(ZipError::TooLarge(format!(
                 "member '{}' declares {} bytes, more than the {limit} expected",
                 entry.name, entry.size
-            ));
+            )));
         }
         let size = entry.size;
         // Opening checks the size against what the method can produce from the file's
         // bytes; only then is room made for it.
         let mut member = self.open(index)?;
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        member.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+        // A member's own checks fail as InvalidData (see [`Member`]); anything else is the file.
+        member.read_to_end(&mut bytes).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => damaged(crate::error::one_line(e)),
+            _ => io(e),
+        })?;
         Ok(bytes)
     }
 
@@ -464,7 +516,7 @@ impl<R: Read> Read for Member<'_, R> {
         let n = self
             .inner
             .read(&mut buf[..want])
-            .map_err(|e| bad(format!("member '{name}': {}", io(e))))?;
+            .map_err(|e| bad(format!("member '{name}': {}", crate::error::one_line(e))))?;
         if n == 0 {
             return Err(bad(format!(
                 "member '{name}' ends {} bytes short of the {} it declares",

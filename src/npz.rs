@@ -190,8 +190,7 @@ fn read_member<R: Read + Seek>(
     what: &str,
 ) -> Result<TensorValue> {
     let declared = archive.entries()[index].size;
-    let zip_err = |e: String| bad(what, e);
-    let mut member = archive.open(index).map_err(zip_err)?;
+    let mut member = archive.open(index).map_err(|e| bad(what, e))?;
     let io_err = |e: std::io::Error| bad(what, one_line(e));
     let mut start = vec![0u8; declared.min(12) as usize];
     member.read_exact(&mut start).map_err(io_err)?;
