@@ -35,12 +35,22 @@ pub enum Error {
     #[error("{0}")]
     BadTensor(String),
     /// A requested runtime (library, execution provider) is not usable on this machine.
-    #[error("runtime {runtime} is unavailable: {reason}")]
+    #[error("runtime {runtime} is unavailable: {reason}{}", remedy_clause(*remedy))]
     RuntimeUnavailable {
         /// Runtime name, e.g. `ort-cuda`.
         runtime: String,
-        /// What is missing and how to get it.
+        /// What is missing (and how to install it).
         reason: String,
+        /// A setting that gets past it, when one does.
+        remedy: Option<Remedy>,
+    },
+    /// A model that cannot do what was asked as it was built; `remedy` says how to build it.
+    #[error("{reason}; {}", remedy.describe())]
+    NeedsRebuild {
+        /// What the model lacks.
+        reason: String,
+        /// How to build one that has it.
+        remedy: Remedy,
     },
     /// A bug in this program (e.g. two graph-builder helpers disagreeing on a shape): not
     /// the user's input. The command line reports it as an internal error (exit 101).
@@ -56,10 +66,65 @@ pub enum Error {
     },
 }
 
+/// A change of setting that gets past an error, named in the library's own terms by
+/// [`Remedy::describe`]; the command line names the flag that makes each change instead
+/// (its one table, `cli::remedy_flags`), so that no library message names a flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// Name ONNX Runtime's library file (`OrtOptions::library`).
+    OrtLibrary,
+    /// Build a causal token model that carries a state (`GmlpConfig::causal`, a
+    /// `SequenceMode` with past).
+    BuildCausalWithPast,
+    /// Build the static state (`SequenceMode::Static`), whose sequences each keep their
+    /// own position.
+    BuildStaticState,
+    /// Run on ONNX Runtime (ort-cpu or ort-cuda), or build for the `ort` target, whose
+    /// static state tract reads.
+    OrtRuntimeOrOrtTarget,
+}
+
+impl Remedy {
+    /// The change in the library's terms.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Remedy::OrtLibrary => "or name the library file (OrtOptions::library)",
+            Remedy::BuildCausalWithPast => {
+                "build a causal token model with a carried state (causal, with past)"
+            }
+            Remedy::BuildStaticState => "build it with the static state (SequenceMode::Static)",
+            Remedy::OrtRuntimeOrOrtTarget => {
+                "run it on ort-cpu or ort-cuda, or build it for the ort target for tract"
+            }
+        }
+    }
+}
+
+fn remedy_clause(remedy: Option<Remedy>) -> String {
+    remedy.map_or_else(String::new, |r| format!("; {}", r.describe()))
+}
+
 /// Library result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The message without its remedy, and the remedy, for an error that has one: a
+    /// front end names the remedy its own way (the command line as a flag).
+    pub fn remedy(&self) -> Option<(String, Remedy)> {
+        match self {
+            Error::RuntimeUnavailable {
+                runtime,
+                reason,
+                remedy: Some(remedy),
+            } => Some((
+                format!("runtime {runtime} is unavailable: {reason}"),
+                *remedy,
+            )),
+            Error::NeedsRebuild { reason, remedy } => Some((reason.clone(), *remedy)),
+            _ => None,
+        }
+    }
+
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

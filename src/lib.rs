@@ -37,4 +37,4 @@ pub mod serve;
 
 pub mod validate;
 
-pub use error::{Error, Result};
+pub use error::{Error, Remedy, Result};

@@ -26,6 +26,18 @@ pub enum StoredType {
 }
 
 impl StoredType {
+    /// The stored type of a safetensors dtype, if it is one read here.
+    fn of_safetensors(dtype: safetensors::Dtype) -> Option<Self> {
+        use safetensors::Dtype;
+        match dtype {
+            Dtype::F32 => Some(StoredType::F32),
+            Dtype::F16 => Some(StoredType::F16),
+            Dtype::BF16 => Some(StoredType::BF16),
+            Dtype::F64 => Some(StoredType::F64),
+            _ => None,
+        }
+    }
+
     fn size(self) -> usize {
         match self {
             StoredType::F16 | StoredType::BF16 => 2,
@@ -37,7 +49,9 @@ impl StoredType {
 
 #[derive(Clone, Debug)]
 struct Entry {
-    dtype: Result<StoredType, String>,
+    /// As the header says; only [`StoredType`]'s are read (the others are refused when
+    /// the tensor is asked for, naming it).
+    dtype: safetensors::Dtype,
     shape: Vec<usize>,
     start: usize,
     end: usize,
@@ -167,18 +181,10 @@ impl Checkpoint {
             .map_err(|e| bad(safetensors_refusal(&e, &map)))?;
         let mut entries = BTreeMap::new();
         for (name, info) in meta.tensors() {
-            use safetensors::Dtype;
-            let dtype = match info.dtype {
-                Dtype::F32 => Ok(StoredType::F32),
-                Dtype::F16 => Ok(StoredType::F16),
-                Dtype::BF16 => Ok(StoredType::BF16),
-                Dtype::F64 => Ok(StoredType::F64),
-                other => Err(format!("{other:?}")),
-            };
             entries.insert(
                 name.clone(),
                 Entry {
-                    dtype,
+                    dtype: info.dtype,
                     shape: info.shape.clone(),
                     start: info.data_offsets.0,
                     end: info.data_offsets.1,
@@ -257,9 +263,10 @@ impl Checkpoint {
                 entries,
             } => {
                 let entry = entries.get(key).ok_or_else(missing)?;
-                let dtype = entry.dtype.clone().map_err(|t| {
+                let dtype = StoredType::of_safetensors(entry.dtype).ok_or_else(|| {
                     Error::BadTensor(format!(
-                        "{key}: element type {t} is not supported (F32, F16, BF16, F64)"
+                        "{key}: element type {:?} is not supported (F32, F16, BF16, F64)",
+                        entry.dtype
                     ))
                 })?;
                 let bytes = &map[data_start + entry.start..data_start + entry.end];
@@ -388,4 +395,33 @@ fn too_short(path: &Path, len: u64) -> Error {
         "{}: {len} bytes is too short for a safetensors file, PyTorch file or .npz archive",
         path.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safetensors_of_each_read_type_convert_and_others_are_refused_by_name() {
+        use safetensors::tensor::TensorView;
+        use safetensors::Dtype;
+        let halves: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        let ints: Vec<u8> = [3i32, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let views = [
+            ("h", TensorView::new(Dtype::F16, vec![2], &halves).unwrap()),
+            ("i", TensorView::new(Dtype::I32, vec![2], &ints).unwrap()),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let checkpoint = Checkpoint::from_bytes(Path::new("t.safetensors"), bytes).unwrap();
+        assert_eq!(checkpoint.f32("h").unwrap(), [1.5, -2.0]);
+        let e = checkpoint.f32("i").unwrap_err();
+        assert!(matches!(e, Error::BadTensor(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "i: element type I32 is not supported (F32, F16, BF16, F64)"
+        );
+    }
 }

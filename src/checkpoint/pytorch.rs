@@ -388,18 +388,42 @@ fn tensors_of(
         .collect())
 }
 
+/// Why a tensor view cannot be read from its storage.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum ViewError {
+    /// The product of the sizes does not fit a `usize`.
+    #[error("size {0:?} overflows")]
+    SizeOverflows(Vec<usize>),
+    /// Some element of the view lies outside its storage.
+    #[error("size {shape:?}, stride {stride:?} and offset {offset} reach past its storage of {storage_numel} elements")]
+    PastStorage {
+        /// The view's sizes.
+        shape: Vec<usize>,
+        /// The view's strides.
+        stride: Vec<usize>,
+        /// The view's first element.
+        offset: usize,
+        /// The storage's element count.
+        storage_numel: u64,
+    },
+    /// Views together would materialize more than [`MAX_VIEW_FACTOR`] times the
+    /// storages' elements (a small file expanding into a huge one).
+    #[error("the tensors repeat their storages' elements more than {MAX_VIEW_FACTOR} times over")]
+    OverBudget,
+}
+
 /// The storage element indices of a view, in row-major order, after checking that the
 /// view lies inside the storage; `budget` (elements left to materialize) is charged.
 fn element_indices(
     view: &TensorView,
     storage_numel: u64,
     budget: &mut u64,
-) -> std::result::Result<Vec<usize>, String> {
+) -> std::result::Result<Vec<usize>, ViewError> {
     let count = view
         .shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| format!("size {:?} overflows", view.shape))?;
+        .ok_or_else(|| ViewError::SizeOverflows(view.shape.clone()))?;
     if count == 0 {
         return Ok(Vec::new());
     }
@@ -412,15 +436,15 @@ fn element_indices(
             a.checked_add((d - 1).checked_mul(s)?)
         });
     if last.is_none_or(|last| (last as u64) >= storage_numel) {
-        return Err(format!(
-            "size {:?}, stride {:?} and offset {} reach past its storage of {storage_numel} elements",
-            view.shape, view.stride, view.offset
-        ));
+        return Err(ViewError::PastStorage {
+            shape: view.shape.clone(),
+            stride: view.stride.clone(),
+            offset: view.offset,
+            storage_numel,
+        });
     }
     if count as u64 > *budget {
-        return Err(format!(
-            "the tensors repeat their storages' elements more than {MAX_VIEW_FACTOR} times over"
-        ));
+        return Err(ViewError::OverBudget);
     }
     *budget -= count as u64;
     let mut indices = Vec::with_capacity(count);
@@ -449,7 +473,7 @@ fn materialize(
     storage: &StorageRef,
     bytes: &[u8],
     budget: &mut u64,
-) -> std::result::Result<TensorValue, String> {
+) -> std::result::Result<TensorValue, ViewError> {
     let indices = element_indices(view, storage.numel, budget)?;
     let shape = IxDyn(&view.shape);
     fn gather<T, const N: usize>(
@@ -457,34 +481,33 @@ fn materialize(
         indices: &[usize],
         shape: IxDyn,
         from: impl Fn([u8; N]) -> T,
-    ) -> std::result::Result<ArrayD<T>, String> {
+    ) -> ArrayD<T> {
         let values = indices
             .iter()
             .map(|&i| from(bytes[i * N..i * N + N].try_into().expect("N bytes")))
             .collect();
-        ArrayD::from_shape_vec(shape, values).map_err(|e| e.to_string())
+        ArrayD::from_shape_vec(shape, values)
+            .expect("element_indices gives one index per element of the shape")
     }
     Ok(match storage.dtype {
-        StorageDtype::F32 => TensorValue::F32(gather(bytes, &indices, shape, f32::from_le_bytes)?),
+        StorageDtype::F32 => TensorValue::F32(gather(bytes, &indices, shape, f32::from_le_bytes)),
         StorageDtype::F16 => TensorValue::F32(gather(bytes, &indices, shape, |b| {
             f16::from_le_bytes(b).to_f32()
-        })?),
+        })),
         StorageDtype::BF16 => TensorValue::F32(gather(bytes, &indices, shape, |b| {
             bf16::from_le_bytes(b).to_f32()
-        })?),
-        StorageDtype::F64 => TensorValue::F64(gather(bytes, &indices, shape, f64::from_le_bytes)?),
-        StorageDtype::I64 => TensorValue::I64(gather(bytes, &indices, shape, i64::from_le_bytes)?),
-        StorageDtype::I32 => TensorValue::I32(gather(bytes, &indices, shape, i32::from_le_bytes)?),
+        })),
+        StorageDtype::F64 => TensorValue::F64(gather(bytes, &indices, shape, f64::from_le_bytes)),
+        StorageDtype::I64 => TensorValue::I64(gather(bytes, &indices, shape, i64::from_le_bytes)),
+        StorageDtype::I32 => TensorValue::I32(gather(bytes, &indices, shape, i32::from_le_bytes)),
         StorageDtype::I16 => TensorValue::I32(gather(bytes, &indices, shape, |b| {
             i32::from(i16::from_le_bytes(b))
-        })?),
+        })),
         StorageDtype::I8 => TensorValue::I32(gather(bytes, &indices, shape, |b: [u8; 1]| {
             i32::from(b[0] as i8)
-        })?),
+        })),
         StorageDtype::U8 | StorageDtype::Bool => {
-            TensorValue::I32(gather(bytes, &indices, shape, |b: [u8; 1]| {
-                i32::from(b[0])
-            })?)
+            TensorValue::I32(gather(bytes, &indices, shape, |b: [u8; 1]| i32::from(b[0])))
         }
     })
 }
@@ -524,13 +547,19 @@ mod tests {
     fn views_past_their_storage_or_over_budget_are_refused() {
         let mut budget = 1000;
         let e = element_indices(&view(1, &[3, 4], &[4, 1]), 12, &mut budget).unwrap_err();
-        assert!(e.contains("reach past its storage of 12"), "{e}");
+        assert!(matches!(e, ViewError::PastStorage { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("reach past its storage of 12"),
+            "{e}"
+        );
         let e = element_indices(&view(0, &[usize::MAX, 2], &[1, 1]), 12, &mut budget).unwrap_err();
-        assert!(e.contains("overflows"), "{e}");
+        assert_eq!(e, ViewError::SizeOverflows(vec![usize::MAX, 2]));
+        assert!(e.to_string().contains("overflows"), "{e}");
         let e = element_indices(&view(0, &[2, 2], &[usize::MAX, 1]), 12, &mut budget).unwrap_err();
-        assert!(e.contains("reach past"), "{e}");
+        assert!(matches!(e, ViewError::PastStorage { .. }), "{e:?}");
         let e = element_indices(&view(0, &[2000], &[0]), 1, &mut budget).unwrap_err();
-        assert!(e.contains("more than 4 times"), "{e}");
+        assert_eq!(e, ViewError::OverBudget);
+        assert!(e.to_string().contains("more than 4 times"), "{e}");
     }
 
     #[test]

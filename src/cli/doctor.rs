@@ -13,7 +13,7 @@ use gmlp_onnx::runtime::discovery::{discover, SearchContext};
 use gmlp_onnx::runtime::onnxruntime::{build_info, HOW_TO_GET};
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::validate::{validate, ValidateOptions};
-use gmlp_onnx::Error;
+use gmlp_onnx::{Error, Remedy};
 
 use crate::cli::flags::OrtFlags;
 
@@ -97,6 +97,11 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Result<String
     options.batch = 1;
     options.runtime = ort.runtime_options();
     let report = validate(model, &options).map_err(|e| match e {
+        Error::RuntimeUnavailable {
+            reason,
+            remedy: Some(remedy),
+            ..
+        } => format!("{reason}; {}", super::remedy_flags(remedy)),
         Error::RuntimeUnavailable { reason, .. } => reason,
         other => other.to_string(),
     })?;
@@ -149,18 +154,24 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
     let found = discover(&SearchContext::from_process(ort_lib.as_deref()));
     say!("ONNX Runtime library, looked at in order:");
     for look in &found.looked {
-        say!("  {}", look.render());
+        say!(
+            "  {}",
+            look.render_as(super::library_source_name(look.source))
+        );
     }
     let library = found.found().map(|(source, path)| {
         say!(
             "  -> ort-cpu and ort-cuda load {} (from {})",
             path.display(),
-            source.describe()
+            super::library_source_name(source)
         );
         path.to_path_buf()
     });
     if library.is_none() {
-        say!("  -> not found; {HOW_TO_GET}");
+        say!(
+            "  -> not found; {HOW_TO_GET}; {}",
+            super::remedy_flags(Remedy::OrtLibrary)
+        );
     }
     if let Some(library) = &library {
         let version = library
@@ -212,6 +223,7 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
         Err(Error::RuntimeUnavailable {
             runtime: "ort-cpu".into(),
             reason: "a CPU runtime does not work (see above)".into(),
+            remedy: None,
         }
         .into())
     }

@@ -23,8 +23,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use gmlp_onnx::runtime::discovery::LibrarySource;
 use gmlp_onnx::runtime::RuntimeKind;
-use gmlp_onnx::Error;
+use gmlp_onnx::{Error, Remedy};
 
 /// What `--version` prints after the name: the package version and the commit the binary
 /// was built from (build/commit.rs: its short hash, `-dirty` when the sources differed from
@@ -178,12 +179,43 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
+/// The flags that make each [`Remedy`]: the one place where a library error's remedy
+/// becomes command-line words.
+pub fn remedy_flags(remedy: Remedy) -> &'static str {
+    match remedy {
+        Remedy::OrtLibrary => "or pass its path with --ort-lib PATH",
+        Remedy::BuildCausalWithPast => "rebuild it with `build --causal --with-past`",
+        Remedy::BuildStaticState => {
+            "rebuild it with `build --causal --with-past` (the static state)"
+        }
+        Remedy::OrtRuntimeOrOrtTarget => {
+            "run it with --runtimes ort-cpu or ort-cuda, or build it with --target ort for tract"
+        }
+    }
+}
+
+/// The command line's name for a place the ONNX Runtime library is looked for.
+pub fn library_source_name(source: LibrarySource) -> &'static str {
+    match source {
+        LibrarySource::Explicit => "--ort-lib",
+        other => other.describe(),
+    }
+}
+
+/// One cause's message, its remedy (if any) said as flags.
+fn cause_text(cause: &(dyn std::error::Error + 'static)) -> String {
+    match cause.downcast_ref::<Error>().and_then(Error::remedy) {
+        Some((problem, remedy)) => format!("{problem}; {}", remedy_flags(remedy)),
+        None => cause.to_string(),
+    }
+}
+
 /// The error and its causes on one line, `: `-separated; a cause that its parent's
 /// message already ends with (an I/O error shown as `PATH: OS error`) is not repeated.
 fn error_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = cause_text(cause);
         if !parts.last().is_some_and(|p| p.ends_with(&text)) {
             parts.push(text);
         }
@@ -260,10 +292,48 @@ mod tests {
         let unavailable = Error::RuntimeUnavailable {
             runtime: "ort-cuda".into(),
             reason: "no GPU".into(),
+            remedy: None,
         };
         assert_eq!(code(unavailable.into()), 3);
         assert_eq!(code(Error::Internal("shape mismatch".into()).into()), 101);
         let wrapped = anyhow::Error::from(Error::Internal("x".into())).context("validate m.onnx");
         assert_eq!(code(wrapped), 101);
+    }
+
+    #[test]
+    fn a_library_remedy_is_said_as_the_flags_that_make_it() {
+        let unavailable = Error::RuntimeUnavailable {
+            runtime: "ort-cpu".into(),
+            reason: "libonnxruntime.so not found".into(),
+            remedy: Some(Remedy::OrtLibrary),
+        };
+        assert_eq!(
+            unavailable.to_string(),
+            "runtime ort-cpu is unavailable: libonnxruntime.so not found; or name the library file (OrtOptions::library)"
+        );
+        let e = anyhow::Error::from(unavailable).context("validate m.onnx");
+        assert_eq!(
+            error_line(&e),
+            "validate m.onnx: runtime ort-cpu is unavailable: libonnxruntime.so not found; or pass its path with --ort-lib PATH"
+        );
+        assert_eq!(exit_code(&e), 3);
+        let rebuild = Error::NeedsRebuild {
+            reason: "m.onnx carries no state".into(),
+            remedy: Remedy::BuildStaticState,
+        };
+        assert!(!rebuild.to_string().contains("--"), "{rebuild}");
+        assert_eq!(
+            error_line(&rebuild.into()),
+            "m.onnx carries no state; rebuild it with `build --causal --with-past` (the static state)"
+        );
+        for remedy in [
+            Remedy::OrtLibrary,
+            Remedy::BuildCausalWithPast,
+            Remedy::BuildStaticState,
+            Remedy::OrtRuntimeOrOrtTarget,
+        ] {
+            assert!(!remedy.describe().contains("--"), "{remedy:?}");
+            assert!(remedy_flags(remedy).contains("--"), "{remedy:?}");
+        }
     }
 }

@@ -14,7 +14,7 @@
 
 use ndarray::{Array2, Array3, ArrayView2};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Remedy, Result};
 use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
 use crate::generation::sampling::argmax;
 use crate::generation::state::{self, EngineValues, HostArrays, Prefix, State};
@@ -287,13 +287,16 @@ impl Decoder {
             return Err(Error::InvalidArgument("a prompt is empty".into()));
         }
         if shortest != longest && self.model.info.mode != SequenceMode::Static {
-            return Err(Error::InvalidArgument(format!(
-                "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model (build --with-past static); in a {} model every sequence of a batch is at the same position",
-                match self.model.info.mode {
-                    SequenceMode::Growing => "growing-state (--with-past growing)",
-                    _ => "variable-length",
-                }
-            )));
+            return Err(Error::NeedsRebuild {
+                reason: format!(
+                    "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model; in a {} model every sequence of a batch is at the same position",
+                    match self.model.info.mode {
+                        SequenceMode::Growing => "growing-state",
+                        _ => "variable-length",
+                    }
+                ),
+                remedy: Remedy::BuildStaticState,
+            });
         }
         let ids = Array2::from_shape_fn((self.batch, longest), |(b, t)| {
             prompts[b].get(t).copied().unwrap_or(0)

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Remedy, Result};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
@@ -82,10 +82,13 @@ impl DecodingModel {
     pub fn of_file(file: ModelFile) -> Result<DecodingModel> {
         let path = file.path;
         DecodingModel::of(&*file.model()?).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} is not a causal token model built by gmlp-onnx with a variable length or --with-past (rebuild it with `build --causal --with-past`)",
-                path.display()
-            ))
+            Error::NeedsRebuild {
+                reason: format!(
+                    "{} is not a causal token model built by gmlp-onnx with a variable length or a carried state",
+                    path.display()
+                ),
+                remedy: Remedy::BuildCausalWithPast,
+            }
         })
     }
 }

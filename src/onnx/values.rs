@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::onnx::dtype::DataType;
 use crate::onnx::proto as onnx;
-use crate::onnx::reader::{element_count, external_reference};
+use crate::onnx::reader::{element_count, external_reference, ExternalReferenceError};
 
 /// Element types [`tensor_f32`] converts, with their bytes per element.
 const F32_READABLE: &[(DataType, usize)] = &[
@@ -47,7 +47,11 @@ pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> 
         .ok_or_else(|| bad(format!("dims {:?} are too large", t.dims)))?;
     let external = t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32);
     let raw: Option<std::borrow::Cow<'_, [u8]>> = if external {
-        Some(read_external(t, model_path, bytes).map_err(bad)?.into())
+        Some(
+            read_external(t, model_path, bytes)
+                .map_err(|e| bad(e.to_string()))?
+                .into(),
+        )
     } else {
         t.raw_data.as_deref().map(Into::into)
     };
@@ -107,48 +111,87 @@ pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> 
     })
 }
 
+/// Why an initializer's external bytes cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum ExternalDataError {
+    /// The `external_data` entries themselves are wrong.
+    #[error(transparent)]
+    Reference(#[from] ExternalReferenceError),
+    /// The data file cannot be opened or read.
+    #[error("external data file {}: {source}", file.display())]
+    Io {
+        /// The data file, beside the model.
+        file: std::path::PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The reference's length is not what the dims need.
+    #[error("{length} external bytes for dims {dims:?} ({expected} expected)")]
+    WrongLength {
+        /// Bytes the reference covers.
+        length: u64,
+        /// The initializer's dims.
+        dims: Vec<i64>,
+        /// Bytes the dims need.
+        expected: usize,
+    },
+    /// The reference reaches past the end of the data file.
+    #[error("external bytes {offset}..{end} lie past the end of {location} ({file_len} bytes)")]
+    PastEnd {
+        /// First byte.
+        offset: u64,
+        /// One past the last byte (saturated).
+        end: u64,
+        /// The data file as the reference names it.
+        location: String,
+        /// The data file's size.
+        file_len: u64,
+    },
+}
+
 /// The `bytes` external bytes of `t`, after checking the reference against the file's
 /// size (the file beside `model_path`; its location was checked at decoding).
 fn read_external(
     t: &onnx::TensorProto,
     model_path: &Path,
     bytes: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ExternalDataError> {
     use std::io::{Read, Seek, SeekFrom};
-    let r = external_reference(t).map_err(|e| e.to_string())?;
+    let r = external_reference(t)?;
     let dir = match model_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     let file_path = dir.join(&r.location);
-    let mut file = std::fs::File::open(&file_path)
-        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?;
-    let file_len = file
-        .metadata()
-        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?
-        .len();
+    let io = |source| ExternalDataError::Io {
+        file: file_path.clone(),
+        source,
+    };
+    let mut file = std::fs::File::open(&file_path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
     let length = r.length.unwrap_or(file_len.saturating_sub(r.offset));
     if length != bytes as u64 {
-        return Err(format!(
-            "{length} external bytes for dims {:?} ({bytes} expected)",
-            t.dims
-        ));
+        return Err(ExternalDataError::WrongLength {
+            length,
+            dims: t.dims.clone(),
+            expected: bytes,
+        });
     }
     if r.offset
         .checked_add(length)
         .is_none_or(|end| end > file_len)
     {
-        return Err(format!(
-            "external bytes {}..{} lie past the end of {} ({file_len} bytes)",
-            r.offset,
-            r.offset.saturating_add(length),
-            r.location
-        ));
+        return Err(ExternalDataError::PastEnd {
+            offset: r.offset,
+            end: r.offset.saturating_add(length),
+            location: r.location,
+            file_len,
+        });
     }
     let mut data = vec![0u8; bytes];
     file.seek(SeekFrom::Start(r.offset))
         .and_then(|_| file.read_exact(&mut data))
-        .map_err(|e| format!("external data file {}: {e}", file_path.display()))?;
+        .map_err(io)?;
     Ok(data)
 }
 
@@ -252,5 +295,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("12 external bytes"), "{err}");
+        // The reasons by kind, from the reader itself.
+        let kind = |offset: &str, length: &str| read_external(&external(offset, length), &path, 8);
+        assert!(matches!(
+            kind("8", "8"),
+            Err(ExternalDataError::PastEnd {
+                offset: 8,
+                end: 16,
+                file_len: 12,
+                ..
+            })
+        ));
+        assert!(matches!(
+            kind("0", "12"),
+            Err(ExternalDataError::WrongLength {
+                length: 12,
+                expected: 8,
+                ..
+            })
+        ));
+        assert!(matches!(
+            kind("x", "8"),
+            Err(ExternalDataError::Reference(
+                ExternalReferenceError::NotAByteCount { .. }
+            ))
+        ));
+        let elsewhere = dir.path().join("sub").join("m.onnx");
+        assert!(matches!(
+            read_external(&external("0", "8"), &elsewhere, 8),
+            Err(ExternalDataError::Io { .. })
+        ));
     }
 }

@@ -24,8 +24,8 @@ use std::process::Command;
 /// One of the places the library is looked for, in search order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LibrarySource {
-    /// `--ort-lib PATH`.
-    Flag,
+    /// The path the caller gives (`OrtOptions::library`).
+    Explicit,
     /// The `ORT_DYLIB_PATH` environment variable.
     EnvVar,
     /// The active virtual environment (`$VIRTUAL_ENV`).
@@ -42,7 +42,7 @@ impl LibrarySource {
     /// How the place is named in messages.
     pub fn describe(self) -> &'static str {
         match self {
-            LibrarySource::Flag => "--ort-lib",
+            LibrarySource::Explicit => "the explicit path",
             LibrarySource::EnvVar => "ORT_DYLIB_PATH",
             LibrarySource::ActiveVirtualEnv => "$VIRTUAL_ENV",
             LibrarySource::OwnEnvironment => "the environment gmlp-onnx is installed in",
@@ -98,11 +98,16 @@ pub enum NoLibrary {
 }
 
 impl Look {
-    /// `SOURCE (PLACE): OUTCOME` on one line.
+    /// `SOURCE (PLACE): OUTCOME` on one line, the source named by [`LibrarySource::describe`].
     pub fn render(&self) -> String {
+        self.render_as(self.source.describe())
+    }
+
+    /// [`Look::render`] with the source named `source` (a front end's own name for it).
+    pub fn render_as(&self, source: &str) -> String {
         let place = match &self.place {
-            Some(p) => format!("{} ({p})", self.source.describe()),
-            None => self.source.describe().to_string(),
+            Some(p) => format!("{source} ({p})"),
+            None => source.to_string(),
         };
         match &self.outcome {
             Ok(lib) => format!("{place}: {}", lib.display()),
@@ -140,7 +145,8 @@ impl Discovery {
     /// is not a file: the search stopped there.
     pub fn explicit_choice_failed(&self) -> bool {
         self.looked.last().is_some_and(|l| {
-            l.outcome.is_err() && matches!(l.source, LibrarySource::Flag | LibrarySource::EnvVar)
+            l.outcome.is_err()
+                && matches!(l.source, LibrarySource::Explicit | LibrarySource::EnvVar)
         })
     }
 }
@@ -198,11 +204,11 @@ pub fn discover(context: &SearchContext) -> Discovery {
     let stop = |looked: &Vec<Look>| looked.last().is_some_and(|l: &Look| l.outcome.is_ok());
     match &context.explicit {
         Some(p) => {
-            looked.push(explicit(LibrarySource::Flag, p, "the path given"));
+            looked.push(explicit(LibrarySource::Explicit, p, "the path given"));
             return Discovery { looked };
         }
         None => looked.push(Look {
-            source: LibrarySource::Flag,
+            source: LibrarySource::Explicit,
             place: None,
             outcome: Err(NoLibrary::NotApplicable("not given")),
         }),
@@ -417,7 +423,7 @@ mod tests {
         context.explicit = Some(lib.clone());
         context.ort_dylib_path = Some(library(&l.active, "python3.12").into());
         let d = discover(&context);
-        assert_eq!(d.found(), Some((LibrarySource::Flag, lib.as_path())));
+        assert_eq!(d.found(), Some((LibrarySource::Explicit, lib.as_path())));
         context.explicit = Some(l.work.join("missing.so"));
         let d = discover(&context);
         assert!(d.found().is_none() && d.explicit_choice_failed());
@@ -434,7 +440,10 @@ mod tests {
         context.ort_dylib_path = Some(lib.clone().into());
         let d = discover(&context);
         assert_eq!(d.found(), Some((LibrarySource::EnvVar, lib.as_path())));
-        assert_eq!(sources(&d), [LibrarySource::Flag, LibrarySource::EnvVar]);
+        assert_eq!(
+            sources(&d),
+            [LibrarySource::Explicit, LibrarySource::EnvVar]
+        );
         // What an unexpanded `python3.*` in `export` leaves: refused, naming the path.
         let glob = l
             .own
@@ -507,7 +516,7 @@ mod tests {
         assert_eq!(
             sources(&d),
             [
-                LibrarySource::Flag,
+                LibrarySource::Explicit,
                 LibrarySource::EnvVar,
                 LibrarySource::ActiveVirtualEnv,
                 LibrarySource::OwnEnvironment,
@@ -517,7 +526,7 @@ mod tests {
         );
         let summary = d.summary();
         for expected in [
-            "--ort-lib: not given",
+            "the explicit path: not given",
             "ORT_DYLIB_PATH: not set",
             "no-such-venv): no such folder",
             &format!(

@@ -15,7 +15,7 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
 
-use crate::error::{contain_panic, one_line, Error, Result};
+use crate::error::{contain_panic, one_line, Error, Remedy, Result};
 use crate::gmlp::decoding::StateTensor;
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
@@ -34,10 +34,11 @@ mod step_model;
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
 
-/// How to get the library, for error messages.
+/// How to get the library, for error messages (naming the file is their
+/// [`Remedy::OrtLibrary`]).
 pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` into the active \
-    virtual environment or the one gmlp-onnx is installed in, or pass --ort-lib PATH or set \
-    ORT_DYLIB_PATH to its onnxruntime/capi/libonnxruntime.so.1.31.1";
+    virtual environment or the one gmlp-onnx is installed in, or set ORT_DYLIB_PATH to its \
+    onnxruntime/capi/libonnxruntime.so.1.31.1";
 
 /// Finds `libonnxruntime.so` in the order of [`discovery`]: `explicit` (`--ort-lib`),
 /// `ORT_DYLIB_PATH`, `$VIRTUAL_ENV`, the environment this binary is installed in,
@@ -57,6 +58,7 @@ pub fn find_library(explicit: Option<&Path>, kind: RuntimeKind) -> Result<PathBu
                     found.summary()
                 )
             },
+            remedy: Some(Remedy::OrtLibrary),
         }),
     }
 }
@@ -71,6 +73,7 @@ fn environment_for(library: &Path, kind: RuntimeKind) -> Result<Environment> {
     let unavailable = |reason: String| Error::RuntimeUnavailable {
         runtime: kind.name(),
         reason,
+        remedy: Some(Remedy::OrtLibrary),
     };
     let mut slot = ENVIRONMENT
         .lock()
@@ -260,6 +263,7 @@ impl OrtRuntime {
         let unavailable = |reason: String| Error::RuntimeUnavailable {
             runtime: name.into(),
             reason,
+            remedy: None,
         };
         let environment = environment_for(&library, kind)?;
         // ONNX Runtime's own log would print failures over several lines; they come
@@ -347,11 +351,12 @@ fn register_cuda(
         runtime: RuntimeKind::OrtCuda.name(),
         reason: format!(
             "the CUDA execution provider could not be registered on CUDA device {device} ({}); ort-cuda \
-             needs that device (nvidia-smi lists them, from 0) with its driver, PyPI's onnxruntime-gpu 1.31 (pass its libonnxruntime.so with --ort-lib) \
+             needs that device (nvidia-smi lists them, from 0) with its driver, the libonnxruntime.so of PyPI's onnxruntime-gpu 1.31 \
              and the CUDA 13 / cuDNN 9 libraries (pip install onnxruntime-gpu==1.31.1 nvidia-cuda-runtime \
              nvidia-cublas nvidia-cufft nvidia-curand nvidia-cudnn-cu13)",
             one_line(e)
         ),
+        remedy: Some(Remedy::OrtLibrary),
     })
 }
 
@@ -367,6 +372,7 @@ fn register_cuda(
         reason: "this gmlp-onnx was built without the `cuda` cargo feature, so the CUDA execution \
                  provider cannot be registered"
             .into(),
+        remedy: None,
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ndarray::ArrayD;
 use tract_onnx::prelude::*;
 
-use crate::error::{contain_panic, one_line, Error, Result};
+use crate::error::{contain_panic, one_line, Error, Remedy, Result};
 use crate::runtime::{ModelFile, Runtime};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
@@ -45,7 +45,8 @@ fn failed_to_load(e: impl std::fmt::Display) -> Error {
     if reason.contains("Unimplemented(TensorScatter)") {
         return Error::RuntimeUnavailable {
             runtime: "tract".into(),
-            reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, --target ort-gpu): run it with --runtimes ort-cpu or ort-cuda, or build it with --target ort for tract".into(),
+            reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
+            remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
         };
     }
     Error::RuntimeFailed {

@@ -34,5 +34,6 @@ pub fn check_placement(kind: RuntimeKind, placement: Option<&Placement>) -> Resu
         reason: format!(
             "no node ran on {CUDA_PROVIDER} according to ONNX Runtime's profile ({seen}), so CUDA did not really run"
         ),
+        remedy: None,
     })
 }

@@ -42,7 +42,7 @@ fn without_onnxruntime_anywhere_the_error_lists_every_place_looked() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     for place in [
-        "--ort-lib: not given",
+        "the explicit path: not given",
         "ORT_DYLIB_PATH: not set",
         "$VIRTUAL_ENV: not set",
         "the environment gmlp-onnx is installed in",
@@ -52,6 +52,7 @@ fn without_onnxruntime_anywhere_the_error_lists_every_place_looked() {
         ),
         &format!("python ({}): cannot run it", no_python.display()),
         "pip install onnxruntime==1.31.1",
+        "or pass its path with --ort-lib PATH",
     ] {
         assert!(err.contains(place), "{place} not in {err}");
     }

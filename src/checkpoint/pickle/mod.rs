@@ -114,7 +114,7 @@ pub(crate) enum Global {
     StorageType(StorageDtype),
 }
 
-fn global(module: &str, name: &str) -> Result<Global, String> {
+fn global(module: &str, name: &str) -> Result<Global, PickleError> {
     match (module, name) {
         ("collections", "OrderedDict") => Ok(Global::OrderedDict),
         ("torch._utils", "_rebuild_tensor_v2") => Ok(Global::RebuildTensorV2),
@@ -127,13 +127,47 @@ fn global(module: &str, name: &str) -> Result<Global, String> {
     }
 }
 
-fn refused(module: &str, name: &str) -> String {
+fn refused(module: &str, name: &str) -> PickleError {
     let shown: String = format!("{module}.{name}")
         .chars()
         .take(120)
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    format!("refuses pickle global {shown} (only the tensors of a state_dict are read; nothing in the file is run)")
+    PickleError::RefusedGlobal(shown)
+}
+
+/// Why a pickle cannot be read as a state dict, by what it means for the file; each
+/// variant's `Display` is the one-line reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PickleError {
+    /// A global outside the allowlist (its `module.name`, control characters shown as
+    /// `?`, at most 120 characters): the file asks for code to be run, and is refused.
+    #[error("refuses pickle global {0} (only the tensors of a state_dict are read; nothing in the file is run)")]
+    RefusedGlobal(String),
+    /// The bytes end before the pickle does: a truncated file.
+    #[error("{0}")]
+    EndsEarly(String),
+    /// A well-formed pickle using what no state dict does (a protocol past 5, an opcode,
+    /// a call, backward hooks, legacy storage views).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Opcodes that contradict each other (an empty stack, a missing memo entry or mark,
+    /// a value of the wrong kind): a damaged or forged pickle.
+    #[error("{0}")]
+    Malformed(String),
+    /// A length, rank, integer or memo past this reader's bounds.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// A [`PickleError`] with the byte offset of the opcode that met it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("pickle opcode at byte {at}: {error}")]
+pub(crate) struct PickleFailure {
+    /// Offset of the opcode in the pickle's bytes.
+    pub at: usize,
+    /// What is wrong.
+    pub error: PickleError,
 }
 
 /// A pickled value. Containers, storages and tensors are indices into the tables of

@@ -113,7 +113,7 @@ fn generation_refuses_long_prompts_passing_n_bad_ids_and_models_without_state() 
         ),
         (
             &["generate", s(&fixed), "--prompt-ids", "1"],
-            "is not a causal token model built by gmlp-onnx with a variable length or --with-past",
+            "is not a causal token model built by gmlp-onnx with a variable length or a carried state; rebuild it with `build --causal --with-past`",
         ),
         (
             &["validate", s(&variable), "--decode-steps", "2"],

@@ -201,6 +201,7 @@ fn unavailable(reason: impl std::fmt::Display) -> Error {
     Error::RuntimeUnavailable {
         runtime: RuntimeKind::OrtCuda.name(),
         reason: format!("the CUDA runtime library (libcudart) could not be used: {reason}"),
+        remedy: None,
     }
 }
 
@@ -228,7 +229,10 @@ mod tests {
     fn a_process_without_cuda_gets_an_error_not_a_library_from_the_search_path() {
         // No CUDA session exists in the unit tests, so no libcudart is loaded, even
         // where one is installed.
-        let Err(Error::RuntimeUnavailable { runtime, reason }) = CudaRuntime::loaded(0) else {
+        let Err(Error::RuntimeUnavailable {
+            runtime, reason, ..
+        }) = CudaRuntime::loaded(0)
+        else {
             panic!("a CUDA runtime was found although none is loaded");
         };
         assert_eq!(runtime, "ort-cuda");
