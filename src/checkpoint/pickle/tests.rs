@@ -58,6 +58,9 @@ fn a_torch_style_state_dict_gives_its_tensor_view() {
     assert_eq!(p.storages[0].numel, 6);
 }
 
+/// A pickle, the kind of its refusal, and words of its message.
+type Case = (&'static [u8], fn(String) -> PickleError, &'static str);
+
 /// The refusal's kind and one-line message.
 fn refusal(bytes: &[u8]) -> (PickleError, String) {
     let failure = unpickle(bytes).unwrap_err();
@@ -113,7 +116,7 @@ fn truncation_and_lying_lengths_are_refused() {
 #[test]
 fn stack_and_memo_misuse_is_refused() {
     use PickleError::{Malformed, TooLarge, Unsupported};
-    let cases: [(&[u8], fn(String) -> PickleError, &str); 12] = [
+    let cases: [Case; 12] = [
         (b"\x80\x02.", Malformed, "empty stack"),
         (b"(.", Malformed, "empty stack"),
         (b"h\x05.", Malformed, "never stored"),
