@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::message::Phrase;
+
 /// Everything the library can refuse or fail at. Each message is one line and names
 /// the offending file, tensor, or option.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,11 @@ pub enum Error {
         /// A setting that gets past it, when one does.
         remedy: Option<Remedy>,
     },
+    /// A setting that cannot work as given, or an input that needs another setting; the
+    /// message names the settings ([`Phrase`]: a front end shows them its own way, the
+    /// command line as flags).
+    #[error("{0}")]
+    Setting(Phrase),
     /// A model that cannot do what was asked as it was built; `remedy` says how to build it.
     #[error("{reason}; {}", remedy.describe())]
     NeedsRebuild {
@@ -66,9 +73,9 @@ pub enum Error {
     },
 }
 
-/// A change of setting that gets past an error, named in the library's own terms by
-/// [`Remedy::describe`]; the command line names the flag that makes each change instead
-/// (its one table, `cli::remedy_flags`), so that no library message names a flag.
+/// A change of setting that gets past an error, as a whole clause whose wording differs
+/// between the library ([`Remedy::describe`]) and the command line (its one table,
+/// `cli::remedy_flags`); a setting named inside a sentence is a [`crate::message::Setting`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Remedy {
     /// Name ONNX Runtime's library file (`OrtOptions::library`).
@@ -82,6 +89,9 @@ pub enum Remedy {
     /// Run on ONNX Runtime (ort-cpu or ort-cuda), or build for the `ort` target, whose
     /// static state tract reads.
     OrtRuntimeOrOrtTarget,
+    /// Build an ONNX model from a checkpoint (`checkpoint::Import`, then
+    /// `gmlp::export::export`).
+    BuildFromCheckpoint,
 }
 
 impl Remedy {
@@ -95,6 +105,9 @@ impl Remedy {
             Remedy::BuildStaticState => "build it with the static state (SequenceMode::Static)",
             Remedy::OrtRuntimeOrOrtTarget => {
                 "run it on ort-cpu or ort-cuda, or build it for the ort target for tract"
+            }
+            Remedy::BuildFromCheckpoint => {
+                "build an ONNX model from it first (checkpoint::Import, then gmlp::export::export)"
             }
         }
     }

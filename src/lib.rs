@@ -5,11 +5,13 @@
 //! [`gmlp::build_graph`] through [`onnx::builder::GraphBuilder`] → [`onnx::writer`] →
 //! [`runtime`] (tract, ONNX Runtime) → [`generation`] (decoding) or [`validate`].
 //!
-//! Layers, each importing only from the ones before it: [`error`] → [`tensor`], [`rng`],
+//! Layers, each importing only from the ones before it: [`message`] → [`error`] → [`tensor`], [`rng`],
 //! [`fs`], [`archive`], [`spelling`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
 //! [`runtime`] → [`generation`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
 //! sources.
 #![warn(missing_docs)]
+
+pub mod message;
 
 pub mod archive;
 pub mod error;

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::config::{
     BlockOptions, GmlpConfig, Precision, SpatialForm, StackKind, Task, TokenMixing,
 };
+use crate::message::{Phrase, Setting};
 
 /// g-mlp-gpt's names; `{l}` is layer i's prefix ([`gpt_layers`]). A windowed layer's W is
 /// read as it is; `fold` (`AxiallyFold`'s conv) exists in layers with every > 1, `ff` (the
@@ -194,10 +195,14 @@ fn layer_mixing(
         mixing.push(TokenMixing { window, fold });
     }
     let n = n.ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{}: every layer of this g-mlp-gpt model is windowed, so its sequence length is not in the weights: pass --seq-len (gMLPGPT's seq_len)",
-            ck.path().display()
-        ))
+        Error::Setting(
+            Phrase::text(format!(
+                "{}: every layer of this g-mlp-gpt model is windowed, so its sequence length is not in the weights: pass ",
+                ck.path().display()
+            ))
+            .and(Setting::SeqLen)
+            .then(" (gMLPGPT's seq_len)"),
+        )
     })?;
     Ok((heads.unwrap_or(1), mixing, n))
 }

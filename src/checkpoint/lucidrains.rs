@@ -16,6 +16,7 @@ use crate::checkpoint::plan::{
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{BlockOptions, GmlpConfig, Precision, SpatialForm, Task};
+use crate::message::{Phrase, Setting};
 
 /// The blocks' names and the head's norm; `{l}` is layer i's block prefix
 /// ([`lucid_nesting`]), the pre-norm sits outside it.
@@ -122,14 +123,19 @@ fn infer(ck: &Checkpoint, hints: &ImportHints, nest: &str) -> Result<GmlpConfig>
                 let c = c.unwrap_or(3);
                 let p = (c > 0 && k % c == 0).then(|| isqrt_exact(k / c)).flatten();
                 (c, p.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "to_patch_embed.1.weight has {k} inputs, not {c} channels times a square patch; pass --in-chans / --patch-size"
-                    ))
+                    Error::Setting(
+                        Phrase::text(format!(
+                            "to_patch_embed.1.weight has {k} inputs, not {c} channels times a square patch; pass "
+                        ))
+                        .and(Setting::InChans)
+                        .then(" / ")
+                        .and(Setting::PatchSize),
+                    )
                 })?)
             }
             (Some(p), _) => {
-                return Err(Error::InvalidArgument(format!(
-                    "--patch-size {p} does not divide the {k} inputs of to_patch_embed.1.weight"
+                return Err(Error::Setting(Phrase::setting(Setting::PatchSize).then(
+                    format!(" {p} does not divide the {k} inputs of to_patch_embed.1.weight"),
                 )))
             }
         };

@@ -49,6 +49,7 @@ pub use spatial::StoredSpatial;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};
 use crate::gmlp::weights::{ParamSpec, WeightSource};
+use crate::message::{Phrase, Setting};
 
 /// What the weights do not say, from the command line.
 #[derive(Clone, Debug)]
@@ -156,14 +157,18 @@ impl Import {
             .collect();
         if !unused.is_empty() && !hints.allow_unused {
             let shown: Vec<&str> = unused.iter().take(5).map(String::as_str).collect();
-            return Err(Error::BadTensor(format!(
-                "{}: {} unexpected tensor(s) for a {} checkpoint: {}{} (pass --allow-unused to skip them knowingly)",
-                path.display(),
-                unused.len(),
-                format.name(),
-                shown.join(", "),
-                if unused.len() > 5 { ", ..." } else { "" }
-            )));
+            return Err(Error::Setting(
+                Phrase::text(format!(
+                    "{}: {} unexpected tensor(s) for a {} checkpoint: {}{} (pass ",
+                    path.display(),
+                    unused.len(),
+                    format.name(),
+                    shown.join(", "),
+                    if unused.len() > 5 { ", ..." } else { "" }
+                ))
+                .and(Setting::AllowUnused)
+                .then(" to skip them knowingly)"),
+            ));
         }
         Ok(Import {
             format,

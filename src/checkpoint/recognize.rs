@@ -12,6 +12,7 @@ use crate::checkpoint::lucidrains::{self, lucid_nesting};
 use crate::checkpoint::{native, timm, tinygrad, ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
+use crate::message::{Phrase, Setting};
 
 /// A checkpoint layout (`--weights-format`; each variant's doc is its `--help` line).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -125,17 +126,21 @@ pub(super) fn recognize(ck: &Checkpoint) -> Result<Format> {
                 .map(|(f, m)| format!("{m} ({})", f.name()))
                 .collect();
             let first: Vec<&str> = ck.keys().take(4).collect();
-            Err(Error::BadTensor(format!(
-                "{}: cannot tell which implementation wrote this checkpoint; recognized: {}; first tensors: {}; \
-                 expected timm (stem.proj.weight + blocks.N.mlp_channels.gate.proj.weight), g-mlp-pytorch \
-                 (layers.N.fn…proj_in.0.weight + to_embed/to_patch_embed.1), g-mlp-gpt (net.layers.N.0.fn.fn.proj_in.0.weight \
-                 or net.blocks.N.f.net… + to_embed + to_logits.1), gmlp-tinygrad (layers.N.channel_proj.weight + \
-                 layers.N.spatial_gating_unit.gating_matrix) or native (blocks.N.sgu.spatial.weight + \
-                 embed.weight/stem.weight); pass --weights-format to choose",
-                ck.path().display(),
-                if seen.is_empty() { "nothing".to_string() } else { seen.join(", ") },
-                first.join(", ")
-            )))
+            Err(Error::Setting(
+                Phrase::text(format!(
+                    "{}: cannot tell which implementation wrote this checkpoint; recognized: {}; first tensors: {}; \
+                     expected timm (stem.proj.weight + blocks.N.mlp_channels.gate.proj.weight), g-mlp-pytorch \
+                     (layers.N.fn…proj_in.0.weight + to_embed/to_patch_embed.1), g-mlp-gpt (net.layers.N.0.fn.fn.proj_in.0.weight \
+                     or net.blocks.N.f.net… + to_embed + to_logits.1), gmlp-tinygrad (layers.N.channel_proj.weight + \
+                     layers.N.spatial_gating_unit.gating_matrix) or native (blocks.N.sgu.spatial.weight + \
+                     embed.weight/stem.weight); pass ",
+                    ck.path().display(),
+                    if seen.is_empty() { "nothing".to_string() } else { seen.join(", ") },
+                    first.join(", ")
+                ))
+                .and(Setting::WeightsFormat)
+                .then(" to choose"),
+            ))
         }
     }
 }

@@ -4,6 +4,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
 use crate::gmlp::toeplitz::{toeplitz_expand, toeplitz_fit};
+use crate::message::{Phrase, Setting};
 
 /// The stored form of one layer's spatial weight W (one matrix per gating head).
 #[derive(Clone, Debug, PartialEq)]
@@ -95,12 +96,16 @@ impl StoredSpatial {
                 } else {
                     String::new()
                 };
-                return Err(Error::BadTensor(format!(
-                    "{name}{head} ({}) is not Toeplitz: its entries differ from their diagonal's mean by up to {deviation:.3e} \
-                     ({:.2e} of max|W| = {scale:.3e}; tolerance {tolerance:e}); emit it with --spatial dense",
-                    self.keys()[0],
-                    deviation / scale.max(f32::MIN_POSITIVE)
-                )));
+                return Err(Error::Setting(
+                    Phrase::text(format!(
+                        "{name}{head} ({}) is not Toeplitz: its entries differ from their diagonal's mean by up to {deviation:.3e} \
+                         ({:.2e} of max|W| = {scale:.3e}; tolerance {tolerance:e}); emit it with ",
+                        self.keys()[0],
+                        deviation / scale.max(f32::MIN_POSITIVE)
+                    ))
+                    .and(Setting::Spatial)
+                    .then(" dense"),
+                ));
             }
             out.extend(vector);
         }

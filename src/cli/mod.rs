@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use gmlp_onnx::message::Setting;
 use gmlp_onnx::runtime::discovery::LibrarySource;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::{Error, Remedy};
@@ -191,6 +192,38 @@ pub fn remedy_flags(remedy: Remedy) -> &'static str {
         Remedy::OrtRuntimeOrOrtTarget => {
             "run it with --runtimes ort-cpu or ort-cuda, or build it with --target ort for tract"
         }
+        Remedy::BuildFromCheckpoint => {
+            "build one first (gmlp-onnx build --weights CHECKPOINT -o model.onnx, with the flags the checkpoint needs), then inspect model.onnx"
+        }
+    }
+}
+
+/// The flag of each [`Setting`]: the one place where a setting named by a library message
+/// becomes a flag.
+pub fn setting_flag(setting: Setting) -> &'static str {
+    match setting {
+        Setting::Causal => "--causal",
+        Setting::WithPast => "--with-past",
+        Setting::StaticState => "--with-past static",
+        Setting::GrowingState => "--with-past growing",
+        Setting::Target => "--target",
+        Setting::Dtype => "--dtype",
+        Setting::Spatial => "--spatial",
+        Setting::AllowUnused => "--allow-unused",
+        Setting::WeightsFormat => "--weights-format",
+        Setting::SeqLen => "--seq-len",
+        Setting::InChans => "--in-chans",
+        Setting::PatchSize => "--patch-size",
+        Setting::Dim => "--dim",
+        Setting::DecodePhases => "--decode-prefill/--decode-steps/--decode-chunk",
+        Setting::Plot => "--plot",
+        Setting::TritonVersion => "--triton-version",
+        Setting::TritonName => "--triton-name",
+        Setting::TritonMaxSequenceIdleUs => "--triton-max-sequence-idle-us",
+        Setting::TritonInstances => "--triton-instances",
+        Setting::TritonTensorrt => "--triton-tensorrt",
+        Setting::TritonKind => "--triton-kind",
+        Setting::TritonMaxBatchSize => "--triton-max-batch-size",
     }
 }
 
@@ -202,9 +235,15 @@ pub fn library_source_name(source: LibrarySource) -> &'static str {
     }
 }
 
-/// One cause's message, its remedy (if any) said as flags.
+/// One cause's message, its settings and remedy (if any) said as flags.
 fn cause_text(cause: &(dyn std::error::Error + 'static)) -> String {
-    match cause.downcast_ref::<Error>().and_then(Error::remedy) {
+    let Some(error) = cause.downcast_ref::<Error>() else {
+        return cause.to_string();
+    };
+    if let Error::Setting(message) = error {
+        return message.render(setting_flag);
+    }
+    match error.remedy() {
         Some((problem, remedy)) => format!("{problem}; {}", remedy_flags(remedy)),
         None => cause.to_string(),
     }
@@ -301,6 +340,35 @@ mod tests {
     }
 
     #[test]
+    fn every_setting_a_message_names_is_a_flag_of_some_command() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut longs: Vec<String> = Vec::new();
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                longs.extend(arg.get_long().map(|l| format!("--{l}")));
+            }
+        }
+        for setting in Setting::ALL {
+            let said = setting_flag(setting);
+            for flag in said.split('/') {
+                let flag = flag.split(' ').next().unwrap_or_default();
+                assert!(longs.iter().any(|l| l == flag), "{setting:?}: {flag}");
+            }
+            assert!(!setting.describe().contains("--"), "{setting:?}");
+        }
+        let m = gmlp_onnx::message::Phrase::setting(Setting::TritonVersion).then(" must be >= 1");
+        assert_eq!(
+            error_line(&Error::Setting(m.clone()).into()),
+            "--triton-version must be >= 1"
+        );
+        assert_eq!(
+            Error::Setting(m).to_string(),
+            "the Triton version must be >= 1"
+        );
+    }
+
+    #[test]
     fn a_library_remedy_is_said_as_the_flags_that_make_it() {
         let unavailable = Error::RuntimeUnavailable {
             runtime: "ort-cpu".into(),
@@ -331,6 +399,7 @@ mod tests {
             Remedy::BuildCausalWithPast,
             Remedy::BuildStaticState,
             Remedy::OrtRuntimeOrOrtTarget,
+            Remedy::BuildFromCheckpoint,
         ] {
             assert!(!remedy.describe().contains("--"), "{remedy:?}");
             assert!(remedy_flags(remedy).contains("--"), "{remedy:?}");

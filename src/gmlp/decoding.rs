@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Task};
+use crate::message::{Phrase, Setting};
 
 /// Symbol of the number of new tokens in `input_ids` [batch, sequence].
 pub const SEQUENCE: &str = "sequence";
@@ -87,29 +88,31 @@ impl SequenceMode {
     /// bidirectional model (position i of a bidirectional model depends on positions
     /// after it, so a prefix is not a shorter input).
     pub fn check(self, cfg: &GmlpConfig) -> Result<()> {
-        let flag = match self {
+        let mode = match self {
             SequenceMode::Fixed => return Ok(()),
-            SequenceMode::Variable => "a variable sequence length",
-            SequenceMode::Growing => "--with-past",
-            SequenceMode::Static => "--with-past",
+            SequenceMode::Variable => Phrase::text("a variable sequence length"),
+            SequenceMode::Growing | SequenceMode::Static => Phrase::setting(Setting::WithPast),
         };
+        let refused = |why: &str| Err(Error::Setting(mode.clone().then(why)));
         match cfg.task {
             Task::Tokens { .. } => {}
             Task::Vision { .. } => {
-                return Err(Error::InvalidArgument(format!(
-                    "{flag} applies to causal token models, and this is a vision model"
-                )))
+                return refused(" applies to causal token models, and this is a vision model")
             }
             Task::Backbone { .. } => {
-                return Err(Error::InvalidArgument(format!(
-                    "{flag} applies to causal token models, and this is a backbone without embedding (inputs_embeds of n tokens)"
-                )))
+                return refused(
+                    " applies to causal token models, and this is a backbone without embedding (inputs_embeds of n tokens)",
+                )
             }
         }
         if !cfg.causal {
-            return Err(Error::InvalidArgument(format!(
-                "{flag} needs a causal model (--causal): in a bidirectional model every position depends on the tokens after it"
-            )));
+            return Err(Error::Setting(
+                mode.then(" needs a causal model (")
+                    .and(Setting::Causal)
+                    .then(
+                        "): in a bidirectional model every position depends on the tokens after it",
+                    ),
+            ));
         }
         if self == SequenceMode::Static {
             if let Some(i) = first_local_block(cfg) {
@@ -122,9 +125,13 @@ impl SequenceMode {
 
 /// The refusal of a static state for a model whose block `i` mixes tokens locally.
 pub fn static_local_mixing_refused(i: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "--with-past static does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use --with-past growing"
-    ))
+    Error::Setting(
+        Phrase::setting(Setting::StaticState)
+            .then(format!(
+                " does not support local token mixing (block {i} has a window or an axial fold, whose state keeps only the rows its window sees); use "
+            ))
+            .and(Setting::GrowingState),
+    )
 }
 
 /// The first block whose token mixing is local (a window or an axial fold, g-mlp-gpt's

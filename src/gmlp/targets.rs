@@ -28,6 +28,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
 use crate::gmlp::decoding::{first_local_block, SequenceMode};
+use crate::message::{Phrase, Setting};
 use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 use crate::onnx::versions::ir_version_for;
@@ -126,32 +127,35 @@ impl Target {
     ///   state's position checks (it reads the growing form with LayerNorm decomposed);
     /// - `opencv4`: OpenCV 4 dnn imports neither form (the `Shape` of a dynamic input), and
     ///   the profile keeps the form earlier versions wrote.
-    pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, String) {
-        let growing = |why: String| {
+    pub fn with_past_for(self, cfg: &GmlpConfig) -> (SequenceMode, Phrase) {
+        let growing = |why: Phrase| {
             (
                 SequenceMode::Growing,
-                format!("--with-past builds the growing state: {why}"),
+                Phrase::setting(Setting::WithPast)
+                    .then(" builds the growing state: ")
+                    .append(why),
             )
         };
         if let Some(i) = first_local_block(cfg) {
-            return growing(format!(
+            return growing(Phrase::text(format!(
                 "block {i} has a window or an axial fold, whose state keeps only the rows its window sees"
-            ));
+            )));
         }
         match self {
-            Target::Portable | Target::Candle => growing(format!(
-                "--target {} includes candle-onnx, which has no Max (the static state's position checks)",
+            Target::Portable | Target::Candle => growing(Phrase::setting(Setting::Target).then(format!(
+                " {} includes candle-onnx, which has no Max (the static state's position checks)",
                 self.name()
+            ))),
+            Target::Opencv4 => growing(Phrase::setting(Setting::Target).then(
+                " opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)",
             )),
-            Target::Opencv4 => growing(
-                "--target opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)"
-                    .into(),
-            ),
             // Said once per build: earlier builds wrote the growing form here.
             Target::Ort | Target::OrtLegacy | Target::OrtGpu => (
                 SequenceMode::Static,
-                "--with-past builds the static state (a `position` input, n rows written in place: docs/static-state.md); --with-past growing builds the growing state of earlier builds"
-                    .into(),
+                Phrase::setting(Setting::WithPast)
+                    .then(" builds the static state (a `position` input, n rows written in place: docs/static-state.md); ")
+                    .and(Setting::GrowingState)
+                    .then(" builds the growing state of earlier builds"),
             ),
         }
     }
@@ -220,12 +224,17 @@ impl BuildTarget {
         let opset = opset.unwrap_or(target.default_opset());
         if let Some(max) = target.max_opset() {
             if opset > max {
-                return Err(Error::InvalidArgument(format!(
-                    "--target {} is for runtimes that read IR <= {} (opset <= {max}); opset {opset} needs IR {}: use --target ort",
-                    target.name(),
-                    ir_version_for(max),
-                    ir_version_for(opset)
-                )));
+                return Err(Error::Setting(
+                    Phrase::setting(Setting::Target)
+                        .then(format!(
+                            " {} is for runtimes that read IR <= {} (opset <= {max}); opset {opset} needs IR {}: use ",
+                            target.name(),
+                            ir_version_for(max),
+                            ir_version_for(opset)
+                        ))
+                        .and(Setting::Target)
+                        .then(" ort"),
+                ));
             }
         }
         Ok(BuildTarget {
@@ -240,10 +249,15 @@ impl BuildTarget {
     pub fn check(&self, spatial: SpatialForm) -> Result<()> {
         let t = self.target;
         if spatial == SpatialForm::ToeplitzGather && !t.allows_gather() {
-            return Err(Error::InvalidArgument(format!(
-                "--target {} stores Toeplitz W expanded (its consumers cannot import a Gather feeding a MatMul); drop --spatial toeplitz-gather or use another target",
-                t.name()
-            )));
+            return Err(Error::Setting(
+                Phrase::setting(Setting::Target)
+                    .then(format!(
+                        " {} stores Toeplitz W expanded (its consumers cannot import a Gather feeding a MatMul); drop ",
+                        t.name()
+                    ))
+                    .and(Setting::Spatial)
+                    .then(" toeplitz-gather or use another target"),
+            ));
         }
         Ok(())
     }
@@ -257,11 +271,17 @@ impl BuildTarget {
         let t = self.target;
         let block = matches!(dtype, Precision::Int4 | Precision::Int8WeightOnly);
         if block && !matches!(t, Target::Ort | Target::OrtGpu) {
-            return Err(Error::InvalidArgument(format!(
-                "--dtype {} uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, OpenVINO), which --target {} consumers cannot read; use --target ort",
-                dtype.name(),
-                t.name()
-            )));
+            return Err(Error::Setting(
+                Phrase::setting(Setting::Dtype)
+                    .then(format!(
+                        " {} uses ONNX Runtime's com.microsoft.MatMulNBits (ONNX Runtime >= 1.17, OpenVINO), which ",
+                        dtype.name()
+                    ))
+                    .and(Setting::Target)
+                    .then(format!(" {} consumers cannot read; use ", t.name()))
+                    .and(Setting::Target)
+                    .then(" ort"),
+            ));
         }
         Ok(())
     }
@@ -300,14 +320,27 @@ mod tests {
             match t {
                 Target::Ort | Target::OrtLegacy | Target::OrtGpu => {
                     assert_eq!(mode, SequenceMode::Static, "{}", t.name());
+                    assert_eq!(
+                        note.settings().collect::<Vec<_>>(),
+                        [Setting::WithPast, Setting::GrowingState]
+                    );
                     assert!(
-                        note.contains("--with-past growing builds the growing"),
+                        note.to_string().contains(
+                            "SequenceMode::Growing builds the growing state of earlier builds"
+                        ),
                         "{note}"
                     );
                 }
                 Target::Portable | Target::Candle | Target::Opencv4 => {
                     assert_eq!(mode, SequenceMode::Growing, "{}", t.name());
-                    assert!(note.contains(&format!("--target {}", t.name())), "{note}");
+                    assert!(
+                        note.to_string().contains(&format!("target {}", t.name())),
+                        "{note}"
+                    );
+                    assert_eq!(
+                        note.settings().collect::<Vec<_>>(),
+                        [Setting::WithPast, Setting::Target]
+                    );
                 }
             }
         }
@@ -321,7 +354,7 @@ mod tests {
         ];
         let (mode, note) = Target::Ort.with_past_for(&windowed);
         assert_eq!(mode, SequenceMode::Growing);
-        assert!(note.contains("block 1 has a window"), "{note}");
+        assert!(note.to_string().contains("block 1 has a window"), "{note}");
         assert!(SequenceMode::Static.check(&windowed).is_err());
     }
 

@@ -17,7 +17,7 @@ pub mod spatial;
 
 pub use pictures::inspect_and_plot;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Remedy, Result};
 use crate::gmlp::decoding::DecodingInfo;
 use crate::gmlp::metadata::{
     parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, QUANTIZATION_KEY, TARGET_KEY,
@@ -179,11 +179,13 @@ pub(crate) fn checked_onnx_path(path: &Path) -> Result<&Path> {
         .unwrap_or_default()
         .to_ascii_lowercase();
     if ["safetensors", "pt", "pth", "ckpt", "bin"].contains(&ext.as_str()) {
-        return Err(Error::InvalidArgument(format!(
-            "{} is a checkpoint; inspect reads ONNX files: build one first (gmlp-onnx build --weights {} -o model.onnx, with the flags the checkpoint needs), then inspect model.onnx",
-            path.display(),
-            path.display()
-        )));
+        return Err(Error::NeedsRebuild {
+            reason: format!(
+                "{} is a checkpoint; inspect reads ONNX files",
+                path.display()
+            ),
+            remedy: Remedy::BuildFromCheckpoint,
+        });
     }
     Ok(path)
 }

@@ -9,6 +9,7 @@ use super::spatial::spatial_weights;
 use super::spatial::SpatialWeights;
 use super::{checked_onnx_path, summarize, ModelSummary};
 use crate::error::{Error, Result};
+use crate::message::{Phrase, Setting};
 use crate::onnx::reader::read_model;
 use crate::plot::heatmap::{Matrix, Scale, Sheet};
 use crate::plot::number;
@@ -60,9 +61,9 @@ pub fn inspect_and_plot(path: &Path, dir: &Path) -> Result<ModelSummary> {
     let model = read_model(checked_onnx_path(path)?)?;
     let mut summary = summarize(&model, path);
     let weights = spatial_weights(&model, path).map_err(|e| match e {
-        Error::InvalidArgument(m) => {
-            Error::InvalidArgument(format!("--plot: {}: {m}", path.display()))
-        }
+        Error::InvalidArgument(m) => Error::Setting(
+            Phrase::setting(Setting::Plot).then(format!(": {}: {m}", path.display())),
+        ),
         other => other,
     })?;
     let sheets = pictures(&weights, path)?;

@@ -11,6 +11,7 @@ use crate::gmlp::decoding::{DecodingInfo, POSITION};
 use crate::gmlp::emit::BATCH;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY};
 use crate::gmlp::{GmlpConfig, Task};
+use crate::message::{Phrase, Setting};
 use crate::onnx::dtype::{self, type_name, DataType};
 use crate::onnx::graph::Dim;
 use crate::onnx::proto::ModelProto;
@@ -50,10 +51,14 @@ fn concrete_shape(
                 .find(|(k, _)| k == s)
                 .map(|(_, v)| *v)
                 .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "input {}: symbolic dimension '{s}' needs a value (--dim {s}=N)",
-                        input.name
-                    ))
+                    Error::Setting(
+                        Phrase::text(format!(
+                            "input {}: symbolic dimension '{s}' needs a value (",
+                            input.name
+                        ))
+                        .and(Setting::Dim)
+                        .then(format!(" {s}=N)")),
+                    )
                 }),
         })
         .collect()
@@ -310,6 +315,6 @@ mod tests {
         let dims = vec![("sequence".to_string(), 7)];
         assert_eq!(concrete_shape(&x, 3, &dims).unwrap(), vec![3, 7, 4]);
         let err = concrete_shape(&x, 3, &[]).unwrap_err().to_string();
-        assert!(err.contains("--dim sequence=N"), "{err}");
+        assert!(err.contains("needs a value (dims sequence=N)"), "{err}");
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::generation::DecodingModel;
 use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
+use crate::message::{Phrase, Setting};
 use crate::npz;
 use crate::onnx::proto::ModelProto;
 use crate::runtime::{self, ModelFile, Runtime, RuntimeKind};
@@ -121,10 +122,12 @@ pub(super) fn sequence_dims(
             || options.decode_steps.is_some()
             || options.decode_chunk.is_some())
     {
-        return Err(Error::InvalidArgument(format!(
-            "--decode-prefill/--decode-steps/--decode-chunk apply to models built with --with-past, and {} is not one",
-            path.display()
-        )));
+        return Err(Error::Setting(
+            Phrase::setting(Setting::DecodePhases)
+                .then(" apply to models built with ")
+                .and(Setting::WithPast)
+                .then(format!(", and {} is not one", path.display())),
+        ));
     }
     Ok((dims, plan))
 }

@@ -85,9 +85,19 @@ fn strict_errors_name_the_tensor() {
     assert!(
         e.contains("unexpected tensor")
             && e.contains("layers.0.fn.fn.fn.extra.weight")
-            && e.contains("--allow-unused"),
+            && e.contains("(pass allow_unused to skip them knowingly)"),
         "{e}"
     );
+    // The command line names the flag that sets it.
+    let out = d.join("extra.onnx");
+    let o = gmlp(&["build", "--weights", path_str(&extra), "-o", path_str(&out)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("(pass --allow-unused to skip them knowingly)"),
+        "{err}"
+    );
+    assert!(!out.exists());
     let allowed = Import::open(
         &extra,
         &ImportHints {
@@ -172,7 +182,8 @@ fn strict_errors_name_the_tensor() {
     );
     let e = import_error(&unknown, &hints);
     assert!(
-        e.contains("cannot tell which implementation") && e.contains("--weights-format"),
+        e.contains("cannot tell which implementation")
+            && e.contains("pass the weights format to choose"),
         "{e}"
     );
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 /// Top-level modules by layer; a module may use its own layer's module only if it is
 /// itself, and any module of a lower layer.
 const LAYERS: &[&[&str]] = &[
+    &["message"],
     &["error"],
     &["tensor", "rng", "fs", "archive", "spelling"],
     &["npz", "plot"],

@@ -391,7 +391,7 @@ fn sequence_mode(
         ));
     }
     if let Some(note) = past_note {
-        eprintln!("note: {note}");
+        eprintln!("note: {}", note.render(super::setting_flag));
     }
     Ok(mode)
 }

@@ -12,6 +12,7 @@ use super::context::Emitter;
 use crate::error::{Error, Result};
 use crate::gmlp::config::Precision;
 use crate::gmlp::quantize::{column_range, column_scales, quantize_columns, transpose};
+use crate::message::{Phrase, Setting};
 use crate::onnx::graph::{ElemType, Value};
 use crate::onnx::nbits::{self, BLOCK_SIZE};
 use crate::onnx::ops::{NBits, MIN_INT8_OPSET};
@@ -103,10 +104,10 @@ impl Emitter {
     /// Refuses int8 emission at an opset without the integer operators.
     pub(crate) fn require_int8_opset(&self) -> Result<()> {
         if self.g.opset() < MIN_INT8_OPSET {
-            return Err(Error::InvalidArgument(format!(
-                "--dtype int8 needs opset {MIN_INT8_OPSET} or later (DynamicQuantizeLinear, MatMulInteger); this build targets opset {}",
+            return Err(Error::Setting(Phrase::setting(Setting::Dtype).then(format!(
+                " int8 needs opset {MIN_INT8_OPSET} or later (DynamicQuantizeLinear, MatMulInteger); this build targets opset {}",
                 self.g.opset()
-            )));
+            ))));
         }
         Ok(())
     }

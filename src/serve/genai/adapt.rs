@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::gmlp::metadata::DECODING_KEY;
+use crate::message::{Phrase, Setting};
 use crate::onnx::dtype::DataType;
 use crate::onnx::edit::{
     concat_node, gather_axis_node, identity_node, min_node, mul_node, reshape_node, slice_node,
@@ -31,7 +32,7 @@ use crate::onnx::proto as onnx;
 use crate::onnx::reader::{declared_outputs, updates_in_place};
 
 use super::layout::{pair_states, GenaiLayer, Slot};
-use super::{refused, EndToken, GENAI_METADATA_KEY};
+use super::{refused, refused_for_setting, EndToken, GENAI_METADATA_KEY};
 
 /// genai's input of each token's position (`decoder.inputs.position_ids`).
 pub const POSITION_IDS: &str = "position_ids";
@@ -41,17 +42,27 @@ pub const ATTENTION_MASK: &str = "attention_mask";
 /// Refuses a model whose decoding form genai cannot run, saying what to build instead.
 pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
     let Some(info) = info else {
-        return Err(refused(
-            "it is not a causal token model with a carried state (build a causal model with --causal --with-past)",
+        return Err(refused_for_setting(
+            Phrase::text(
+                "it is not a causal token model with a carried state (build a causal model with ",
+            )
+            .and(Setting::Causal)
+            .then(" ")
+            .and(Setting::WithPast)
+            .then(")"),
         ));
     };
     match info.mode {
         SequenceMode::Static => Ok(info),
-        SequenceMode::Fixed | SequenceMode::Variable => Err(refused(
-            "it carries no state between runs (build it with --with-past)",
+        SequenceMode::Fixed | SequenceMode::Variable => Err(refused_for_setting(
+            Phrase::text("it carries no state between runs (build it with ")
+                .and(Setting::WithPast)
+                .then(")"),
         )),
-        SequenceMode::Growing => Err(refused(
-            "its state grows with every token, which genai cannot share in place (build it with --with-past, the static state)",
+        SequenceMode::Growing => Err(refused_for_setting(
+            Phrase::text("its state grows with every token, which genai cannot share in place (build it with ")
+                .and(Setting::WithPast)
+                .then(", the static state)"),
         )),
     }
 }

@@ -28,6 +28,7 @@ use crate::fs::{CreatedDirs, PendingFile};
 use crate::gmlp::config::Task;
 use crate::gmlp::decoding::DecodingInfo;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
+use crate::message::Phrase;
 use crate::onnx::edit::ModelEdit;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value, read_model};
 
@@ -91,8 +92,15 @@ pub struct FolderWritten {
 
 /// A file genai cannot run, in one line.
 fn refused(why: &str) -> Error {
-    Error::InvalidArgument(format!("onnxruntime-genai cannot run this model: {why}"))
+    Error::InvalidArgument(format!("{GENAI_REFUSES}{why}"))
 }
+
+/// A file genai cannot run as built, saying which settings build one it can.
+fn refused_for_setting(why: Phrase) -> Error {
+    Error::Setting(Phrase::text(GENAI_REFUSES).append(why))
+}
+
+const GENAI_REFUSES: &str = "onnxruntime-genai cannot run this model: ";
 
 /// The end token of a model with `vocab` ids: `requested` if given, else the one its
 /// metadata names, else an added one (id `vocab`).

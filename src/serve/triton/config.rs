@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::{invalid, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::INPUT_IDS;
+use crate::message::{Phrase, Setting};
 use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;
 use crate::onnx::proto as onnx;
@@ -172,16 +173,24 @@ fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<Triton
         match shape.first() {
             Some(Dim::Symbol(_)) => shape = &shape[1..],
             Some(Dim::Fixed(n)) => {
-                return Err(invalid(format!(
-                    "{role} {} has a fixed first dimension {n}; Triton batching needs a variable batch dimension there (use --triton-max-batch-size 0)",
-                    t.name
-                )))
+                return Err(Error::Setting(
+                    Phrase::text(format!(
+                        "{role} {} has a fixed first dimension {n}; Triton batching needs a variable batch dimension there (use ",
+                        t.name
+                    ))
+                    .and(Setting::TritonMaxBatchSize)
+                    .then(" 0)"),
+                ))
             }
             None => {
-                return Err(invalid(format!(
-                    "{role} {} is a scalar or has no declared shape; Triton batching needs a batch dimension (use --triton-max-batch-size 0)",
-                    t.name
-                )))
+                return Err(Error::Setting(
+                    Phrase::text(format!(
+                        "{role} {} is a scalar or has no declared shape; Triton batching needs a batch dimension (use ",
+                        t.name
+                    ))
+                    .and(Setting::TritonMaxBatchSize)
+                    .then(" 0)"),
+                ))
             }
         }
     }
@@ -309,8 +318,10 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         (false, false) => Some(PastKind::Growing),
     };
     if past_kind.is_none() && options.max_sequence_idle_us.is_some() {
-        return Err(invalid(
-            "--triton-max-sequence-idle-us applies to with-past models (Triton's sequence batcher); this model has no past_* state",
+        return Err(Error::Setting(
+            Phrase::setting(Setting::TritonMaxSequenceIdleUs).then(
+                " applies to with-past models (Triton's sequence batcher); this model has no past_* state",
+            ),
         ));
     }
     let max_batch_size = match (options.max_batch_size, past_kind) {
@@ -318,9 +329,13 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         (None, Some(PastKind::Growing))
         | (Some(WITH_PAST_MAX_BATCH_SIZE), Some(PastKind::Growing)) => WITH_PAST_MAX_BATCH_SIZE,
         (Some(n), Some(PastKind::Growing)) => {
-            return Err(invalid(format!(
-                "a growing-state with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (build it with --with-past static to batch sequences; docs/static-state.md)"
-            )))
+            return Err(Error::Setting(
+                Phrase::text(format!(
+                    "a growing-state with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (build it with "
+                ))
+                .and(Setting::StaticState)
+                .then(" to batch sequences; docs/static-state.md)"),
+            ))
         }
         (Some(0), Some(PastKind::Static)) => {
             return Err(invalid(
@@ -535,8 +550,15 @@ mod tests {
             &[tensor("x", DataType::Float, &["1", "4"])],
             &[tensor("y", DataType::Float, &["1", "4"])],
         );
-        let e = plan(&m, &TritonOptions::new("m")).unwrap_err().to_string();
-        assert!(e.contains("--triton-max-batch-size 0"), "{e}");
+        let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
+        assert!(e.to_string().contains("(use max_batch_size 0)"), "{e}");
+        let Error::Setting(phrase) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            phrase.settings().collect::<Vec<_>>(),
+            [Setting::TritonMaxBatchSize]
+        );
         let mut options = TritonOptions::new("m");
         options.max_batch_size = Some(0);
         assert_eq!(plan(&m, &options).unwrap().inputs[0].dims, vec![1, 4]);

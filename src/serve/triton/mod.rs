@@ -34,6 +34,7 @@
 use clap::ValueEnum;
 
 use crate::error::{Error, Result};
+use crate::message::{Phrase, Setting};
 
 pub mod config;
 mod pbtxt;
@@ -131,21 +132,28 @@ impl TritonOptions {
     pub fn check(&self) -> Result<()> {
         check_model_name(&self.name)?;
         if self.version == 0 {
-            return Err(invalid(
-                "--triton-version must be >= 1 (Triton ignores a version directory named 0)",
+            return Err(Error::Setting(
+                Phrase::setting(Setting::TritonVersion)
+                    .then(" must be >= 1 (Triton ignores a version directory named 0)"),
             ));
         }
         if self.max_sequence_idle_us == Some(0) {
-            return Err(invalid(
-                "--triton-max-sequence-idle-us must be >= 1 (Triton reads 0 as its own default of 1 s)",
+            return Err(Error::Setting(
+                Phrase::setting(Setting::TritonMaxSequenceIdleUs)
+                    .then(" must be >= 1 (Triton reads 0 as its own default of 1 s)"),
             ));
         }
         if self.instance_count == 0 {
-            return Err(invalid("--triton-instances must be >= 1"));
+            return Err(Error::Setting(
+                Phrase::setting(Setting::TritonInstances).then(" must be >= 1"),
+            ));
         }
         if self.tensorrt.is_some() && self.kind != InstanceKind::Gpu {
-            return Err(invalid(
-                "--triton-tensorrt needs --triton-kind gpu (TensorRT runs on GPU instances only)",
+            return Err(Error::Setting(
+                Phrase::setting(Setting::TritonTensorrt)
+                    .then(" needs ")
+                    .and(Setting::TritonKind)
+                    .then(" gpu (TensorRT runs on GPU instances only)"),
             ));
         }
         Ok(())

@@ -223,7 +223,7 @@ instance_group [
         assert!(plan(&token_model(), &options)
             .unwrap_err()
             .to_string()
-            .contains("--triton-kind gpu"));
+            .contains("TensorRT needs the Triton instance kind gpu"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::state::{
 use super::{invalid, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
+use crate::message::{Phrase, Setting};
 use crate::onnx::edit::ModelEdit;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value, read_model};
 
@@ -69,10 +70,14 @@ pub fn check_target(repo: &Path, options: &TritonOptions) -> Result<RepositoryPa
         let mut entries =
             std::fs::read_dir(&paths.version_dir).map_err(|e| Error::io(&paths.version_dir, e))?;
         if entries.next().is_some() {
-            return Err(invalid(format!(
-                "{} already exists and is not empty; pick another --triton-version or remove it",
-                paths.version_dir.display()
-            )));
+            return Err(Error::Setting(
+                Phrase::text(format!(
+                    "{} already exists and is not empty; pick another ",
+                    paths.version_dir.display()
+                ))
+                .and(Setting::TritonVersion)
+                .then(" or remove it"),
+            ));
         }
     }
     Ok(paths)
@@ -121,10 +126,13 @@ pub fn write_repository(
         Err(e) => return Err(Error::io(&paths.config, e)),
     };
     if existing_config.as_ref().is_some_and(|old| *old != text) {
-        return Err(invalid(format!(
-            "{} exists and describes the model differently; remove it or pick another --triton-name",
-            paths.config.display()
-        )));
+        return Err(Error::Setting(
+            Phrase::text(format!(
+                "{} exists and describes the model differently; remove it or pick another ",
+                paths.config.display()
+            ))
+            .and(Setting::TritonName),
+        ));
     }
 
     let locations = external_locations(&model, model_path)?;

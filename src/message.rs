@@ -1,0 +1,207 @@
+//! Messages that name settings: the library says each [`Setting`] in its own words (the
+//! option a program sets), a front end in its own (the command line: the flag, in its one
+//! table `cli::setting_flag`), so that no library message names a flag.
+
+use std::fmt;
+
+/// A setting a user can change, as messages name it. Each variant's doc names the library
+/// option it is; [`Setting::describe`] gives its words in library messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Setting {
+    /// `GmlpConfig::causal`.
+    Causal,
+    /// A carried state, in the form the target prefers (`Target::with_past_for`).
+    WithPast,
+    /// The static state (`SequenceMode::Static`).
+    StaticState,
+    /// The growing state (`SequenceMode::Growing`).
+    GrowingState,
+    /// The build profile (`Target`).
+    Target,
+    /// The weights' element type (`Precision`).
+    Dtype,
+    /// How the spatial weight W is stored (`SpatialForm`).
+    Spatial,
+    /// Reading a checkpoint with tensors the model does not use (`allow_unused`).
+    AllowUnused,
+    /// Which implementation wrote a checkpoint (`WeightsFormat`).
+    WeightsFormat,
+    /// The sequence length of a token model (`GmlpConfig::seq_len`).
+    SeqLen,
+    /// A vision model's input channels (g-mlp-pytorch's `channels`).
+    InChans,
+    /// A vision model's patch size (g-mlp-pytorch's `patch_size`).
+    PatchSize,
+    /// The value of a symbolic input dimension (`ValidateOptions::dims`).
+    Dim,
+    /// validate's decode phases of a model with a carried state
+    /// (`ValidateOptions::decode_prefill`, `decode_steps`, `decode_chunk`).
+    DecodePhases,
+    /// The folder pictures are written to (`write_pictures`).
+    Plot,
+    /// Triton's model version (`TritonOptions::version`).
+    TritonVersion,
+    /// Triton's model name (`TritonOptions::name`).
+    TritonName,
+    /// Triton's `max_sequence_idle_microseconds` (`TritonOptions::max_sequence_idle_us`).
+    TritonMaxSequenceIdleUs,
+    /// Triton's instance count (`TritonOptions::instance_count`).
+    TritonInstances,
+    /// Triton's TensorRT accelerator (`TritonOptions::tensorrt`).
+    TritonTensorrt,
+    /// Triton's instance kind (`TritonOptions::kind`).
+    TritonKind,
+    /// Triton's `max_batch_size` (`TritonOptions::max_batch_size`).
+    TritonMaxBatchSize,
+}
+
+impl Setting {
+    /// Every setting, in declaration order.
+    pub const ALL: [Setting; 22] = [
+        Setting::Causal,
+        Setting::WithPast,
+        Setting::StaticState,
+        Setting::GrowingState,
+        Setting::Target,
+        Setting::Dtype,
+        Setting::Spatial,
+        Setting::AllowUnused,
+        Setting::WeightsFormat,
+        Setting::SeqLen,
+        Setting::InChans,
+        Setting::PatchSize,
+        Setting::Dim,
+        Setting::DecodePhases,
+        Setting::Plot,
+        Setting::TritonVersion,
+        Setting::TritonName,
+        Setting::TritonMaxSequenceIdleUs,
+        Setting::TritonInstances,
+        Setting::TritonTensorrt,
+        Setting::TritonKind,
+        Setting::TritonMaxBatchSize,
+    ];
+
+    /// The setting in library messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Setting::Causal => "causal",
+            Setting::WithPast => "with past",
+            Setting::StaticState => "SequenceMode::Static",
+            Setting::GrowingState => "SequenceMode::Growing",
+            Setting::Target => "target",
+            Setting::Dtype => "dtype",
+            Setting::Spatial => "spatial form",
+            Setting::AllowUnused => "allow_unused",
+            Setting::WeightsFormat => "the weights format",
+            Setting::SeqLen => "seq_len",
+            Setting::InChans => "the input channels",
+            Setting::PatchSize => "patch size",
+            Setting::Dim => "dims",
+            Setting::DecodePhases => "the decode phases (prefill, steps, chunk)",
+            Setting::Plot => "the picture folder",
+            Setting::TritonVersion => "the Triton version",
+            Setting::TritonName => "the Triton name",
+            Setting::TritonMaxSequenceIdleUs => "max_sequence_idle_us",
+            Setting::TritonInstances => "the Triton instance count",
+            Setting::TritonTensorrt => "TensorRT",
+            Setting::TritonKind => "the Triton instance kind",
+            Setting::TritonMaxBatchSize => "max_batch_size",
+        }
+    }
+}
+
+/// One part of a [`Phrase`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Setting(Setting),
+}
+
+/// A one-line message whose settings are kept as [`Setting`]s: `Display` says them with
+/// [`Setting::describe`], [`Phrase::render`] with a front end's names.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Phrase(Vec<Part>);
+
+impl Phrase {
+    /// A message starting with `text`.
+    pub fn text(text: impl Into<String>) -> Phrase {
+        Phrase::default().then(text)
+    }
+
+    /// A message starting with `setting`.
+    pub fn setting(setting: Setting) -> Phrase {
+        Phrase::default().and(setting)
+    }
+
+    /// `text` appended.
+    pub fn then(mut self, text: impl Into<String>) -> Phrase {
+        self.0.push(Part::Text(text.into()));
+        self
+    }
+
+    /// `setting` appended.
+    pub fn and(mut self, setting: Setting) -> Phrase {
+        self.0.push(Part::Setting(setting));
+        self
+    }
+
+    /// `other` appended.
+    pub fn append(mut self, other: Phrase) -> Phrase {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The settings the message names, in order.
+    pub fn settings(&self) -> impl Iterator<Item = Setting> + '_ {
+        self.0.iter().filter_map(|p| match p {
+            Part::Setting(s) => Some(*s),
+            Part::Text(_) => None,
+        })
+    }
+
+    /// The message with each setting named by `name`.
+    pub fn render(&self, name: impl Fn(Setting) -> &'static str) -> String {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.as_str(),
+                Part::Setting(s) => name(*s),
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for Phrase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(Setting::describe))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_says_its_settings_in_the_words_asked_for() {
+        let m = Phrase::setting(Setting::TritonVersion)
+            .then(" must be >= 1; or set ")
+            .and(Setting::TritonName);
+        assert_eq!(
+            m.to_string(),
+            "the Triton version must be >= 1; or set the Triton name"
+        );
+        let flag = |s| match s {
+            Setting::TritonVersion => "--triton-version",
+            _ => "--other",
+        };
+        assert_eq!(
+            m.render(flag),
+            "--triton-version must be >= 1; or set --other"
+        );
+        assert_eq!(
+            m.settings().collect::<Vec<_>>(),
+            [Setting::TritonVersion, Setting::TritonName]
+        );
+    }
+}
