@@ -170,26 +170,24 @@ fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<Triton
     })?;
     let mut shape = t.shape.as_slice();
     if batched {
+        let unbatchable = |why: String| {
+            Error::Setting(
+                Phrase::text(format!("{role} {} {why} (use ", t.name))
+                    .and(Setting::TritonMaxBatchSize)
+                    .then(" 0)"),
+            )
+        };
         match shape.first() {
             Some(Dim::Symbol(_)) => shape = &shape[1..],
             Some(Dim::Fixed(n)) => {
-                return Err(Error::Setting(
-                    Phrase::text(format!(
-                        "{role} {} has a fixed first dimension {n}; Triton batching needs a variable batch dimension there (use ",
-                        t.name
-                    ))
-                    .and(Setting::TritonMaxBatchSize)
-                    .then(" 0)"),
-                ))
+                return Err(unbatchable(format!(
+                    "has a fixed first dimension {n}; Triton batching needs a variable batch dimension there"
+                )))
             }
             None => {
-                return Err(Error::Setting(
-                    Phrase::text(format!(
-                        "{role} {} is a scalar or has no declared shape; Triton batching needs a batch dimension (use ",
-                        t.name
-                    ))
-                    .and(Setting::TritonMaxBatchSize)
-                    .then(" 0)"),
+                return Err(unbatchable(
+                    "is a scalar or has no declared shape; Triton batching needs a batch dimension"
+                        .into(),
                 ))
             }
         }
