@@ -87,8 +87,31 @@ impl Drop for CheckModel {
     }
 }
 
+/// How a runtime fared on the check model.
+enum Verdict {
+    /// It ran the model (and agreed with tract); how, on one line.
+    Works(String),
+    /// It could not run the model; why, on one line.
+    Unavailable(String),
+    /// It ran the model but its outputs differ from tract's by this relative error.
+    Disagrees(f64),
+}
+
+impl Verdict {
+    /// The doctor's line for runtime `name`.
+    fn line(&self, name: &str) -> String {
+        match self {
+            Verdict::Works(how) => format!("{name:<9} ok: {how}"),
+            Verdict::Unavailable(why) => format!("{name:<9} unavailable: {why}"),
+            Verdict::Disagrees(max_rel) => format!(
+                "{name:<9} unavailable: ran the check model but differs from tract (max_rel {max_rel:.1e})"
+            ),
+        }
+    }
+}
+
 /// Runs the check model on tract and `kind` (or on tract alone) and says how it went.
-fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Result<String, String> {
+fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Verdict {
     let mut runtimes = vec![RuntimeKind::Tract];
     if kind != RuntimeKind::Tract {
         runtimes.push(kind);
@@ -96,15 +119,20 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Result<String
     let mut options = ValidateOptions::new(runtimes);
     options.batch = 1;
     options.runtime = ort.runtime_options();
-    let report = validate(model, &options).map_err(|e| match e {
-        Error::RuntimeUnavailable {
-            reason,
-            remedy: Some(remedy),
-            ..
-        } => format!("{reason}; {}", super::remedy_flags(remedy)),
-        Error::RuntimeUnavailable { reason, .. } => reason,
-        other => other.to_string(),
-    })?;
+    let report = match validate(model, &options) {
+        Ok(report) => report,
+        Err(e) => {
+            return Verdict::Unavailable(match e {
+                Error::RuntimeUnavailable {
+                    reason,
+                    remedy: Some(remedy),
+                    ..
+                } => format!("{reason}; {}", super::remedy_flags(remedy)),
+                Error::RuntimeUnavailable { reason, .. } => reason,
+                other => other.to_string(),
+            })
+        }
+    };
     let placed = report
         .runtimes
         .iter()
@@ -116,17 +144,15 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Result<String
         })
         .unwrap_or_default();
     match report.pairs.first() {
-        None => Ok("ran the check model".into()),
+        None => Verdict::Works("ran the check model".into()),
         Some(pair) => {
             let max_rel = pair.outputs.iter().map(|o| o.max_rel).fold(0f64, f64::max);
             if pair.pass {
-                Ok(format!(
+                Verdict::Works(format!(
                     "ran the check model, agrees with tract (max_rel {max_rel:.1e}){placed}"
                 ))
             } else {
-                Err(format!(
-                    "ran the check model but differs from tract (max_rel {max_rel:.1e})"
-                ))
+                Verdict::Disagrees(max_rel)
             }
         }
     }
@@ -195,8 +221,8 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
         RuntimeKind::OrtCpu,
         RuntimeKind::OrtCuda,
     ] {
-        let outcome = if kind != RuntimeKind::Tract && library.is_none() {
-            Err("no ONNX Runtime library (above)".to_string())
+        let verdict = if kind != RuntimeKind::Tract && library.is_none() {
+            Verdict::Unavailable("no ONNX Runtime library (above)".into())
         } else {
             let found = OrtFlags {
                 ort_lib: library.clone(),
@@ -204,12 +230,9 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
             };
             try_runtime(&check.path, kind, &found)
         };
-        match &outcome {
-            Ok(how) => say!("{:<9} ok: {how}", kind.name()),
-            Err(why) => say!("{:<9} unavailable: {why}", kind.name()),
-        }
+        say!("{}", verdict.line(&kind.name()));
         if kind != RuntimeKind::OrtCuda {
-            cpu_ok &= outcome.is_ok();
+            cpu_ok &= matches!(verdict, Verdict::Works(_));
         }
     }
     drop(check);
