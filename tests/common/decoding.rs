@@ -206,6 +206,13 @@ pub fn greedy(
     (generation.tokens, all, positions)
 }
 
+/// The causal g-mlp-pytorch fixtures: gMLP, aMLP, and aMLP with shift_tokens = 2.
+pub const LUCID_CAUSAL: [&str; 3] = [
+    "lucid_tokens_causal",
+    "lucid_amlp_causal",
+    "lucid_shift_causal",
+];
+
 /// A causal trained fixture as the decoding tests use it: the import of its checkpoint,
 /// its input ids, PyTorch's logits, and the chunks the ids are fed in (half the positions
 /// as the prompt, 8 single steps, the rest as one chunk).

@@ -284,11 +284,7 @@ mod with_onnxruntime {
         let dir = tempfile::tempdir().unwrap();
         // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
         // import is told by the fixture's flags, as `--shift-tokens 2` tells the CLI).
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-        ] {
+        for name in LUCID_CAUSAL {
             let fx = CausalFixture::open(name);
             let path = write_in(
                 &fx.cfg,

@@ -517,11 +517,7 @@ mod with_onnxruntime {
     #[test]
     fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
         let dir = tempfile::tempdir().unwrap();
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-        ] {
+        for name in LUCID_CAUSAL {
             let fx = CausalFixture::open(name);
             for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
                 let path = write_for(
@@ -627,13 +623,10 @@ mod with_onnxruntime {
     #[test]
     fn nan_in_unwritten_state_rows_changes_no_token() {
         let dir = tempfile::tempdir().unwrap();
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-            "gpt_tokens",
-            "gpt_heads2_attn",
-        ] {
+        for name in LUCID_CAUSAL
+            .into_iter()
+            .chain(["gpt_tokens", "gpt_heads2_attn"])
+        {
             let fx = Fixture::open(name);
             let ids = fx.ids("input_ids");
             let (batch, n) = ids.dim();
