@@ -1,23 +1,28 @@
 //! Helpers of the decoding tests (tests/suite/generation.rs, static_state.rs,
 //! static_batch.rs): writing a model in a sequence mode, token ids, decoding in chunks, the
-//! small causal configurations, greedy continuation.
+//! small causal configurations, the inputs of a static-state run, the causal fixtures
+//! against PyTorch, greedy continuation.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use gmlp_onnx::checkpoint::Import;
 use gmlp_onnx::generation::Decoder;
 use gmlp_onnx::generation::{Generator, Sampling};
+use gmlp_onnx::gmlp::decoding::DecodingInfo;
 use gmlp_onnx::gmlp::export::export_for;
+use gmlp_onnx::gmlp::reference::forward_tokens;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::{concatenate, s, Array2, Array3, ArrayD, Axis};
+use ndarray::{concatenate, s, Array1, Array2, Array3, ArrayD, Axis, IxDyn};
 
-use super::{rel_diff, tiny_tokens, CPU_RUNTIMES};
+use super::{onnx_check, rel_diff, spread, tiny_tokens, Fixture, CPU_RUNTIMES, PYTORCH_RTOL};
 
+/// Writes `cfg` with `source`'s weights in `mode` for `target` to `dir/name`.
 pub fn write_for(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
@@ -32,6 +37,59 @@ pub fn write_for(
     path
 }
 
+/// Runs the onnx checker on the file at `path` and returns the path.
+pub fn checked(path: PathBuf) -> PathBuf {
+    onnx_check(std::slice::from_ref(&path));
+    path
+}
+
+/// Token ids [2, 12] below 50 (the batch, n and vocabulary of [`causal_configs`]) made
+/// with `salt`, and the f64 reference's logits of `cfg` with `source`'s weights on them.
+pub fn ids_and_reference(
+    cfg: &GmlpConfig,
+    source: &dyn WeightSource,
+    salt: usize,
+) -> (Array2<i64>, Array3<f32>) {
+    let ids = ids_for(2, 12, 50, salt);
+    let reference = forward_tokens(cfg, source, ids.view()).unwrap();
+    (ids, reference)
+}
+
+/// The small aMLP of [`causal_configs`] (one head, attention) with spread(3) weights,
+/// written at opset 17 in `mode` to `dir/name`.
+pub fn write_small_amlp(mode: SequenceMode, dir: &Path, name: &str) -> PathBuf {
+    let (_, cfg) = causal_configs().swap_remove(1);
+    let target = BuildTarget::at_opset(17);
+    write_for(&cfg, Arc::new(spread(3)), mode, &target, dir, name)
+}
+
+/// The inputs of one run of a static-state file described by `info`: `tokens` ids of 1 per
+/// sequence, each sequence's position, and every state buffer zero with `rows` rows.
+pub fn static_feed(
+    info: &DecodingInfo,
+    tokens: usize,
+    positions: &[i64],
+    rows: usize,
+) -> Vec<NamedTensor> {
+    let batch = positions.len();
+    let mut feed = vec![
+        NamedTensor {
+            name: "input_ids".into(),
+            value: TensorValue::I64(Array2::<i64>::ones((batch, tokens)).into_dyn()),
+        },
+        NamedTensor {
+            name: "position".into(),
+            value: TensorValue::I64(Array1::from(positions.to_vec()).into_dyn()),
+        },
+    ];
+    feed.extend(info.state.iter().map(|s| NamedTensor {
+        name: s.past.clone(),
+        value: TensorValue::F32(ArrayD::zeros(IxDyn(&[batch, rows, s.width]))),
+    }));
+    feed
+}
+
+/// Token ids [batch, len] that differ by sequence, position and `salt`, below `vocab`.
 pub fn ids_for(batch: usize, len: usize, vocab: usize, salt: usize) -> Array2<i64> {
     Array2::from_shape_fn((batch, len), |(b, t)| {
         ((b * 31 + t * 17 + salt * 7 + t * t) % vocab) as i64
@@ -53,10 +111,12 @@ pub fn decode(decoder: &mut Decoder, ids: &Array2<i64>, chunks: &[usize]) -> Arr
     concatenate(Axis(1), &views).unwrap()
 }
 
+/// [`rel_diff`] of two [batch, positions, vocabulary] logits.
 pub fn rel(a: &Array3<f32>, b: &Array3<f32>) -> f64 {
     rel_diff(&a.clone().into_dyn(), &b.clone().into_dyn())
 }
 
+/// The f32 array of a tensor (panics on another type).
 pub fn f32_of(t: &NamedTensor) -> &ArrayD<f32> {
     match &t.value {
         TensorValue::F32(a) => a,
@@ -144,4 +204,71 @@ pub fn greedy(
         .unwrap();
     let positions = generator.decoder().positions().to_vec();
     (generation.tokens, all, positions)
+}
+
+/// The causal g-mlp-pytorch fixtures: gMLP, aMLP, and aMLP with shift_tokens = 2.
+pub const LUCID_CAUSAL: [&str; 3] = [
+    "lucid_tokens_causal",
+    "lucid_amlp_causal",
+    "lucid_shift_causal",
+];
+
+/// A causal trained fixture as the decoding tests use it: the import of its checkpoint,
+/// its input ids, PyTorch's logits, and the chunks the ids are fed in (half the positions
+/// as the prompt, 8 single steps, the rest as one chunk).
+pub struct CausalFixture {
+    /// The fixture's name under fixtures/.
+    pub name: &'static str,
+    /// The configuration the import found.
+    pub cfg: GmlpConfig,
+    /// The imported weights.
+    pub weights: Arc<dyn WeightSource>,
+    /// The input ids [batch, n].
+    pub ids: Array2<i64>,
+    /// PyTorch's logits [batch, n, vocabulary].
+    pub pytorch: Array3<f32>,
+    /// Prompt, single steps, last chunk: n tokens in all.
+    pub chunks: Vec<usize>,
+}
+
+impl CausalFixture {
+    /// Opens fixtures/`name` and imports its checkpoint with the fixture's hints.
+    pub fn open(name: &'static str) -> CausalFixture {
+        let fx = Fixture::open(name);
+        let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
+        let cfg = import.config.clone();
+        let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
+        let ids = fx.ids("input_ids");
+        let n = ids.ncols();
+        let mut chunks = vec![n / 2];
+        chunks.extend(std::iter::repeat_n(1, 8));
+        chunks.push(n - n / 2 - 8);
+        CausalFixture {
+            name,
+            cfg,
+            weights,
+            ids,
+            pytorch: fx.logits().into_dimensionality().unwrap(),
+            chunks,
+        }
+    }
+
+    /// Asserts `logits` equal PyTorch's within [`PYTORCH_RTOL`], all of them and every
+    /// position on its own (`what` names the run); returns the overall difference.
+    pub fn assert_matches_pytorch(&self, logits: &Array3<f32>, what: &str) -> f64 {
+        let d = rel(logits, &self.pytorch);
+        assert!(d <= PYTORCH_RTOL, "{} {what}: {d:e}", self.name);
+        for t in 0..self.ids.ncols() {
+            let d = rel_diff(
+                &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
+                &self.pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
+            );
+            assert!(
+                d <= PYTORCH_RTOL,
+                "{} {what} position {t}: {d:e}",
+                self.name
+            );
+        }
+        d
+    }
 }

@@ -360,6 +360,45 @@ pub fn inspect_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The JSON file at `path`, parsed.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `gmlp-onnx validate MODEL ARGS --report MODEL.report.json`: what happened and the parsed
+/// report (written whether the runtimes agree or not).
+pub fn validate_with_report(model: &Path, args: &[&str]) -> (Output, serde_json::Value) {
+    let report = model.with_extension("report.json");
+    let _ = std::fs::remove_file(&report);
+    let mut argv = vec!["validate", path_str(model)];
+    argv.extend_from_slice(args);
+    argv.extend(["--report", path_str(&report)]);
+    let o = gmlp(&argv);
+    assert!(report.exists(), "no report: {}", output_text(&o));
+    (o, read_json(&report))
+}
+
+/// [`validate_with_report`] of a validation that must pass: the parsed report.
+pub fn validate_report(model: &Path, args: &[&str]) -> serde_json::Value {
+    let (o, report) = validate_with_report(model, args);
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert_eq!(report["pass"], true);
+    report
+}
+
+/// `gmlp-onnx generate MODEL ARGS --json`, parsed (the command must succeed): one result
+/// per runtime.
+pub fn generate_json(model: &Path, args: &[&str]) -> serde_json::Value {
+    let mut argv = vec!["generate", path_str(model)];
+    argv.extend_from_slice(args);
+    argv.push("--json");
+    let o = gmlp(&argv);
+    assert!(o.status.success(), "{}", output_text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// Exit code `code`, a one-line error on stderr containing every needle, no panic.
 pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();

@@ -41,22 +41,67 @@ fn missing_onnxruntime_library_says_how_to_get_it() {
     );
 }
 
+/// The paper's models, in the order `presets` lists them.
+const PRESETS: [&str; 8] = [
+    "gmlp-ti16",
+    "gmlp-s16",
+    "gmlp-b16",
+    "gmlp-base",
+    "amlp-base",
+    "gmlp-large",
+    "amlp-large",
+    "gmlp-xlarge",
+];
+
+/// `presets --json`, parsed.
+fn presets_json() -> Vec<serde_json::Value> {
+    let o = gmlp(&["presets", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 #[test]
 fn presets_lists_every_preset() {
+    let names: Vec<String> = presets_json()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, PRESETS);
+}
+
+/// The text form of `presets` (the one test of it; the other reads `--json`): a header, one
+/// row per preset in the JSON's order with its layers, widths, spatial form and parameter
+/// count, and the line that says how FLOPs are counted.
+#[test]
+fn presets_text_shows_a_row_per_preset() {
     let o = gmlp(&["presets"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    for name in [
-        "gmlp-ti16",
-        "gmlp-s16",
-        "gmlp-b16",
-        "gmlp-base",
-        "amlp-base",
-        "gmlp-large",
-        "amlp-large",
-        "gmlp-xlarge",
-    ] {
-        assert!(text.contains(name), "{name} missing from {text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let presets = presets_json();
+    assert_eq!(lines.len(), presets.len() + 2, "{text}");
+    assert!(lines[0].starts_with("preset "), "{text}");
+    assert!(
+        lines[lines.len() - 1].starts_with("FLOPs: 2 per multiply-add"),
+        "{text}"
+    );
+    for (row, p) in lines[1..].iter().zip(&presets) {
+        let c = &p["config"];
+        let attn = c["attn_dim"]
+            .as_u64()
+            .map_or("-".to_string(), |a| a.to_string());
+        let params_m = format!("{:.2}", p["params"].as_f64().unwrap() / 1e6);
+        let want = [
+            p["name"].as_str().unwrap(),
+            &c["layers"].to_string(),
+            &c["d_model"].to_string(),
+            &c["d_ffn"].to_string(),
+            &attn,
+            c["spatial"].as_str().unwrap(),
+            &params_m,
+        ];
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[..want.len()], want, "{row}");
     }
 }
 
@@ -65,7 +110,7 @@ fn presets_lists_every_preset() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
-    use crate::common::{Amlp, Build};
+    use crate::common::{validate_report, Amlp, Build};
 
     #[test]
     fn build_then_validate_a_small_amlp() {
@@ -80,12 +125,10 @@ mod with_onnxruntime {
             text.contains("tract vs ort-cpu") && text.contains("PASS"),
             "{text}"
         );
-        let o = gmlp(&["validate", out.to_str().unwrap(), "--batch", "3"]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        assert!(
-            stdout(&o).contains("input_ids int64 [3, 32]"),
-            "{}",
-            stdout(&o)
+        let json = validate_report(&out, &["--batch", "3"]);
+        assert_eq!(
+            json["inputs"],
+            serde_json::json!([{"name": "input_ids", "shape": [3, 32], "dtype": "int64"}])
         );
     }
 
@@ -93,16 +136,7 @@ mod with_onnxruntime {
     fn validate_writes_a_json_report() {
         let dir = tempfile::tempdir().unwrap();
         let out = small_vision_model(dir.path());
-        let report = dir.path().join("r.json");
-        let o = gmlp(&[
-            "validate",
-            out.to_str().unwrap(),
-            "--report",
-            report.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let json = validate_report(&out, &[]);
         assert_eq!(json["pass"], true);
         assert_eq!(json["pairs"][0]["reference"], "tract");
         assert_eq!(json["pairs"][0]["other"], "ort-cpu");

@@ -78,17 +78,33 @@ fn greedy_generation_equals_the_argmax_of_the_reference() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
-    use gmlp_onnx::checkpoint::Import;
     use gmlp_onnx::generation::Decoder;
     use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
     use gmlp_onnx::gmlp::targets::Target;
     use gmlp_onnx::gmlp::Precision;
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use gmlp_onnx::validate::Tolerance;
-    use ndarray::Array3;
 
     /// Runtimes against the f64 reference (f32 rounding only).
     const REFERENCE_RTOL: f64 = 1e-5;
+
+    /// `generate`'s flags for 12 tokens after a 13-byte prompt in tract and ONNX Runtime.
+    const PERMISSION_IS_IN_BOTH: [&str; 6] = [
+        "--prompt-text",
+        "Permission is",
+        "--max-new-tokens",
+        "12",
+        "--compare",
+        "tract,ort-cpu",
+    ];
+
+    /// fixtures/`name` built by the CLI with the fixture's flags and `--with-past growing`,
+    /// as `dir/past.onnx`.
+    fn growing_fixture(name: &str, dir: &Path) -> PathBuf {
+        let model = dir.join("past.onnx");
+        Fixture::open(name).build("model.safetensors", &["--with-past", "growing"], &model);
+        model
+    }
 
     fn ids_input(ids: &Array2<i64>) -> Vec<NamedTensor> {
         vec![NamedTensor {
@@ -113,16 +129,14 @@ mod with_onnxruntime {
                 dir.path(),
                 "f.onnx",
             );
-            let variable = write_in(
+            let variable = checked(write_in(
                 &cfg,
                 source.clone(),
                 SequenceMode::Variable,
                 dir.path(),
                 "v.onnx",
-            );
-            onnx_check(std::slice::from_ref(&variable));
-            let ids = ids_for(2, 12, 50, 1);
-            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            ));
+            let (ids, reference) = ids_and_reference(&cfg, source.as_ref(), 1);
             for kind in CPU_RUNTIMES {
                 let whole = f32_output(&run(kind, &fixed, &ids_input(&ids)));
                 for len in [1, 5, 12] {
@@ -159,17 +173,15 @@ mod with_onnxruntime {
         });
         for (name, cfg, target) in configs {
             let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-            let path = write_for(
+            let path = checked(write_for(
                 &cfg,
                 source.clone(),
                 SequenceMode::Growing,
                 &target,
                 dir.path(),
                 "p.onnx",
-            );
-            onnx_check(std::slice::from_ref(&path));
-            let ids = ids_for(2, 12, 50, 2);
-            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            ));
+            let (ids, reference) = ids_and_reference(&cfg, source.as_ref(), 2);
             let chunks = [5, 1, 1, 3, 2];
             let stepwise_reference =
                 forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
@@ -239,16 +251,14 @@ mod with_onnxruntime {
             let mut q = cfg.clone();
             q.dtype = Precision::Int8;
             let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-            let path = write_in(
+            let path = checked(write_in(
                 &q,
                 source.clone(),
                 SequenceMode::Growing,
                 dir.path(),
                 "q.onnx",
-            );
-            onnx_check(std::slice::from_ref(&path));
-            let ids = ids_for(2, 12, 50, 3);
-            let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+            ));
+            let (ids, reference) = ids_and_reference(&cfg, source.as_ref(), 3);
             let mut outs = Vec::new();
             for kind in CPU_RUNTIMES {
                 let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
@@ -274,97 +284,58 @@ mod with_onnxruntime {
         let dir = tempfile::tempdir().unwrap();
         // lucid_shift_causal: aMLP with shift_tokens = 2 (the shift has no parameters, so the
         // import is told by the fixture's flags, as `--shift-tokens 2` tells the CLI).
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-        ] {
-            let fx = Fixture::open(name);
-            let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
-            let cfg = import.config.clone();
-            let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
+        for name in LUCID_CAUSAL {
+            let fx = CausalFixture::open(name);
             let path = write_in(
-                &cfg,
-                weights.clone(),
+                &fx.cfg,
+                fx.weights.clone(),
                 SequenceMode::Growing,
                 dir.path(),
                 "p.onnx",
             );
-            let (ids, pytorch): (_, Array3<f32>) = (
-                fx.ids("input_ids"),
-                fx.logits().into_dimensionality().unwrap(),
-            );
-            let (batch, n) = ids.dim();
-            // Prefill half, single steps, then the rest as one chunk.
-            let mut chunks = vec![n / 2];
-            chunks.extend(std::iter::repeat_n(1, 8));
-            chunks.push(n - n / 2 - 8);
             let reference =
-                forward_tokens_stepwise(&cfg, weights.as_ref(), ids.view(), &chunks).unwrap();
-            let d = rel(&reference, &pytorch);
+                forward_tokens_stepwise(&fx.cfg, fx.weights.as_ref(), fx.ids.view(), &fx.chunks)
+                    .unwrap();
+            let d = rel(&reference, &fx.pytorch);
             assert!(
                 d <= PYTORCH_RTOL,
                 "{name}: stepwise reference vs PyTorch {d:e}"
             );
             for kind in CPU_RUNTIMES {
-                let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
-                let logits = decode(&mut decoder, &ids, &chunks);
-                let d = rel(&logits, &pytorch);
+                let mut decoder = Decoder::open(kind, &path, &options(), fx.ids.nrows()).unwrap();
+                let logits = decode(&mut decoder, &fx.ids, &fx.chunks);
+                let d = fx.assert_matches_pytorch(&logits, &kind.name());
                 eprintln!("{name}: {} step by step vs PyTorch: {d:.2e}", kind.name());
-                assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
-                // Every single position on its own, too.
-                for t in 0..n {
-                    let d = rel_diff(
-                        &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
-                        &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
-                    );
-                    assert!(
-                        d <= PYTORCH_RTOL,
-                        "{name} {} position {t}: {d:e}",
-                        kind.name()
-                    );
-                }
             }
         }
     }
 
     /// A g-mlp-pytorch aMLP trained with shift_tokens = 2, built `--with-past growing`: validate's
     /// whole-sequence run and decoding check (the window state starts empty too), inspect's
-    /// window line, and generate in both runtimes.
+    /// window state, and generate in both runtimes.
     #[test]
     fn cli_validates_and_generates_a_token_shift_model_with_past() {
         let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("shift-past.onnx");
-        let checkpoint = fixture("lucid_shift_causal").join("model.safetensors");
-        let o = gmlp(&[
-            "build",
-            "--weights",
-            path_str(&checkpoint),
-            "--causal",
-            "--shift-tokens",
-            "2",
-            "--with-past",
-            "growing",
-            "-q",
-            "-o",
-            path_str(&model),
-        ]);
-        assert!(o.status.success(), "{}", output_text(&o));
-        let o = gmlp(&["validate", path_str(&model), "--decode-steps", "3"]);
-        let text = output_text(&o);
-        assert!(o.status.success(), "{text}");
-        assert!(
-            text.contains("decode prefill 16 + 3 single steps"),
-            "{text}"
-        );
-        let o = gmlp(&["inspect", path_str(&model)]);
-        let text = output_text(&o);
+        // The fixture's flags: --causal --shift-tokens 2.
+        let model = growing_fixture("lucid_shift_causal", dir.path());
+        let report = validate_report(&model, &["--decode-steps", "3"]);
+        let plan = &report["decoding"]["plan"];
+        assert_eq!((&plan["prefill"], &plan["steps"]), (&16.into(), &3.into()));
+        let decoding = &inspect_json(&model)["decoding"];
+        assert_eq!(decoding["mode"], "with-past");
         // d = 24: the window keeps 2 rows of 24 floats per block.
-        assert!(
-            text.contains("past_shift.0 [batch, min(past_sequence, 2), 24]")
-                && text.contains("token-shift window: 192 bytes per block"),
-            "{text}"
+        let shift = decoding["state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["past"] == "past_shift.0")
+            .unwrap_or_else(|| panic!("{decoding}"));
+        assert_eq!(
+            shift,
+            &serde_json::json!({"block": 0, "past": "past_shift.0",
+                "present": "present_shift.0", "width": 24, "window": 2})
         );
+        assert_eq!(decoding["window_bytes_per_block"], 192);
         let o = gmlp(&[
             "generate",
             path_str(&model),
@@ -381,40 +352,14 @@ mod with_onnxruntime {
     #[test]
     fn cli_builds_validates_and_generates_with_past() {
         let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("past.onnx");
-        let report = dir.path().join("report.json");
-        let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
-        let o = gmlp(&[
-            "build",
-            "--weights",
-            path_str(&checkpoint),
-            "--causal",
-            "--with-past",
-            "growing",
-            "-q",
-            "-o",
-            path_str(&model),
-        ]);
-        assert!(o.status.success(), "{}", output_text(&o));
-        let o = gmlp(&[
-            "validate",
-            path_str(&model),
-            "--decode-steps",
-            "5",
-            "--report",
-            path_str(&report),
-        ]);
-        let text = output_text(&o);
-        assert!(o.status.success(), "{text}");
-        assert!(
-            text.contains("decode prefill 16 + 5 single steps + a chunk of 4"),
-            "{text}"
-        );
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let model = growing_fixture("lucid_amlp_causal", dir.path());
+        let json = validate_report(&model, &["--decode-steps", "5"]);
         let decoding = &json["decoding"];
         assert_eq!(decoding["pass"], true);
-        assert_eq!(decoding["plan"]["prefill"], 16);
+        assert_eq!(
+            decoding["plan"],
+            serde_json::json!({"prefill": 16, "steps": 5, "chunk": 4})
+        );
         let runtimes = decoding["runtimes"].as_array().unwrap();
         assert_eq!(runtimes.len(), 2);
         // prefill + 5 steps + chunk, then 3 state tensors per block for 2 blocks.
@@ -423,35 +368,67 @@ mod with_onnxruntime {
             7 + 6
         );
         assert_eq!(decoding["pairs"][0]["pass"], true);
-        let o = gmlp(&["inspect", path_str(&model)]);
-        let text = output_text(&o);
-        assert!(
-            text.contains("sequence    with-past, up to 32 positions"),
-            "{text}"
+        let decoding = &inspect_json(&model)["decoding"];
+        assert_eq!(
+            (&decoding["mode"], &decoding["max_sequence"]),
+            (&"with-past".into(), &32.into())
         );
         // e = 48, a = 16: (48 + 2·16)·4 = 320 bytes per token per block.
-        assert!(text.contains("320 bytes per token per block"), "{text}");
+        assert_eq!(decoding["state_bytes_per_token_per_block"], 320);
         for sampling in [
             &[][..],
             &["--temperature", "0.9", "--top-k", "5", "--seed", "3"],
         ] {
-            let mut args = vec![
-                "generate",
-                path_str(&model),
-                "--prompt-text",
-                "Permission is",
-                "--max-new-tokens",
-                "12",
-                "--compare",
-                "tract,ort-cpu",
-            ];
+            let mut args = PERMISSION_IS_IN_BOTH.to_vec();
             args.extend_from_slice(sampling);
-            let o = gmlp(&args);
-            let text = output_text(&o);
-            assert!(o.status.success(), "{text}");
-            assert!(text.contains("same tokens in tract, ort-cpu"), "{text}");
-            assert!(text.contains("prefill: 13 tokens"), "{text}");
-            assert!(text.contains("steps:   11 tokens"), "{text}");
+            let json = generate_json(&model, &args);
+            let runs = json.as_array().unwrap();
+            let names: Vec<&str> = runs
+                .iter()
+                .map(|r| r["runtime"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, ["tract", "ort-cpu"]);
+            assert_eq!(runs[0]["tokens"], runs[1]["tokens"], "same tokens");
+            for run in runs {
+                assert_eq!(run["prompt_tokens"], 13, "{run}");
+                assert_eq!(run["steps"], 11, "{run}");
+            }
         }
+    }
+
+    /// The text form of `generate` (the one test of it; the other tests read `--json`): for
+    /// each runtime its model form, the tokens and their text, the prefill and step lines,
+    /// then that the runtimes agree, each as the JSON result of the same run says.
+    #[test]
+    fn generate_text_shows_tokens_timings_and_agreement() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = growing_fixture("lucid_amlp_causal", dir.path());
+        let mut argv = vec!["generate", path_str(&model)];
+        argv.extend(PERMISSION_IS_IN_BOTH);
+        let o = gmlp(&argv);
+        assert!(o.status.success(), "{}", output_text(&o));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let json = generate_json(&model, &PERMISSION_IS_IN_BOTH);
+        let mut expected = Vec::new();
+        for run in json.as_array().unwrap() {
+            let tokens: Vec<i64> = serde_json::from_value(run["tokens"].clone()).unwrap();
+            let ids: Vec<String> = tokens.iter().map(i64::to_string).collect();
+            let bytes: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
+            expected.push(format!(
+                "{} (with-past model):",
+                run["runtime"].as_str().unwrap()
+            ));
+            expected.push(format!("tokens: {}", ids.join(",")));
+            expected.push(format!("text:   {:?}", String::from_utf8_lossy(&bytes)));
+            expected.push("prefill: 13 tokens in ".into());
+            expected.push("steps:   11 tokens in ".into());
+        }
+        expected.push("same tokens in tract, ort-cpu".into());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), expected.len(), "{text}");
+        for (line, want) in lines.iter().zip(&expected) {
+            assert!(line.starts_with(want.as_str()), "{want:?} expected: {text}");
+        }
+        assert!(lines[4].contains("median step"), "{text}");
     }
 }

@@ -228,11 +228,7 @@ fn validate_uses_int8_tolerances_from_the_metadata() {
     Build::amlp(2, Amlp::Short)
         .args(&["--dtype", "int8"])
         .write(&path);
-    let report = dir.path().join("r.json");
-    let o = gmlp(&["validate", path_str(&path), "--report", path_str(&report)]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = validate_report(&path, &[]);
     assert_eq!(r["tolerance"]["rtol"], 0.1);
     assert_eq!(r["tolerance"]["atol"], 1e-3);
 }

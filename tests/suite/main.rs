@@ -22,7 +22,6 @@ mod genai;
 mod generation;
 mod hostile;
 mod import;
-#[cfg(feature = "test-onnxruntime")]
 mod inspect;
 #[cfg(feature = "test-onnxruntime")]
 mod int8;

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::{output_text, path_str as s, small_vision_model, Build};
+use crate::common::{inspect_json, output_text, path_str as s, small_vision_model, Build};
 
 /// The binary under test with an empty environment but for PATH and HOME (nothing
 /// exported: no ORT_DYLIB_PATH, no VIRTUAL_ENV, no GMLP_ONNX_PYTHON) plus `env`, run in `cwd`.
@@ -176,22 +176,22 @@ fn small_things_say_things_once_and_in_one_unit() {
         )),
         "{text}"
     );
-    // inspect's text shows every metadata property, as docs/validate.md says.
-    let o = gmlp(&["inspect", s(&out)]);
-    let text = output_text(&o);
+    // inspect reads every metadata property and the FLOPs the build line gave (its text
+    // shows each of them: inspect_text_shows_every_section_of_the_summary).
+    let json = inspect_json(&out);
+    let metadata = json["metadata"].as_object().unwrap();
     for key in [
         "gmlp_onnx.version",
         "gmlp_onnx.weights",
         "gmlp_onnx.stored_params",
         "gmlp_onnx.flops_per_example",
-        "gmlp_onnx.preset = gmlp-ti16",
+        "gmlp_onnx.preset",
     ] {
-        assert!(
-            text.contains(&format!("metadata    {key}")),
-            "{key}: {text}"
-        );
+        assert!(metadata.contains_key(key), "{key}: {json}");
     }
-    assert!(text.contains("(1.98 MFLOPs)"), "{text}");
+    assert_eq!(metadata["gmlp_onnx.preset"], "gmlp-ti16");
+    // 1.98 MFLOPs, as the build line said.
+    assert_eq!(json["flops_per_example"], 1_978_368);
 }
 
 /// The tests that run ONNX Runtime or the onnx checker (the test Python environment),
@@ -199,7 +199,7 @@ fn small_things_say_things_once_and_in_one_unit() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
-    use crate::common::{python, small_token_model, Amlp};
+    use crate::common::{python, read_json, small_token_model, validate_report, Amlp};
     use std::path::PathBuf;
 
     /// The virtual environment that holds the tests' onnxruntime (GMLP_ONNX_PYTHON is its
@@ -224,13 +224,23 @@ mod with_onnxruntime {
         let dir = tempfile::tempdir().unwrap();
         let model = small_vision_model(dir.path());
         let venv = test_venv();
+        let report = dir.path().join("r.json");
         let o = gmlp_bare(
             dir.path(),
             &[("VIRTUAL_ENV", s(&venv))],
-            &["validate", s(&model), "--batch", "1"],
+            &[
+                "validate",
+                s(&model),
+                "--batch",
+                "1",
+                "--report",
+                s(&report),
+            ],
         );
         assert!(o.status.success(), "{}", output_text(&o));
-        assert!(output_text(&o).contains("PASS"));
+        let json = read_json(&report);
+        assert_eq!(json["pass"], true);
+        assert_eq!(json["pairs"][0]["other"], "ort-cpu", "{json}");
         let o = gmlp_bare(dir.path(), &[("VIRTUAL_ENV", s(&venv))], &["doctor"]);
         assert!(o.status.success(), "{}", output_text(&o));
         let text = output_text(&o);
@@ -295,10 +305,8 @@ mod with_onnxruntime {
         );
     }
 
-    /// `max_rel` of every compared output in a JSON report.
-    fn max_rel(report: &Path) -> f64 {
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    /// The largest `max_rel` of every compared output in a JSON report.
+    fn max_rel(json: &serde_json::Value) -> f64 {
         json["pairs"]
             .as_array()
             .unwrap()
@@ -329,17 +337,13 @@ mod with_onnxruntime {
             );
 
             // validate: the JSON report names the precision and the bounds it chose.
-            let report = dir.path().join(format!("{name}.json"));
-            let o = gmlp(&["validate", s(&path), "--report", s(&report)]);
-            assert!(o.status.success(), "{}", output_text(&o));
-            let json: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            let json = validate_report(&path, &[]);
             assert_eq!(json["precision"], "f16");
             assert_eq!(
                 json["tolerance"],
                 serde_json::json!({"rtol": 0.01, "atol": 0.0001})
             );
-            let rel = max_rel(&report);
+            let rel = max_rel(&json);
             if name != "v16.onnx" {
                 continue;
             }
@@ -358,12 +362,7 @@ mod with_onnxruntime {
     #[test]
     fn f32_models_keep_the_f32_defaults() {
         let dir = tempfile::tempdir().unwrap();
-        let model = small_token_model(dir.path());
-        let report = dir.path().join("r.json");
-        let o = gmlp(&["validate", s(&model), "--report", s(&report)]);
-        assert!(o.status.success(), "{}", output_text(&o));
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let json = validate_report(&small_token_model(dir.path()), &[]);
         assert_eq!(json["precision"], "f32");
         assert_eq!(
             json["tolerance"],

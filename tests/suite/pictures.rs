@@ -207,18 +207,6 @@ fn trained_timm_and_g_mlp_pytorch_checkpoints_give_one_picture_per_block_and_an_
             assert_eq!(b["head_toeplitz_ness"].as_array().unwrap().len(), heads);
             assert_eq!(b["reads"], if causal { "causal: j <= i" } else { "all" });
         }
-        // The text form names the score of each block.
-        let o = gmlp(&["inspect", s(&model)]);
-        assert!(o.status.success(), "{}", text(&o));
-        let out = text(&o);
-        for (i, score) in reference.iter().enumerate() {
-            let line = format!("spatial     block {i}: ");
-            let at = out.find(&line).unwrap_or_else(|| panic!("{out}"));
-            assert!(
-                out[at..].contains(&format!("Toeplitz-ness {score:.3}")),
-                "{out}"
-            );
-        }
     }
 }
 

@@ -14,8 +14,7 @@ use gmlp_onnx::gmlp::reference::forward_tokens;
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
 use gmlp_onnx::runtime::RuntimeKind;
-use gmlp_onnx::tensor::{NamedTensor, TensorValue};
-use ndarray::{s, Array1, Array2, ArrayD, IxDyn};
+use ndarray::{s, Array2};
 
 /// Decoding against the whole run and the f64 reference (f32 rounding).
 const RTOL: f64 = 1e-5;
@@ -98,15 +97,7 @@ fn batched_sequences_at_different_positions_equal_each_alone() {
 #[test]
 fn growing_state_refuses_prompts_of_different_lengths() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, cfg) = causal_configs().swap_remove(1);
-    let path = write_for(
-        &cfg,
-        Arc::new(spread(3)),
-        SequenceMode::Growing,
-        &BuildTarget::at_opset(17),
-        dir.path(),
-        "g.onnx",
-    );
+    let path = write_small_amlp(SequenceMode::Growing, dir.path(), "g.onnx");
     let mut decoder = Decoder::open(RuntimeKind::OrtCpu, &path, &options(), 2).unwrap();
     let err = decoder
         .feed_prompts(&[vec![1, 2, 3], vec![4]])
@@ -133,17 +124,10 @@ fn growing_state_refuses_prompts_of_different_lengths() {
 fn cli_builds_validates_and_generates_a_batch_with_static_state() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("static.onnx");
-    let report = dir.path().join("report.json");
     let checkpoint = fixture("lucid_amlp_causal").join("model.safetensors");
-    let o = gmlp(&[
-        "build",
-        "--weights",
-        path_str(&checkpoint),
-        "--causal",
-        "--with-past",
-        "-o",
-        path_str(&model),
-    ]);
+    let o = Build::weights(&checkpoint)
+        .args(&["--causal", "--with-past"])
+        .run(&model);
     // The build line names the form, and a note how to get the earlier one.
     assert!(
         output_text(&o).contains("static state")
@@ -155,34 +139,53 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
         output_text(&o)
     );
     assert!(o.status.success(), "{}", output_text(&o));
-    let o = gmlp(&["inspect", path_str(&model)]);
-    let text = output_text(&o);
-    // n = 32, e = 48, a = 16: 2 blocks · 32 rows · (48 + 2·16) · 4 bytes.
-    assert!(
-        text.contains("sequence    static, up to 32 positions")
-            && text.contains("past_sgu.0 [batch, 32, 48], past_key.0 [batch, 32, 16]")
-            && text.contains("20480 bytes per sequence for all 2 blocks")
-            && text.contains("input       position int64 [batch]"),
-        "{text}"
+    let summary = inspect_json(&model);
+    let decoding = &summary["decoding"];
+    assert_eq!(
+        (&decoding["mode"], &decoding["max_sequence"]),
+        (&"static".into(), &32.into())
     );
-    let o = gmlp(&[
-        "validate",
-        path_str(&model),
-        "--decode-steps",
-        "5",
-        "--report",
-        path_str(&report),
-    ]);
-    let text = output_text(&o);
-    assert!(o.status.success(), "{text}");
-    assert!(
-        text.contains("ort-cpu stepwise vs whole sequence"),
-        "{text}"
+    let block0: Vec<(&str, u64)> = decoding["state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["block"] == 0)
+        .map(|t| (t["past"].as_str().unwrap(), t["width"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        block0,
+        [("past_sgu.0", 48), ("past_key.0", 16), ("past_value.0", 16)]
     );
-    assert!(text.contains("state written in place"), "{text}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    // n = 32, e = 48, a = 16: 2 blocks · 32 rows · (48 + 2·16) · 4 bytes = 20480 bytes per
+    // sequence.
+    let blocks = decoding["state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["block"].as_u64().unwrap() + 1)
+        .max();
+    assert_eq!(blocks, Some(2));
+    assert_eq!(decoding["state_bytes_per_token_per_block"], 320);
+    assert!(
+        summary["inputs"].as_array().unwrap().contains(
+            &serde_json::json!({"name": "position", "dtype": "int64", "shape": ["batch"]})
+        ),
+        "{summary}"
+    );
+    let json = validate_report(&model, &["--decode-steps", "5"]);
     assert_eq!(json["decoding"]["pass"], true);
+    let in_place: Vec<(&str, bool)> = json["decoding"]["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["state_in_place"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(in_place, [("tract", false), ("ort-cpu", true)]);
     let inputs = json["inputs"].as_array().unwrap();
     assert!(inputs.iter().any(|i| i["name"] == "position"), "{json}");
     // Three prompts of different lengths, together and alone.
@@ -197,19 +200,17 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
         format!("{}\n\n{}\n{}\n", prompts[0], prompts[1], prompts[2]),
     )
     .unwrap();
-    let o = gmlp(&[
-        "generate",
-        path_str(&model),
-        "--prompts-file",
-        path_str(&file),
-        "--max-new-tokens",
-        "9",
-        "--compare",
-        "tract,ort-cpu",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", output_text(&o));
-    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let json = generate_json(
+        &model,
+        &[
+            "--prompts-file",
+            path_str(&file),
+            "--max-new-tokens",
+            "9",
+            "--compare",
+            "tract,ort-cpu",
+        ],
+    );
     let runs = json.as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0]["batch"], 3);
@@ -218,17 +219,7 @@ fn cli_builds_validates_and_generates_a_batch_with_static_state() {
     assert_eq!(runs[0]["steps"], 8);
     assert!(runs[0]["step_tokens_per_s"].as_f64().unwrap() > 0.0);
     for (b, prompt) in prompts.iter().enumerate() {
-        let o = gmlp(&[
-            "generate",
-            path_str(&model),
-            "--prompt-ids",
-            prompt,
-            "--max-new-tokens",
-            "9",
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", output_text(&o));
-        let alone: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let alone = generate_json(&model, &["--prompt-ids", prompt, "--max-new-tokens", "9"]);
         for run in runs {
             assert_eq!(
                 run["tokens"][b], alone[0]["tokens"],
@@ -313,34 +304,18 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
     ]);
     assert!(o.status.success(), "{}", output_text(&o));
     // --with-past static refuses local mixing; a plain --with-past builds it growing.
-    let window = fixture("gpt_window").join("model.safetensors");
-    let out = d.join("w.onnx");
-    let o = gmlp(&[
-        "build",
-        "--weights",
-        path_str(&window),
+    let window = Build::weights(&fixture("gpt_window").join("model.safetensors")).args(&[
         "--seq-len",
         "32",
-        "--with-past",
-        "static",
         "-q",
-        "-o",
-        path_str(&out),
+        "--with-past",
     ]);
+    let out = d.join("w.onnx");
+    let o = window.clone().args(&["static"]).run(&out);
     assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
     assert!(output_text(&o).contains("--with-past static does not support local token mixing"));
     assert!(!out.exists());
-    let o = gmlp(&[
-        "build",
-        "--weights",
-        path_str(&window),
-        "--seq-len",
-        "32",
-        "--with-past",
-        "-q",
-        "-o",
-        path_str(&out),
-    ]);
+    let o = window.run(&out);
     assert!(o.status.success(), "{}", output_text(&o));
     assert!(
         output_text(&o).contains(
@@ -349,11 +324,10 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
         "{}",
         output_text(&o)
     );
-    let o = gmlp(&["inspect", path_str(&out)]);
-    assert!(
-        output_text(&o).contains("sequence    with-past, up to 32"),
-        "{}",
-        output_text(&o)
+    let decoding = &inspect_json(&out)["decoding"];
+    assert_eq!(
+        (&decoding["mode"], &decoding["max_sequence"]),
+        (&"with-past".into(), &32.into())
     );
 }
 
@@ -362,50 +336,25 @@ fn cli_refuses_bad_prompt_files_and_mixed_lengths_in_a_growing_model() {
 #[test]
 fn validate_refuses_bad_positions_and_state_sizes_in_given_inputs() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, cfg) = causal_configs().swap_remove(1);
-    let path = write_for(
-        &cfg,
-        Arc::new(spread(3)),
-        SequenceMode::Static,
-        &BuildTarget::at_opset(17),
-        dir.path(),
-        "v.onnx",
-    );
+    let path = write_small_amlp(SequenceMode::Static, dir.path(), "v.onnx");
     let info = DecodingModel::read(&path).unwrap().info;
-    let inputs = |positions: Vec<i64>, rows: usize| {
-        let mut all = vec![
-            NamedTensor {
-                name: "input_ids".into(),
-                value: TensorValue::I64(Array2::<i64>::ones((2, 3)).into_dyn()),
-            },
-            NamedTensor {
-                name: "position".into(),
-                value: TensorValue::I64(Array1::from(positions).into_dyn()),
-            },
-        ];
-        all.extend(info.state.iter().map(|s| NamedTensor {
-            name: s.past.clone(),
-            value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, rows, s.width]))),
-        }));
-        all
-    };
     for (name, positions, rows, needle) in [
         (
             "late.npz",
-            vec![0, 10],
+            [0, 10],
             12,
             "position[1] = 10 with 3 tokens leaves the model's 12 positions",
         ),
-        ("negative.npz", vec![-1, 0], 12, "position[0] = -1"),
+        ("negative.npz", [-1, 0], 12, "position[0] = -1"),
         (
             "rows.npz",
-            vec![0, 0],
+            [0, 0],
             11,
             "input past_sgu.0: the model declares shape [batch, 12, 16]",
         ),
     ] {
         let file = dir.path().join(name);
-        gmlp_onnx::npz::save_npz(&file, &inputs(positions, rows)).unwrap();
+        gmlp_onnx::npz::save_npz(&file, &static_feed(&info, 3, &positions, rows)).unwrap();
         let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
         let text = output_text(&o);
         assert_eq!(o.status.code(), Some(2), "{name}: {text}");
@@ -414,7 +363,7 @@ fn validate_refuses_bad_positions_and_state_sizes_in_given_inputs() {
     }
     // In range, the same inputs validate in both runtimes.
     let file = dir.path().join("good.npz");
-    gmlp_onnx::npz::save_npz(&file, &inputs(vec![0, 9], 12)).unwrap();
+    gmlp_onnx::npz::save_npz(&file, &static_feed(&info, 3, &[0, 9], 12)).unwrap();
     let o = gmlp(&["validate", path_str(&path), "--inputs", path_str(&file)]);
     assert!(o.status.success(), "{}", output_text(&o));
 }

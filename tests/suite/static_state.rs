@@ -14,6 +14,31 @@ use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
 use gmlp_onnx::onnx::reader::{read_model, updates_in_place};
 
+/// `cfg` (called `name`) written in the static form for each of [`targets`] into `dir`:
+/// each file's name, path and target.
+fn static_files(
+    cfg: &gmlp_onnx::gmlp::GmlpConfig,
+    name: &str,
+    source: Arc<dyn WeightSource>,
+    dir: &std::path::Path,
+) -> Vec<(String, std::path::PathBuf, BuildTarget)> {
+    targets(cfg)
+        .into_iter()
+        .map(|(label, cfg, target, _)| {
+            let file = format!("{name}-{label}.onnx");
+            let path = write_for(
+                &cfg,
+                source.clone(),
+                SequenceMode::Static,
+                &target,
+                dir,
+                &file,
+            );
+            (file, path, target)
+        })
+        .collect()
+}
+
 /// The in-place check reads the graph: each past_* input of a static file is read only by
 /// the scatter that makes its present_* output; a growing file's is read by a Concat.
 #[test]
@@ -67,16 +92,7 @@ fn static_state_graphs_read_no_shape() {
             .collect()
     };
     for (name, cfg) in causal_configs() {
-        for (label, cfg, target, _) in targets(&cfg) {
-            let file = format!("{name}-{label}.onnx");
-            let path = write_for(
-                &cfg,
-                source.clone(),
-                SequenceMode::Static,
-                &target,
-                dir.path(),
-                &file,
-            );
+        for (file, path, target) in static_files(&cfg, name, source.clone(), dir.path()) {
             let ops = op_types(&path);
             for banned in ["Shape", "Size", "Range"] {
                 assert!(!ops.iter().any(|o| o == banned), "{file}: a {banned} node");
@@ -166,16 +182,7 @@ fn static_state_graphs_make_int64_values_by_cast_alone() {
     let dir = tempfile::tempdir().unwrap();
     let source: Arc<dyn WeightSource> = Arc::new(spread(3));
     for (name, cfg) in causal_configs() {
-        for (label, cfg, target, _) in targets(&cfg) {
-            let file = format!("{name}-{label}.onnx");
-            let path = write_for(
-                &cfg,
-                source.clone(),
-                SequenceMode::Static,
-                &target,
-                dir.path(),
-                &file,
-            );
+        for (file, path, _) in static_files(&cfg, name, source.clone(), dir.path()) {
             let made = int64_values(&read_model(&path).unwrap());
             let computed: Vec<_> = made
                 .iter()
@@ -240,15 +247,14 @@ fn ort_gpu_files_name_their_scatter_and_tract_refuses_them_clearly() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
-    use gmlp_onnx::checkpoint::Import;
     use gmlp_onnx::generation::{Decoder, DecodingModel};
-    use gmlp_onnx::gmlp::reference::{forward_tokens, forward_tokens_stepwise};
+    use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
     use gmlp_onnx::gmlp::Precision;
     use gmlp_onnx::runtime::{self, RuntimeKind};
     use gmlp_onnx::tensor::{NamedTensor, TensorValue};
     use gmlp_onnx::validate::Tolerance;
     use ndarray::s;
-    use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+    use ndarray::{Array1, Array2, ArrayD, IxDyn};
 
     /// Runtimes against the f64 reference, and decoding against the whole run (f32 rounding).
     const RTOL: f64 = 1e-5;
@@ -260,15 +266,14 @@ mod with_onnxruntime {
             for (target_name, cfg, target, kinds) in targets(&cfg) {
                 let name = format!("{name} {target_name}");
                 let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-                let path = write_for(
+                let path = checked(write_for(
                     &cfg,
                     source.clone(),
                     SequenceMode::Static,
                     &target,
                     dir.path(),
                     "s.onnx",
-                );
-                onnx_check(std::slice::from_ref(&path));
+                ));
                 let model = read_model(&path).unwrap();
                 let op = if target.opset >= 24 {
                     "TensorScatter"
@@ -283,8 +288,7 @@ mod with_onnxruntime {
                     "{name}: the state is not concatenated"
                 );
                 assert!(DecodingModel::of(&model).unwrap().in_place, "{name}");
-                let ids = ids_for(2, 12, 50, 2);
-                let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+                let (ids, reference) = ids_and_reference(&cfg, source.as_ref(), 2);
                 let chunks = [5, 1, 1, 3, 2];
                 let stepwise_reference =
                     forward_tokens_stepwise(&cfg, source.as_ref(), ids.view(), &chunks).unwrap();
@@ -351,17 +355,15 @@ mod with_onnxruntime {
                 let mut q = cfg.clone();
                 q.dtype = dtype;
                 let source: Arc<dyn WeightSource> = Arc::new(spread(9));
-                let path = write_for(
+                let path = checked(write_for(
                     &q,
                     source.clone(),
                     SequenceMode::Static,
                     &BuildTarget::at_opset(17),
                     dir.path(),
                     "q.onnx",
-                );
-                onnx_check(std::slice::from_ref(&path));
-                let ids = ids_for(2, 12, 50, 3);
-                let reference = forward_tokens(&cfg, source.as_ref(), ids.view()).unwrap();
+                ));
+                let (ids, reference) = ids_and_reference(&cfg, source.as_ref(), 3);
                 for kind in CPU_RUNTIMES {
                     let mut decoder = Decoder::open(kind, &path, &options(), 2).unwrap();
                     let stepwise = decode(&mut decoder, &ids, &[5, 1, 1, 3, 2]);
@@ -496,54 +498,16 @@ mod with_onnxruntime {
     #[test]
     fn positions_outside_the_state_fail_in_the_graph() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, cfg) = causal_configs().swap_remove(1);
-        let path = write_for(
-            &cfg,
-            Arc::new(spread(3)),
-            SequenceMode::Static,
-            &BuildTarget::at_opset(17),
-            dir.path(),
-            "p.onnx",
-        );
+        let path = write_small_amlp(SequenceMode::Static, dir.path(), "p.onnx");
         let info = DecodingModel::read(&path).unwrap().info;
-        let state: Vec<NamedTensor> = info
-            .state
-            .iter()
-            .map(|s| NamedTensor {
-                name: s.past.clone(),
-                value: TensorValue::F32(ArrayD::zeros(IxDyn(&[2, 12, s.width]))),
-            })
-            .collect();
         for kind in CPU_RUNTIMES {
             let mut rt = runtime::open(kind, &path, &options()).unwrap();
             for (positions, tokens) in [([0, 12], 1), ([-1, 0], 1), ([0, 10], 3), ([-100, 0], 1)] {
-                let mut feed = vec![
-                    NamedTensor {
-                        name: "input_ids".into(),
-                        value: TensorValue::I64(Array2::<i64>::ones((2, tokens)).into_dyn()),
-                    },
-                    NamedTensor {
-                        name: "position".into(),
-                        value: TensorValue::I64(Array1::from(positions.to_vec()).into_dyn()),
-                    },
-                ];
-                feed.extend(state.iter().cloned());
-                let err = rt.run(&feed);
+                let err = rt.run(&static_feed(&info, tokens, &positions, 12));
                 assert!(err.is_err(), "{} positions {positions:?}", kind.name());
             }
             // In range, the same file runs.
-            let mut feed = vec![
-                NamedTensor {
-                    name: "input_ids".into(),
-                    value: TensorValue::I64(Array2::<i64>::ones((2, 2)).into_dyn()),
-                },
-                NamedTensor {
-                    name: "position".into(),
-                    value: TensorValue::I64(Array1::from(vec![0i64, 10]).into_dyn()),
-                },
-            ];
-            feed.extend(state.iter().cloned());
-            rt.run(&feed).unwrap();
+            rt.run(&static_feed(&info, 2, &[0, 10], 12)).unwrap();
         }
     }
 
@@ -553,52 +517,24 @@ mod with_onnxruntime {
     #[test]
     fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
         let dir = tempfile::tempdir().unwrap();
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-        ] {
-            let fx = Fixture::open(name);
-            let import = Import::open(&fx.checkpoint(), &fx.hints()).unwrap();
-            let cfg = import.config.clone();
-            let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&cfg));
-            let (ids, pytorch): (_, Array3<f32>) = (
-                fx.ids("input_ids"),
-                fx.logits().into_dimensionality().unwrap(),
-            );
-            let (batch, n) = ids.dim();
-            let mut chunks = vec![n / 2];
-            chunks.extend(std::iter::repeat_n(1, 8));
-            chunks.push(n - n / 2 - 8);
+        for name in LUCID_CAUSAL {
+            let fx = CausalFixture::open(name);
             for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
                 let path = write_for(
-                    &cfg,
-                    weights.clone(),
+                    &fx.cfg,
+                    fx.weights.clone(),
                     SequenceMode::Static,
                     &BuildTarget::at_opset(opset),
                     dir.path(),
                     "f.onnx",
                 );
                 for kind in kinds {
-                    let mut decoder = Decoder::open(kind, &path, &options(), batch).unwrap();
-                    let logits = decode(&mut decoder, &ids, &chunks);
-                    let d = rel(&logits, &pytorch);
-                    eprintln!(
-                        "{name} opset {opset}: {} static vs PyTorch: {d:.2e}",
-                        kind.name()
-                    );
-                    assert!(d <= PYTORCH_RTOL, "{name} {}: {d:e}", kind.name());
-                    for t in 0..n {
-                        let d = rel_diff(
-                            &logits.slice(s![.., t, ..]).to_owned().into_dyn(),
-                            &pytorch.slice(s![.., t, ..]).to_owned().into_dyn(),
-                        );
-                        assert!(
-                            d <= PYTORCH_RTOL,
-                            "{name} {} position {t}: {d:e}",
-                            kind.name()
-                        );
-                    }
+                    let mut decoder =
+                        Decoder::open(kind, &path, &options(), fx.ids.nrows()).unwrap();
+                    let logits = decode(&mut decoder, &fx.ids, &fx.chunks);
+                    let what = format!("opset {opset} {}", kind.name());
+                    let d = fx.assert_matches_pytorch(&logits, &what);
+                    eprintln!("{name} {what} static vs PyTorch: {d:.2e}");
                 }
             }
         }
@@ -687,13 +623,10 @@ mod with_onnxruntime {
     #[test]
     fn nan_in_unwritten_state_rows_changes_no_token() {
         let dir = tempfile::tempdir().unwrap();
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "lucid_shift_causal",
-            "gpt_tokens",
-            "gpt_heads2_attn",
-        ] {
+        for name in LUCID_CAUSAL
+            .into_iter()
+            .chain(["gpt_tokens", "gpt_heads2_attn"])
+        {
             let fx = Fixture::open(name);
             let ids = fx.ids("input_ids");
             let (batch, n) = ids.dim();

@@ -52,15 +52,11 @@ fn profile_parsing_and_the_cuda_placement_rule() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use crate::common::{
-        assert_fails, gmlp, output_text as text, path_str as s, run_python as py,
-        small_token_model as token_model, small_vision_model as vision_model,
+        assert_fails, gmlp, output_text as text, path_str as s, read_json, run_python as py,
+        small_token_model as token_model, small_vision_model as vision_model, validate_report,
+        validate_with_report, Amlp, Build,
     };
-    use std::path::Path;
     use std::process::Command;
-
-    fn read_json(path: &Path) -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-    }
 
     #[test]
     fn numpy_inputs_and_python_onnxruntime_outputs_check_tract() {
@@ -78,36 +74,27 @@ mod with_onnxruntime {
          np.savez(sys.argv[3], logits=s.run(['logits'], {'pixel_values': x})[0])\n",
             &[&model, &inputs, &expected],
         );
-        let report = dir.path().join("r.json");
-        let o = gmlp(&[
-            "validate",
-            s(&model),
-            "--runtimes",
-            "tract",
-            "--inputs",
-            s(&inputs),
-            "--expected",
-            s(&expected),
-            "--report",
-            s(&report),
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-        assert!(
-            text(&o).contains("pixel_values float32 [3, 3, 32, 32]"),
-            "{}",
-            text(&o)
+        let json = validate_report(
+            &model,
+            &[
+                "--runtimes",
+                "tract",
+                "--inputs",
+                s(&inputs),
+                "--expected",
+                s(&expected),
+            ],
         );
-        assert!(
-            text(&o).contains("expected vs tract: logits"),
-            "{}",
-            text(&o)
+        assert_eq!(
+            json["inputs"],
+            serde_json::json!([{"name": "pixel_values", "shape": [3, 3, 32, 32], "dtype": "float32"}])
         );
-        let json = read_json(&report);
         assert_eq!(json["schema"], "gmlp-onnx.validate/1");
         assert_eq!(json["inputs_source"], s(&inputs));
         assert_eq!(json["seed"], serde_json::Value::Null);
         assert_eq!(json["pairs"][0]["reference"], "expected");
         assert_eq!(json["pairs"][0]["other"], "tract");
+        assert_eq!(json["pairs"][0]["outputs"][0]["output"], "logits");
         assert_eq!(json["pairs"][0]["outputs"][0]["elements"], 3000);
         assert_eq!(json["pairs"][0]["pass"], true);
     }
@@ -146,22 +133,8 @@ mod with_onnxruntime {
          np.savez(sys.argv[2], **z)\n",
             &[&saved, &perturbed],
         );
-        let report = dir.path().join("r.json");
-        let o = gmlp(&[
-            "validate",
-            s(&model),
-            "--expected",
-            s(&perturbed),
-            "--report",
-            s(&report),
-        ]);
+        let (o, json) = validate_with_report(&model, &["--expected", s(&perturbed)]);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-        assert!(
-            text(&o).contains("DIFFER  expected vs tract: logits"),
-            "{}",
-            text(&o)
-        );
-        let json = read_json(&report);
         assert_eq!(json["pass"], false);
         let pairs = json["pairs"].as_array().unwrap();
         assert_eq!(
@@ -170,8 +143,14 @@ mod with_onnxruntime {
             "tract/ort-cpu, expected/tract, expected/ort-cpu"
         );
         assert_eq!(pairs[0]["pass"], true);
-        for p in &pairs[1..] {
-            assert_eq!(p["reference"], "expected");
+        for (p, other) in pairs[1..].iter().zip(["tract", "ort-cpu"]) {
+            assert_eq!(
+                (&p["reference"], &p["other"]),
+                (&"expected".into(), &other.into())
+            );
+            assert_eq!(p["pass"], false);
+            assert_eq!(p["outputs"][0]["output"], "logits");
+            assert_eq!(p["outputs"][0]["pass"], false);
             assert_eq!(p["outputs"][0]["mismatched"], 1);
             assert!(p["outputs"][0]["max_rel"].as_f64().unwrap() > 0.009);
         }
@@ -383,28 +362,15 @@ mod with_onnxruntime {
             2,
             &["input x: symbolic dimension 'N' needs a value (--dim N=N)"],
         );
-        let report = dir.path().join("r.json");
-        let o = gmlp(&[
-            "validate",
-            s(&model),
-            "--dim",
-            "N=5",
-            "--report",
-            s(&report),
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-        assert!(
-            text(&o).contains("x float64 [5, 4]") && text(&o).contains("ids int32 [5, 4]"),
-            "{}",
-            text(&o)
-        );
+        let json = validate_report(&model, &["--dim", "N=5"]);
         assert_eq!(
-            read_json(&report)["pairs"][0]["outputs"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
+            json["inputs"],
+            serde_json::json!([
+                {"name": "x", "shape": [5, 4], "dtype": "float64"},
+                {"name": "ids", "shape": [5, 4], "dtype": "int32"}
+            ])
         );
+        assert_eq!(json["pairs"][0]["outputs"].as_array().unwrap().len(), 2);
         // From NumPy, with the expected outputs computed by NumPy.
         let inputs = dir.path().join("in.npz");
         let expected = dir.path().join("out.npz");
@@ -415,20 +381,19 @@ mod with_onnxruntime {
          np.savez(sys.argv[2], y=x * x + ids, ids2=ids * ids)\n",
             &[&inputs, &expected],
         );
-        let o = gmlp(&[
-            "validate",
-            s(&model),
-            "--inputs",
-            s(&inputs),
-            "--expected",
-            s(&expected),
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-        assert!(
-            text(&o).contains("expected vs ort-cpu: ids2 max_abs 0.000e0"),
-            "{}",
-            text(&o)
+        let json = validate_report(
+            &model,
+            &["--inputs", s(&inputs), "--expected", s(&expected)],
         );
+        let ids2 = json["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["reference"] == "expected" && p["other"] == "ort-cpu")
+            .flat_map(|p| p["outputs"].as_array().unwrap())
+            .find(|o| o["output"] == "ids2")
+            .unwrap_or_else(|| panic!("{json}"));
+        assert_eq!(ids2["max_abs"], 0.0);
         // Mismatched symbolic dimension across inputs.
         py(
             "import sys, numpy as np\nnp.savez(sys.argv[1], x=np.zeros((3, 4)), ids=np.zeros((2, 4), np.int32))\n",
@@ -439,6 +404,124 @@ mod with_onnxruntime {
             2,
             &["dimension 'N' is 2 here but 3 in input x"],
         );
+    }
+
+    /// The text form of `validate` (the one test of it; the other tests read the report):
+    /// for a static-state model with `--bench 2`, every line says what the report of the
+    /// same run holds, in order: the inputs; each runtime's load and first run, placement
+    /// and bench; the bound; a line per pair and output; the decoding check; then PASS.
+    #[test]
+    fn validate_text_says_what_the_report_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = Build::amlp(2, Amlp::Tiny)
+            .args(&["--causal", "--with-past"])
+            .write(&dir.path().join("s.onnx"));
+        let (o, json) = validate_with_report(&model, &["--bench", "2"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let f = |v: &serde_json::Value| v.as_f64().unwrap();
+        let name = |v: &serde_json::Value| v["name"].as_str().unwrap().to_string();
+        let pair = |p: &serde_json::Value| {
+            let side = |k: &str| p[k].as_str().unwrap().to_string();
+            format!("{} vs {}", side("reference"), side("other"))
+        };
+        let mut expected = Vec::new();
+        for i in json["inputs"].as_array().unwrap() {
+            let shape: Vec<u64> = serde_json::from_value(i["shape"].clone()).unwrap();
+            let dtype = i["dtype"].as_str().unwrap();
+            expected.push(format!("input  {} {dtype} {shape:?}", name(i)));
+        }
+        for r in json["runtimes"].as_array().unwrap() {
+            let n = name(r);
+            expected.push(format!(
+                "ran    {n:<9} load {:>9.1} ms, first run {:>9.1} ms (includes warm-up)",
+                f(&r["load_ms"]),
+                f(&r["first_run_ms"])
+            ));
+            if let Some(p) = r["providers"].as_object() {
+                let list: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                expected.push(format!(
+                    "placed {n:<9} nodes per provider: {}",
+                    list.join(", ")
+                ));
+            }
+            let b = &r["bench"];
+            expected.push(format!(
+                "bench  {n:<9} median {:.3} ms, min {:.3} ms over 2 runs",
+                f(&b["median_ms"]),
+                f(&b["min_ms"])
+            ));
+        }
+        assert_eq!(
+            json["tolerance"],
+            serde_json::json!({"rtol": 1e-4, "atol": 1e-6})
+        );
+        expected.push(
+            "bound  max|a - b| <= atol 1e-6 + rtol 1e-4 * max|reference| (model precision f32)"
+                .into(),
+        );
+        for p in json["pairs"].as_array().unwrap() {
+            for d in p["outputs"].as_array().unwrap() {
+                assert_eq!(d["pass"], true);
+                expected.push(format!(
+                    "agree   {}: {} max_abs {:.3e} max_rel {:.3e} cosine {:.9} mismatched {}/{} (bound {:.3e})",
+                    pair(p),
+                    d["output"].as_str().unwrap(),
+                    f(&d["max_abs"]),
+                    f(&d["max_rel"]),
+                    f(&d["cosine"]),
+                    d["mismatched"],
+                    d["elements"],
+                    f(&d["bound"])
+                ));
+            }
+        }
+        let decoding = &json["decoding"];
+        assert_eq!(
+            decoding["plan"],
+            serde_json::json!({"prefill": 4, "steps": 2, "chunk": 2})
+        );
+        expected.push(
+            "decode prefill 4 + 2 single steps + a chunk of 2 (batch 2), present fed back as past"
+                .into(),
+        );
+        let worst = |diffs: &serde_json::Value| {
+            diffs
+                .as_array()
+                .unwrap()
+                .iter()
+                .fold(0f64, |m, d| m.max(f(&d["max_rel"])))
+        };
+        for r in decoding["runtimes"].as_array().unwrap() {
+            assert_eq!(r["pass"], true);
+            expected.push(format!(
+                "agree   {} stepwise vs whole sequence: {} comparisons, worst max_rel {:.3e}; prefill {:.1} ms, step median {:.2} ms{}",
+                name(r),
+                r["against_whole"].as_array().unwrap().len(),
+                worst(&r["against_whole"]),
+                f(&r["prefill_ms"]),
+                f(&r["step_median_ms"]),
+                if r["state_in_place"] == true { "; state written in place" } else { "" }
+            ));
+        }
+        for p in decoding["pairs"].as_array().unwrap() {
+            assert_eq!(p["pass"], true);
+            expected.push(format!(
+                "agree   {} stepwise logits and states: worst max_rel {:.3e}",
+                pair(p),
+                worst(&p["outputs"])
+            ));
+        }
+        assert_eq!(decoding["greedy_tokens_agree"], true);
+        let new = decoding["runtimes"][0]["greedy_tokens"][0]
+            .as_array()
+            .unwrap()
+            .len();
+        expected.push(format!(
+            "same    greedy continuation ({new} tokens per sequence) in every runtime"
+        ));
+        expected.push("PASS".into());
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{out}");
     }
 
     #[test]
@@ -462,15 +545,6 @@ mod with_onnxruntime {
         let pid = child.id();
         let o = child.wait_with_output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
-        let out = text(&o);
-        assert!(
-            out.contains("placed ort-cpu   nodes per provider: CPUExecutionProvider "),
-            "{out}"
-        );
-        assert!(
-            out.contains("bench  tract     median ") && out.contains("over 3 runs"),
-            "{out}"
-        );
         let json = read_json(&report);
         assert_eq!(json["schema"], "gmlp-onnx.validate/1");
         assert_eq!(json["seed"], 0);
