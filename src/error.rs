@@ -157,7 +157,7 @@ thread_local! {
     static CONTAINING_PANIC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// True while this thread runs inside [`contain_panic`]: a process-wide panic hook should
+/// True while this thread runs inside `contain_panic`: a process-wide panic hook should
 /// stay quiet, because the panic will come back as an [`Error::RuntimeFailed`].
 pub fn panic_is_contained() -> bool {
     CONTAINING_PANIC.with(|c| c.get())

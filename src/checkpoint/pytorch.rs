@@ -5,7 +5,7 @@
 //! `torch.save(..., _use_new_zipfile_serialization=False)` (magic number, protocol and
 //! system-info pickles, the object pickle, the list of storage keys, then each storage as
 //! an 8-byte element count and its bytes). The object pickle goes through the restricted
-//! unpickler of [`super::pickle`], which executes nothing and refuses every global a
+//! unpickler of `super::pickle`, which executes nothing and refuses every global a
 //! state_dict does not need, naming it.
 //!
 //! Which dict is the state_dict: the top-level dict when it holds a tensor (then every

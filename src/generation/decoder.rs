@@ -3,11 +3,11 @@
 //! back as `past_*` inputs; a growing-state model (position P = tokens fed so far, one P
 //! for the whole batch) takes them as they are; a static-state model (fixed [batch, n, ·]
 //! state, one position per sequence, docs/static-state.md) keeps its state in buffers
-//! bound once where the runtime and the file allow it ([`StaticSession`]: ONNX Runtime,
+//! bound once where the runtime and the file allow it ([`StaticSession`](crate::runtime::StaticSession): ONNX Runtime,
 //! on the host or the CUDA device), else carries it like the growing form. A
 //! variable-length model without state is re-run on the whole prefix every time (what the
 //! state avoids). The decoder holds its runs and state as one
-//! [`State`](crate::generation::state::State), whichever the form, and keeps the
+//! [`State`], whichever the form, and keeps the
 //! positions. The generation loop over a decoder is [`Generator`](crate::generation::Generator).
 //!
 //! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.

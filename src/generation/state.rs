@@ -27,7 +27,7 @@ pub trait State {
     fn in_place(&self) -> bool;
     /// Forgets every token: zeros for a static state, no rows for a growing one.
     fn reset(&mut self) -> Result<()>;
-    /// Runs `ids` [batch, T] at each sequence's `positions` [batch] (checked by the
+    /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
     /// decoder), keeping the logits of the T new positions.
     fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()>;
     /// The last run's logits [batch, T, vocab].

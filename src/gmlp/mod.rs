@@ -1,8 +1,8 @@
 //! The gMLP / aMLP model ("Pay Attention to MLPs", Liu et al. 2021): configuration
-//! ([`config`]) and the paper's presets ([`presets`]), parameters by name ([`weights`]) and
+//! ([`config`]) and the paper's presets ([`presets`](mod@presets)), parameters by name ([`weights`]) and
 //! their seeded init ([`init`]), int8 weight quantization ([`quantize`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
 //! through the graph builder ([`emit`]), the whole model with its metadata ([`export`],
-//! [`metadata`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`]). Nothing here
+//! [`metadata`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`](mod@reference)). Nothing here
 //! knows protobuf.
 
 pub mod config;

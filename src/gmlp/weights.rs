@@ -5,20 +5,20 @@
 //!
 //! | name | shape | meaning |
 //! |---|---|---|
-//! | `embed.weight` | [vocab, d] | token embedding, tied to the output projection |
-//! | `stem.weight`, `stem.bias` | [d, C, p, p], [d] | patch embedding (Conv, stride p) |
-//! | `blocks.{i}.norm.{weight,bias}` | [d] | LN of the block input |
-//! | `blocks.{i}.proj_in.{weight,bias}` | [d, f], [f] | U |
-//! | `blocks.{i}.sgu.norm.{weight,bias}` | [e] | LN of Z2 |
-//! | `blocks.{i}.sgu.spatial.weight` | [2n−1] (Toeplitz), [n, n], or [w, 2w] with a window w; [h, …] with h > 1 heads | W, `W[i,j] = w[j−i+n−1]` |
-//! | `blocks.{i}.sgu.spatial.bias` | [n] ([w] with a window); [h, …] with h > 1 heads | b, one value per token (absent without `spatial_bias`) |
-//! | `blocks.{i}.attn.qkv.weight` | [d, 3a] | tiny attention q, k, v (`attn.qkv.bias` [3a] with `attn_qkv_bias`) |
-//! | `blocks.{i}.attn.out.{weight,bias}` | [a, e], [e] | tiny attention output |
-//! | `blocks.{i}.proj_out.{weight,bias}` | [e, d], [d] | V |
-//! | `blocks.{i}.fold.{weight,bias}` | [d, 1, k], [d] | causal depthwise Conv1d after an axial fold of k (g-mlp-gpt `AxiallyFold`) |
-//! | `blocks.{i}.ff.proj_in.{weight,bias}`, `blocks.{i}.ff.proj_out.{weight,bias}` | [d, 2h], [2h], [h, d], [d] | GEGLU feed-forward of a reversible stack (g-mlp-gpt `FeedForward`) |
-//! | `norm.{weight,bias}` | [d] | final LN (RMSNorm: `weight` only, as every norm) |
-//! | `head.weight`, `head.bias` | [d, classes or vocab], [classes or vocab] | classifier / output projection (no `head.weight` when tied to the embedding) |
+//! | `embed.weight` | `[vocab, d]` | token embedding, tied to the output projection |
+//! | `stem.weight`, `stem.bias` | `[d, C, p, p]`, `[d]` | patch embedding (Conv, stride p) |
+//! | `blocks.{i}.norm.{weight,bias}` | `[d]` | LN of the block input |
+//! | `blocks.{i}.proj_in.{weight,bias}` | `[d, f]`, `[f]` | U |
+//! | `blocks.{i}.sgu.norm.{weight,bias}` | `[e]` | LN of Z2 |
+//! | `blocks.{i}.sgu.spatial.weight` | `[2n−1]` (Toeplitz), `[n, n]`, or `[w, 2w]` with a window w; `[h, …]` with h > 1 heads | W, `W[i,j] = w[j−i+n−1]` |
+//! | `blocks.{i}.sgu.spatial.bias` | `[n]` (`[w]` with a window); `[h, …]` with h > 1 heads | b, one value per token (absent without `spatial_bias`) |
+//! | `blocks.{i}.attn.qkv.weight` | `[d, 3a]` | tiny attention q, k, v (`attn.qkv.bias` `[3a]` with `attn_qkv_bias`) |
+//! | `blocks.{i}.attn.out.{weight,bias}` | `[a, e]`, `[e]` | tiny attention output |
+//! | `blocks.{i}.proj_out.{weight,bias}` | `[e, d]`, `[d]` | V |
+//! | `blocks.{i}.fold.{weight,bias}` | `[d, 1, k]`, `[d]` | causal depthwise Conv1d after an axial fold of k (g-mlp-gpt `AxiallyFold`) |
+//! | `blocks.{i}.ff.proj_in.{weight,bias}`, `blocks.{i}.ff.proj_out.{weight,bias}` | `[d, 2h]`, `[2h]`, `[h, d]`, `[d]` | GEGLU feed-forward of a reversible stack (g-mlp-gpt `FeedForward`) |
+//! | `norm.{weight,bias}` | `[d]` | final LN (RMSNorm: `weight` only, as every norm) |
+//! | `head.weight`, `head.bias` | `[d, classes or vocab]`, `[classes or vocab]` | classifier / output projection (no `head.weight` when tied to the embedding) |
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, StackKind, Task};

@@ -16,7 +16,7 @@
 //!   −2^(bits−1)`, so `m` maps to the lowest code exactly and the grid covers
 //!   [−2^(bits−1), 2^(bits−1) − 1] steps;
 //! - then, as llama.cpp's `make_qx_quants` (ggml-quants.c) searches, the codes of the
-//!   grids that map `m` to −(2^(bits−1) + j/10) for j in [`SEARCH`] are each refitted with
+//!   grids that map `m` to −(2^(bits−1) + j/10) for j in `SEARCH` are each refitted with
 //!   their least-squares scale `Σ w·q / Σ q²`, and the block keeps the scale, of all these,
 //!   whose round-to-nearest codes give the smallest `Σ (w − q·scale)²` (the `Q4_0` one on a
 //!   tie, so no block is ever worse than under that rule).

@@ -233,7 +233,7 @@ pub struct StaticLayout {
 pub struct StepNames {
     /// The token ids, [batch, T], int64.
     pub ids: &'static str,
-    /// Each sequence's position, [batch], int64.
+    /// Each sequence's position, \[batch\], int64.
     pub position: &'static str,
     /// The logits, [batch, T, vocab], float32.
     pub logits: &'static str,
@@ -258,7 +258,7 @@ pub trait StaticSession {
     /// What the session does beyond running the file as it is (e.g. CUDA graphs), for
     /// reports; `None` when nothing.
     fn note(&self) -> Option<String>;
-    /// Runs `ids` [batch, T] at each sequence's `positions` [batch] (checked by the
+    /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
     /// caller: within the vocabulary, P + T ≤ n), writing the T new rows of every state
     /// tensor in place and keeping the logits where the runtime put them. If a run fails,
     /// rows after the sequences' positions may have been written; no run reads a row
@@ -271,7 +271,7 @@ pub trait StaticSession {
     fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>>;
     /// The argmax of the last run's logits at its last row, per sequence, computed by the
     /// run itself where the logits are (an `ArgMax` in the session's graph, on the CUDA
-    /// device for ort-cuda, so that only [batch] ids come back); `None` when the last run
+    /// device for ort-cuda, so that only \[batch\] ids come back); `None` when the last run
     /// was not a single step (the caller then picks from [`StaticSession::logits_at`]).
     fn greedy(&mut self) -> Result<Option<Vec<i64>>>;
     /// A host copy of every state tensor, by `past_*` name, in model order.

@@ -40,7 +40,7 @@ pub const HOW_TO_GET: &str = "install it with `pip install onnxruntime==1.31.1` 
     virtual environment or the one gmlp-onnx is installed in, or set ORT_DYLIB_PATH to its \
     onnxruntime/capi/libonnxruntime.so.1.31.1";
 
-/// Finds `libonnxruntime.so` in the order of [`discovery`]: `explicit` (`--ort-lib`),
+/// Finds `libonnxruntime.so` in the order of [`discovery`](crate::runtime::discovery): `explicit` (`--ort-lib`),
 /// `ORT_DYLIB_PATH`, `$VIRTUAL_ENV`, the environment this binary is installed in,
 /// `./.venv`, then the `onnxruntime` package of `$GMLP_ONNX_PYTHON` or `python3`. The
 /// error, for the runtime `kind` that asked, lists every place looked at.

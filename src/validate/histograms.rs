@@ -3,7 +3,7 @@
 //! relative error of each element, `|a − b| / max|b|` with b the pair's reference (the
 //! same scale as the report's `max_rel`), is counted on a logarithmic axis
 //! ([`crate::plot::bins`]) and drawn with the agreement bound (`rtol + atol / max|b|`, see
-//! [`crate::validate::compare`]), so a near-miss shows where it is.
+//! [`crate::validate::compare`](mod@crate::validate::compare)), so a near-miss shows where it is.
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! Validation: inputs of a model's declared shapes (seeded, or read from an `.npz`,
 //! [`inputs`]), run on each runtime, every pair of runtimes compared output by output
-//! ([`compare`]), each runtime compared with stored reference outputs when given, ONNX
+//! ([`compare`](mod@compare)), each runtime compared with stored reference outputs when given, ONNX
 //! Runtime's placement checked ([`placement`]); the result is a [`ValidationReport`]
 //! ([`report`]), with error histograms on request ([`histograms`]).
 

@@ -74,7 +74,7 @@ pub struct RuntimeReport {
     pub bench: Option<BenchReport>,
 }
 
-/// Result of [`validate`]; serialized as the JSON report (schema [`REPORT_SCHEMA`]).
+/// Result of [`validate`](fn@crate::validate::validate); serialized as the JSON report (schema [`REPORT_SCHEMA`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct ValidationReport {
     /// Always [`REPORT_SCHEMA`].

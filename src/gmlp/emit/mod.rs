@@ -19,7 +19,7 @@
 //! MatMul, and GELU is spelled in the pattern `GeluFusion` and `BiasGeluFusion` match.
 //!
 //! Causal token models may be emitted with a variable length or with state
-//! ([`SequenceMode`]; docs/generation.md): see [`sequence`].
+//! ([`SequenceMode`]; docs/generation.md): see `sequence`.
 
 mod block;
 mod context;

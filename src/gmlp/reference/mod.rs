@@ -1,7 +1,7 @@
 //! An independent forward pass in f64 with ndarray, written from the paper's equations
 //! and the upstream implementations' sources (not from the emitted graph), to check what
-//! the runtimes compute: the block's parts in [`parts`], the stack and the model ends
-//! here, and the incremental (stepwise) form of a causal model in [`stepwise`].
+//! the runtimes compute: the block's parts in `parts`, the stack and the model ends
+//! here, and the incremental (stepwise) form of a causal model in `stepwise`.
 //!
 //! It reads the *logical* parameters (a Toeplitz W is its [2n−1] vector) and builds
 //! `W[i, j] = w[j − i + n − 1]` itself; causality is applied here as the paper states it

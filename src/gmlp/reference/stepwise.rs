@@ -98,7 +98,7 @@ fn block_step(
 /// `--with-past` graph runs: the tokens of `ids` [batch, P] are fed in chunks of the
 /// given lengths (summing to P ≤ n), each chunk seeing the earlier ones only through the
 /// per-block state (u, k and v for aMLP, the normalized inputs with token shift). Equal
-/// to [`forward_tokens`] on the first P positions for causal models.
+/// to [`forward_tokens`](super::forward_tokens) on the first P positions for causal models.
 pub fn forward_tokens_stepwise(
     cfg: &GmlpConfig,
     source: &dyn WeightSource,

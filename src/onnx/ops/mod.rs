@@ -1,5 +1,5 @@
 //! One helper per ONNX operator the tool emits, as `impl GraphBuilder` methods grouped by
-//! operator family as tract's onnx crate groups them: [`array`] (cast, shape, layout,
+//! operator family as tract's onnx crate groups them: [`array`](mod@array) (cast, shape, layout,
 //! indexing, scatter) and [`array_dynamic`] (sizes known only at run time), [`math`] (MatMul, element-wise arithmetic
 //! and unary functions), [`nn`] (normalizations, activations, softmax, convolutions),
 //! [`reduce`] (reductions) and [`quant`] (integer and block-quantized MatMuls).

@@ -159,7 +159,7 @@ impl GraphBuilder {
     /// LayerNorm over the last axis as primitive ops, for opsets below 17 (no
     /// `LayerNormalization`) and consumers without the operator:
     /// `μ = mean(x)`, `c = x − μ`, `σ² = mean(c·c)`, `y = c / √(σ² + ε) · scale + bias`,
-    /// the means in the graph's [`MeanForm`]. It is the operator's definition spelled out
+    /// the means in the graph's [`MeanForm`](crate::onnx::forms::MeanForm). It is the operator's definition spelled out
     /// (two-pass variance), so it agrees with `LayerNormalization` to float rounding. The
     /// last node is named `local`, like the operator's.
     pub fn layer_norm_decomposed(
@@ -248,7 +248,7 @@ impl GraphBuilder {
     }
 
     /// A depthwise 1-D `Conv` over `x` [batch, channels, length] with `weight`
-    /// [channels, 1, kernel] and `bias` [channels], `group = channels`, padded with
+    /// [channels, 1, kernel] and `bias` \[channels\], `group = channels`, padded with
     /// `kernel − 1` zeros in front (causal) and none behind: output length = input length.
     ///
     /// [Conv](https://onnx.ai/onnx/operators/onnx__Conv.html): versions 1, 11 (`auto_pad` semantics), 22 (types); explicit `pads` and `group` are valid over the whole range here.
