@@ -16,6 +16,11 @@ Each subcommand prints one JSON object on stdout.
                               model.onnx of the same file), also its greedy tokens with the
                               position counter fed back as Triton does.
   text FOLDER TEXT            og.Tokenizer: the ids of TEXT and the text of those ids.
+  rewind FOLDER PROMPT        og.Generator.rewind_to: greedy tokens of PROMPT up to n, then
+                              for a rewind into the generated tokens and one into the
+                              prompt (genai's pattern: rewind_to, append_tokens of the rest,
+                              generate), whether the tokens and every step's logits equal
+                              the first run's from there on, bit for bit.
 """
 import json
 import sys
@@ -167,6 +172,45 @@ def text_check(folder, text):
     return {"ids": ids, "text": tok.decode(np.array(ids, dtype=np.int32))}
 
 
+def rewind_check(folder, prompt):
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    n = json.load(open(f"{folder}/genai_config.json"))["model"]["context_length"]
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=n, do_sample=False, batch_size=1)
+    g = og.Generator(model, params)
+
+    def run(ids):
+        g.append_tokens(np.array([ids], dtype=np.int32))
+        tokens, logits = [], []
+        while not g.is_done():
+            g.generate_next_token()
+            tokens.append(int(g.get_next_tokens()[0]))
+            logits.append(np.array(g.get_output("logits"))[0, -1].copy())
+        return tokens, logits
+
+    tokens, logits = run(prompt)
+    sequence = prompt + tokens
+    cases = []
+    # Keep `keep` tokens: rewind to one less and append the last kept one (or the rest of
+    # the prompt), as genai's rewind_to is meant to be used.
+    for keep in [len(prompt) + len(tokens) // 2, len(prompt) - 1]:
+        g.rewind_to(keep - 1)
+        again, again_logits = run(sequence[keep - 1 : max(keep, len(prompt))])
+        skip = max(0, keep - len(prompt))
+        cases.append(
+            {
+                "kept": keep,
+                "steps": len(again),
+                "tokens_equal": again == tokens[skip:],
+                "logits_equal": len(again_logits) == len(logits) - skip
+                and all(np.array_equal(a, b) for a, b in zip(again_logits, logits[skip:])),
+            }
+        )
+    return {"tokens": tokens, "cases": cases}
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "tokens":
@@ -175,6 +219,8 @@ def main():
         r = state_check(args[0], args[1], parse_prompts(args[2])[0], *args[3:4])
     elif cmd == "text":
         r = text_check(args[0], args[1])
+    elif cmd == "rewind":
+        r = rewind_check(args[0], parse_prompts(args[1])[0])
     else:
         raise SystemExit(f"unknown command {cmd}")
     print(json.dumps(r))

@@ -7,6 +7,7 @@
 //! the built file's logits and tokens, and the built file, the folder's model and Triton's
 //! repository model give the same tokens when every state buffer starts as NaN; the
 //! byte-level tokenizer round-trips text; an end token stops both loops at the same place;
+//! a rewind (`rewind_to`, then the rest appended) gives the first run's tokens and logits;
 //! files genai cannot run are refused with one line and nothing written.
 
 use std::path::Path;
@@ -202,6 +203,33 @@ fn the_folder_model_holds_the_built_files_numbers_and_every_static_file_ignores_
                 diff.as_f64(),
                 Some(0.0),
                 "{name}: {file}: logits from NaN state"
+            );
+        }
+    }
+}
+
+#[test]
+fn genai_rewinds_into_generated_tokens_and_into_the_prompt_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["lucid_amlp_causal", "gpt_heads2_attn"] {
+        let fx = Fixture::open(name);
+        let built = dir.path().join(format!("{name}.onnx"));
+        fx.build("model.safetensors", &["--with-past"], &built);
+        let folder = dir.path().join(name);
+        write_folder(&built, &folder, &[]);
+        let prompt: Vec<i64> = fx.ids("input_ids").row(0).iter().take(4).copied().collect();
+        let r = genai_check(&["rewind", path_str(&folder), &ids_text(&prompt)]);
+        // genai's tokens before any rewind are ours.
+        let ours = generate(&built, &["--prompt-ids", &ids_text(&prompt)]);
+        assert_eq!(tokens(&r["tokens"]), tokens(&ours["tokens"]), "{name}");
+        let cases = r["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 2, "{name}: {r}");
+        for case in cases {
+            assert!(case["steps"].as_u64().unwrap() > 0, "{name}: {case}");
+            assert_eq!(case["tokens_equal"], true, "{name}: {case}");
+            assert_eq!(
+                case["logits_equal"], true,
+                "{name}: every step's logits after the rewind: {case}"
             );
         }
     }
