@@ -10,7 +10,8 @@ use std::fmt;
 pub enum Setting {
     /// `GmlpConfig::causal`.
     Causal,
-    /// A carried state, in the form the target prefers (`Target::with_past_for`).
+    /// A carried state, in the form the target prefers (`Target::with_past_for`; in the
+    /// library, the `SequenceMode` chosen).
     WithPast,
     /// The static state (`SequenceMode::Static`).
     StaticState,
@@ -82,31 +83,32 @@ impl Setting {
         Setting::TritonMaxBatchSize,
     ];
 
-    /// The setting in library messages.
+    /// The setting in library messages: the name of the option a program sets, qualified
+    /// by its type where the bare name would be ambiguous.
     pub fn describe(self) -> &'static str {
         match self {
             Setting::Causal => "causal",
-            Setting::WithPast => "with past",
+            Setting::WithPast => "with_past",
             Setting::StaticState => "SequenceMode::Static",
             Setting::GrowingState => "SequenceMode::Growing",
             Setting::Target => "target",
             Setting::Dtype => "dtype",
-            Setting::Spatial => "spatial form",
+            Setting::Spatial => "spatial",
             Setting::AllowUnused => "allow_unused",
-            Setting::WeightsFormat => "the weights format",
+            Setting::WeightsFormat => "ImportHints::format",
             Setting::SeqLen => "seq_len",
-            Setting::InChans => "the input channels",
-            Setting::PatchSize => "patch size",
+            Setting::InChans => "in_chans",
+            Setting::PatchSize => "patch_size",
             Setting::Dim => "dims",
-            Setting::DecodePhases => "the decode phases (prefill, steps, chunk)",
+            Setting::DecodePhases => "decode_prefill/decode_steps/decode_chunk",
             Setting::Plot => "the picture folder",
-            Setting::TritonVersion => "the Triton version",
-            Setting::TritonName => "the Triton name",
-            Setting::TritonMaxSequenceIdleUs => "max_sequence_idle_us",
-            Setting::TritonInstances => "the Triton instance count",
-            Setting::TritonTensorrt => "TensorRT",
-            Setting::TritonKind => "the Triton instance kind",
-            Setting::TritonMaxBatchSize => "max_batch_size",
+            Setting::TritonVersion => "TritonOptions::version",
+            Setting::TritonName => "TritonOptions::name",
+            Setting::TritonMaxSequenceIdleUs => "TritonOptions::max_sequence_idle_us",
+            Setting::TritonInstances => "TritonOptions::instance_count",
+            Setting::TritonTensorrt => "TritonOptions::tensorrt",
+            Setting::TritonKind => "TritonOptions::kind",
+            Setting::TritonMaxBatchSize => "TritonOptions::max_batch_size",
         }
     }
 }
@@ -189,7 +191,7 @@ mod tests {
             .and(Setting::TritonName);
         assert_eq!(
             m.to_string(),
-            "the Triton version must be >= 1; or set the Triton name"
+            "TritonOptions::version must be >= 1; or set TritonOptions::name"
         );
         let flag = |s| match s {
             Setting::TritonVersion => "--triton-version",

@@ -364,7 +364,7 @@ mod tests {
         );
         assert_eq!(
             Error::Setting(m).to_string(),
-            "the Triton version must be >= 1"
+            "TritonOptions::version must be >= 1"
         );
     }
 

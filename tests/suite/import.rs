@@ -183,7 +183,7 @@ fn strict_errors_name_the_tensor() {
     let e = import_error(&unknown, &hints);
     assert!(
         e.contains("cannot tell which implementation")
-            && e.contains("pass the weights format to choose"),
+            && e.contains("pass ImportHints::format to choose"),
         "{e}"
     );
 

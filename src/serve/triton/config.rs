@@ -549,7 +549,11 @@ mod tests {
             &[tensor("y", DataType::Float, &["1", "4"])],
         );
         let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
-        assert!(e.to_string().contains("(use max_batch_size 0)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("(use TritonOptions::max_batch_size 0)"),
+            "{e}"
+        );
         let Error::Setting(phrase) = e else {
             panic!("{e:?}")
         };

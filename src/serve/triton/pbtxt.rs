@@ -223,7 +223,7 @@ instance_group [
         assert!(plan(&token_model(), &options)
             .unwrap_err()
             .to_string()
-            .contains("TensorRT needs the Triton instance kind gpu"));
+            .contains("TritonOptions::tensorrt needs TritonOptions::kind gpu"));
     }
 
     #[test]
