@@ -241,6 +241,29 @@ pub fn mode_state(cfg: &GmlpConfig, mode: SequenceMode) -> Vec<StateTensor> {
     }
 }
 
+/// What a static state's buffers must hold before a sequence's first run (the metadata's
+/// `state_start`; docs/static-state.md, "Unwritten rows").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateStart {
+    /// Anything, NaN included: the graph reads every row after a sequence's last written
+    /// one as that row (static_state.rs's read of the written rows), so no answer depends
+    /// on what the buffer held.
+    #[default]
+    Any,
+    /// Zeros (or any finite values): the graph reads every row, those after a sequence's
+    /// last one with a weight of 0, which a NaN there would turn into NaN (`--target
+    /// ort-gpu`'s fused step, which saves the copy of every state every step). Every loop
+    /// the project ships starts a sequence on zeroed buffers.
+    Zeroed,
+}
+
+impl StateStart {
+    fn is_any(&self) -> bool {
+        *self == StateStart::Any
+    }
+}
+
 /// What the metadata key `gmlp_onnx.decoding` holds for a variable-length or with-past model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecodingInfo {
@@ -256,6 +279,10 @@ pub struct DecodingInfo {
     /// 0 without token shift.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window_bytes_per_block: usize,
+    /// What the static state's buffers must hold before a sequence's first run (not
+    /// written when anything will do, as in files before 0.6.0).
+    #[serde(default, skip_serializing_if = "StateStart::is_any")]
+    pub state_start: StateStart,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -305,6 +332,7 @@ impl DecodingInfo {
             state,
             state_bytes_per_token_per_block: per_token,
             window_bytes_per_block: window,
+            state_start: StateStart::Any,
         })
     }
 

@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart};
 use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
-use crate::gmlp::emit::{build_graph_in, HEAD_SCOPE};
+use crate::gmlp::emit::{build_graph_in, fused_step_applies, HEAD_SCOPE};
 use crate::gmlp::metadata::{
     config_json, quantization_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY,
     QUANTIZATION_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,
@@ -157,7 +157,10 @@ pub fn export_for(
         metadata.push((PRESET_KEY.to_string(), p.to_string()));
     }
     metadata.push((TARGET_KEY.to_string(), target.target.name()));
-    if let Some(info) = DecodingInfo::of(cfg, mode) {
+    if let Some(mut info) = DecodingInfo::of(cfg, mode) {
+        if fused_step_applies(cfg, mode, opset, forms) {
+            info.state_start = StateStart::Zeroed;
+        }
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));
     }
     if let Some(q) = quantization_json(cfg, &graph, NBITS_ACCURACY_LEVEL)? {

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
 use crate::gmlp::decoding::{first_local_block, SequenceMode};
 use crate::message::{Phrase, Setting};
-use crate::onnx::forms::{LayerNormForm, MeanForm, OpForms};
+use crate::onnx::forms::{Fusions, LayerNormForm, MeanForm, OpForms};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 use crate::onnx::versions::ir_version_for;
 use crate::spelling::spelling;
@@ -94,10 +94,13 @@ impl Target {
             Target::Portable | Target::Candle => OpForms {
                 layer_norm: LayerNormForm::Decomposed,
                 mean: MeanForm::SumThenDivide,
+                fusions: Fusions::Standard,
             },
-            Target::Ort | Target::OrtLegacy | Target::OrtGpu | Target::Opencv4 => {
-                OpForms::default()
-            }
+            Target::OrtGpu => OpForms {
+                fusions: Fusions::OnnxRuntime,
+                ..OpForms::default()
+            },
+            Target::Ort | Target::OrtLegacy | Target::Opencv4 => OpForms::default(),
         }
     }
 

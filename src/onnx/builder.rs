@@ -251,6 +251,31 @@ impl GraphBuilder {
         out_values
     }
 
+    /// [`Self::node`] with the optional outputs at `skipped` left unnamed (not asked
+    /// for): the returned values are the named ones, in order.
+    pub(crate) fn node_skipping_outputs(
+        &mut self,
+        local: &str,
+        op_type: &str,
+        inputs: &[&Value],
+        attributes: Vec<(String, Attr)>,
+        outputs: Vec<(ElemType, Vec<Dim>)>,
+        skipped: &[usize],
+    ) -> Vec<Value> {
+        let values = self.node(local, op_type, inputs, attributes, outputs, 0);
+        let node = self.nodes.last_mut().expect("the node just added");
+        let mut kept = Vec::new();
+        for (k, v) in values.into_iter().enumerate() {
+            if skipped.contains(&k) {
+                node.outputs[k] = String::new();
+                self.value_info.retain(|i| i.name != v.name);
+            } else {
+                kept.push(v);
+            }
+        }
+        kept
+    }
+
     pub(crate) fn single(
         &mut self,
         local: &str,

@@ -183,7 +183,7 @@ mod tests {
             block_size: 32,
             accuracy_level: 4,
         };
-        let y = g.matmul_nbits("y", &a, &b, &s, attrs).unwrap();
+        let y = g.matmul_nbits("y", &a, &b, &s, None, attrs).unwrap();
         let bytes = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap();
         (
             onnx::ModelProto::decode(bytes.as_slice()).unwrap(),

@@ -29,6 +29,19 @@ pub enum MeanForm {
     SumThenDivide,
 }
 
+/// Whether the model may be spelled with ONNX Runtime's fused operators (its contrib
+/// operators such as `SkipLayerNormalization`, `MatMulNBits` with its bias, ONNX
+/// `Attention`) where they replace several nodes by one kernel: for a file meant for ONNX
+/// Runtime alone, whose every node is at least one kernel launch on a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fusions {
+    /// Standard ONNX operators node by node, which every consumer reads.
+    #[default]
+    Standard,
+    /// ONNX Runtime's fused kernels where the model layer has a fused form.
+    OnnxRuntime,
+}
+
 /// The op forms a graph is built with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpForms {
@@ -36,4 +49,6 @@ pub struct OpForms {
     pub layer_norm: LayerNormForm,
     /// Means.
     pub mean: MeanForm,
+    /// Fused operators.
+    pub fusions: Fusions,
 }

@@ -191,7 +191,10 @@ pub enum ConstData {
 /// Operators outside the default `ai.onnx` domain that the builder emits, with their
 /// domain and its opset version: ONNX Runtime's contrib operators
 /// (the onnxruntime repository's docs/ContribOperators.md).
-pub const CONTRIB_OPS: &[(&str, &str, i64)] = &[("MatMulNBits", "com.microsoft", 1)];
+pub const CONTRIB_OPS: &[(&str, &str, i64)] = &[
+    ("MatMulNBits", "com.microsoft", 1),
+    ("SkipLayerNormalization", "com.microsoft", 1),
+];
 
 /// The domain and its opset version of `op_type` when it is one of [`CONTRIB_OPS`];
 /// `None` for the default domain.

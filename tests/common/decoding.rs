@@ -162,8 +162,9 @@ pub fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
 }
 
 /// The builds every decoding check runs on: opset 17 (`ScatterND`, both runtimes), the
-/// portable target (opset 13, Toeplitz W expanded, primitive LayerNorm) and opset 24
-/// (`TensorScatter`: ONNX Runtime only).
+/// portable target (opset 13, Toeplitz W expanded, primitive LayerNorm), opset 24
+/// (`TensorScatter`: ONNX Runtime only) and `--target ort-gpu` (opset 24 in ONNX Runtime's
+/// fused kernels where the model has the fused step: ONNX Runtime only).
 pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, Vec<RuntimeKind>)> {
     let mut portable = cfg.clone();
     portable.spatial = Target::Portable.spatial_for(portable.spatial);
@@ -184,6 +185,12 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
             "opset24",
             cfg.clone(),
             BuildTarget::at_opset(24),
+            vec![RuntimeKind::OrtCpu],
+        ),
+        (
+            "ort-gpu",
+            cfg.clone(),
+            BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
             vec![RuntimeKind::OrtCpu],
         ),
     ]

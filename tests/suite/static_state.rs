@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::common::decoding::*;
 use crate::common::*;
-use gmlp_onnx::gmlp::targets::BuildTarget;
+use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
 use gmlp_onnx::gmlp::{SequenceMode, WeightSource};
 use gmlp_onnx::onnx::reader::{read_model, updates_in_place};
 
@@ -176,13 +176,17 @@ fn int64_values(model: &gmlp_onnx::onnx::proto::ModelProto) -> Vec<(String, Stri
 /// Web's WebGPU provider (no int64 arithmetic without `enableInt64`) runs every node but
 /// the two `Cast`s of the int64 inputs (docs/web.md, "WebGPU"; the consumer matrix counts
 /// them in the browser). Every small causal configuration, opsets 17 and 24 and the
-/// portable target.
+/// portable target; not `--target ort-gpu`, for ONNX Runtime alone (CPU and CUDA, which
+/// have the int64 kernels), whose fused step computes its positions in int64.
 #[test]
 fn static_state_graphs_make_int64_values_by_cast_alone() {
     let dir = tempfile::tempdir().unwrap();
     let source: Arc<dyn WeightSource> = Arc::new(spread(3));
     for (name, cfg) in causal_configs() {
-        for (file, path, _) in static_files(&cfg, name, source.clone(), dir.path()) {
+        for (file, path, target) in static_files(&cfg, name, source.clone(), dir.path()) {
+            if target.target == gmlp_onnx::gmlp::targets::Target::OrtGpu {
+                continue;
+            }
             let made = int64_values(&read_model(&path).unwrap());
             let computed: Vec<_> = made
                 .iter()
@@ -494,14 +498,28 @@ mod with_onnxruntime {
     }
 
     /// A position outside 0..n, or one whose T rows would pass n, fails at the graph's
-    /// checking `Gather` in both runtimes (an error, no out-of-bounds read or write).
+    /// checking `Gather` in both runtimes (an error, no out-of-bounds read or write), and in
+    /// ONNX Runtime for `--target ort-gpu`'s fused step.
     #[test]
     fn positions_outside_the_state_fail_in_the_graph() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_small_amlp(SequenceMode::Static, dir.path(), "p.onnx");
-        let info = DecodingModel::read(&path).unwrap().info;
-        for kind in CPU_RUNTIMES {
-            let mut rt = runtime::open(kind, &path, &options()).unwrap();
+        let (_, cfg) = causal_configs().swap_remove(1);
+        let fused = write_for(
+            &cfg,
+            Arc::new(spread(3)),
+            SequenceMode::Static,
+            &BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
+            dir.path(),
+            "fused.onnx",
+        );
+        let files = CPU_RUNTIMES
+            .into_iter()
+            .map(|kind| (kind, &path))
+            .chain([(RuntimeKind::OrtCpu, &fused)]);
+        for (kind, path) in files {
+            let info = DecodingModel::read(path).unwrap().info;
+            let mut rt = runtime::open(kind, path, &options()).unwrap();
             for (positions, tokens) in [([0, 12], 1), ([-1, 0], 1), ([0, 10], 3), ([-100, 0], 1)] {
                 let err = rt.run(&static_feed(&info, tokens, &positions, 12));
                 assert!(err.is_err(), "{} positions {positions:?}", kind.name());
@@ -513,18 +531,28 @@ mod with_onnxruntime {
 
     /// The trained causal g-mlp-pytorch fixtures through the static form, prefill, single
     /// steps and a last chunk, equal PyTorch's stored logits at every position (both
-    /// runtimes at opset 17, ONNX Runtime at opset 24).
+    /// runtimes at opset 17, ONNX Runtime at opset 24 and in `--target ort-gpu`'s fused
+    /// step).
     #[test]
     fn causal_pytorch_fixtures_through_static_state_match_pytorch() {
         let dir = tempfile::tempdir().unwrap();
         for name in LUCID_CAUSAL {
             let fx = CausalFixture::open(name);
-            for (opset, kinds) in [(17, CPU_RUNTIMES.to_vec()), (24, vec![RuntimeKind::OrtCpu])] {
+            let builds = [
+                ("opset 17", BuildTarget::at_opset(17), CPU_RUNTIMES.to_vec()),
+                ("opset 24", BuildTarget::at_opset(24), vec![RuntimeKind::OrtCpu]),
+                (
+                    "ort-gpu",
+                    BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
+                    vec![RuntimeKind::OrtCpu],
+                ),
+            ];
+            for (label, target, kinds) in builds {
                 let path = write_for(
                     &fx.cfg,
                     fx.weights.clone(),
                     SequenceMode::Static,
-                    &BuildTarget::at_opset(opset),
+                    &target,
                     dir.path(),
                     "f.onnx",
                 );
@@ -532,7 +560,7 @@ mod with_onnxruntime {
                     let mut decoder =
                         Decoder::open(kind, &path, &options(), fx.ids.nrows()).unwrap();
                     let logits = decode(&mut decoder, &fx.ids, &fx.chunks);
-                    let what = format!("opset {opset} {}", kind.name());
+                    let what = format!("{label} {}", kind.name());
                     let d = fx.assert_matches_pytorch(&logits, &what);
                     eprintln!("{name} {what} static vs PyTorch: {d:.2e}");
                 }

@@ -156,7 +156,7 @@ mod with_onnxruntime {
                     block_size: q.block_size,
                     accuracy_level,
                 };
-                g.matmul_nbits("y", &a, &b, &s, attrs).unwrap()
+                g.matmul_nbits("y", &a, &b, &s, None, attrs).unwrap()
             }
         };
         write_graph(&g.finish("g", vec![y]), dir, name)

@@ -100,12 +100,34 @@ impl Emitter {
         elem: ElemType,
         post: impl Fn(Vec<f32>) -> Result<Vec<f32>> + Send + Sync + 'static,
     ) -> Result<Value> {
-        let spec = self.spec(param)?;
+        let params = [param.to_string()];
+        self.joined_param(init_name, &params, dims, elem, move |mut v| post(v.remove(0)))
+    }
+
+    /// An initializer named `init_name` made from the values of several parameters
+    /// `params` (each checked), in that order, by `join` when the file is written (the
+    /// columns of several weights side by side, for one MatMul where there were several).
+    pub(crate) fn joined_param(
+        &mut self,
+        init_name: &str,
+        params: &[String],
+        dims: &[usize],
+        elem: ElemType,
+        join: impl Fn(Vec<Vec<f32>>) -> Result<Vec<f32>> + Send + Sync + 'static,
+    ) -> Result<Value> {
+        let specs = params
+            .iter()
+            .map(|p| self.spec(p))
+            .collect::<Result<Vec<_>>>()?;
         let source = self.source.clone();
         let produce = move || {
-            let v = source.values(&spec)?;
-            check_values(&spec, &v)?;
-            post(v)
+            let mut values = Vec::with_capacity(specs.len());
+            for spec in &specs {
+                let v = source.values(spec)?;
+                check_values(spec, &v)?;
+                values.push(v);
+            }
+            join(values)
         };
         self.g.weight_as(
             init_name,

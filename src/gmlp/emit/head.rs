@@ -23,7 +23,7 @@ impl Emitter {
     }
 
     /// Logits from the final normalized tokens `h`; `embedding` is the token table.
-    fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
+    pub(crate) fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
         let tied = matches!(
             self.cfg.task,
             Task::Tokens {

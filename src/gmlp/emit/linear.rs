@@ -33,6 +33,17 @@ pub(crate) type Columns = Option<(usize, usize)>;
 /// "Weight-only int4"); the file's activations and outputs stay f32.
 pub const NBITS_ACCURACY_LEVEL: i64 = 4;
 
+/// Output columns `cols` of the parameter `weight` (and of its `bias`, if any): one part
+/// of a joined projection ([`Emitter::dense_joined`]).
+pub(crate) struct JoinedColumns {
+    /// The weight parameter `[in, out]`.
+    pub(crate) weight: String,
+    /// Its bias parameter `[out]`, if it has one.
+    pub(crate) bias: Option<String>,
+    /// The columns `[start, end)` taken.
+    pub(crate) cols: (usize, usize),
+}
+
 /// How a dense layer's weight is stored and multiplied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WeightForm {
@@ -159,11 +170,12 @@ impl Emitter {
             WeightForm::Block { bits, block_size } => self.block_matmul(
                 local,
                 x,
-                weight,
-                &suffix,
+                &format!("{weight}{suffix}"),
+                &[weight.to_string()],
                 (rows, width),
                 (bits, block_size),
-                slice,
+                move |mut v| slice(v.remove(0)),
+                None,
             )?,
             WeightForm::DynamicInt8 => {
                 self.require_int8_opset()?;
@@ -212,20 +224,111 @@ impl Emitter {
         }
     }
 
-    /// `x · dequant(Q)` for the `[rows, width]` weight that `slice` cuts from the parameter
-    /// `weight`, quantized in blocks of `block_size` along its rows with `bits`-bit codes:
-    /// the packed codes `NAME{suffix}.int4` (`.int8` for 8 bits) and the scales
-    /// `NAME{suffix}.scale`, one `MatMulNBits` node.
+    /// `x · [W₁[:, c₁] | W₂[:, c₂] | …] + [b₁ | b₂ | …]`: several projections of one input
+    /// as one MatMul and one bias `Add` (f32), or one `MatMulNBits` with its bias input
+    /// (block-quantized forms; each column quantizes as it would alone, so the codes and
+    /// scales are those of the separate layers). A part without a bias adds zeros. Stored as
+    /// `name` (or `name.int4` and `name.scale`) and `name.bias`. Not for the dynamic int8
+    /// form.
+    pub(crate) fn dense_joined(
+        &mut self,
+        local: &str,
+        x: &Value,
+        name: &str,
+        parts: &[JoinedColumns],
+        form: WeightForm,
+    ) -> Result<Value> {
+        let mut rows = None;
+        let mut layout = Vec::with_capacity(parts.len());
+        for part in parts {
+            let shape = self.spec(&part.weight)?.shape;
+            let [r, total] = shape[..] else {
+                return Err(Error::Internal(format!("{}: a dense weight is 2-D", part.weight)));
+            };
+            if *rows.get_or_insert(r) != r || part.cols.1 > total || part.cols.0 >= part.cols.1 {
+                return Err(Error::Internal(format!("{name}: {} does not join", part.weight)));
+            }
+            layout.push((total, part.cols));
+        }
+        let rows = rows.ok_or_else(|| Error::Internal(format!("{name}: no parts")))?;
+        let width: usize = layout.iter().map(|(_, (a, b))| b - a).sum();
+        let weights: Vec<String> = parts.iter().map(|p| p.weight.clone()).collect();
+        let columns = layout.clone();
+        let assemble = move |v: Vec<Vec<f32>>| {
+            let mut out = Vec::with_capacity(rows * width);
+            for r in 0..rows {
+                for (w, &(total, (a, b))) in v.iter().zip(&columns) {
+                    out.extend_from_slice(&w[r * total + a..r * total + b]);
+                }
+            }
+            out
+        };
+        let biases: Vec<String> = parts.iter().filter_map(|p| p.bias.clone()).collect();
+        let bias_layout: Vec<(bool, (usize, usize))> = parts
+            .iter()
+            .map(|p| (p.bias.is_some(), p.cols))
+            .collect();
+        let join_bias = move |v: Vec<Vec<f32>>| {
+            let mut present = v.into_iter();
+            let mut out = Vec::with_capacity(width);
+            for &(has, (a, b)) in &bias_layout {
+                let values = if has { present.next() } else { None };
+                match values {
+                    Some(values) => out.extend_from_slice(&values[a..b]),
+                    None => out.extend(std::iter::repeat_n(0.0, b - a)),
+                }
+            }
+            Ok(out)
+        };
+        let bias_elem = match form {
+            WeightForm::Float => self.cfg.dtype.elem(),
+            _ => ElemType::F32,
+        };
+        match form {
+            WeightForm::Float => {
+                let elem = self.cfg.dtype.elem();
+                let w = self.joined_param(name, &weights, &[rows, width], elem, move |v| {
+                    Ok(assemble(v))
+                })?;
+                let y = self.g.matmul(local, x, &w)?;
+                let b = self.joined_param(&format!("{name}.bias"), &biases, &[width], bias_elem, join_bias)?;
+                self.g.add(&format!("{local}_bias"), &y, &b)
+            }
+            WeightForm::Block { bits, block_size } => {
+                let b = self.joined_param(&format!("{name}.bias"), &biases, &[width], bias_elem, join_bias)?;
+                self.block_matmul(
+                    local,
+                    x,
+                    name,
+                    &weights,
+                    (rows, width),
+                    (bits, block_size),
+                    assemble,
+                    Some(&b),
+                )
+            }
+            WeightForm::DynamicInt8 => Err(Error::Internal(format!(
+                "{name}: joined projections have no dynamic int8 form"
+            ))),
+        }
+    }
+
+    /// `x · dequant(Q) (+ bias)` for the `[rows, width]` weight that `assemble` makes from
+    /// the parameters `sources` (one weight's columns, or several weights side by side),
+    /// quantized in blocks of `block_size` along its rows with `bits`-bit codes: the packed
+    /// codes `BASE.int4` (`.int8` for 8 bits) and the scales `BASE.scale`, one
+    /// `MatMulNBits` node (the bias, if any, its input 5).
     #[allow(clippy::too_many_arguments)]
     fn block_matmul(
         &mut self,
         local: &str,
         x: &Value,
-        weight: &str,
-        suffix: &str,
+        base: &str,
+        sources: &[String],
         (rows, width): (usize, usize),
         (bits, block_size): (usize, usize),
-        slice: impl Fn(Vec<f32>) -> Vec<f32> + Clone + Send + Sync + 'static,
+        assemble: impl Fn(Vec<Vec<f32>>) -> Vec<f32> + Clone + Send + Sync + 'static,
+        bias: Option<&Value>,
     ) -> Result<Value> {
         let attrs = NBits {
             k: rows,
@@ -240,16 +343,16 @@ impl Emitter {
         // searched once; the codes quantize afresh where it is not there.
         let done: Arc<Mutex<Option<nbits::BlockQuantized>>> = Arc::default();
         let quantize = {
-            let name = weight.to_string();
-            move |v: Vec<f32>| {
-                nbits::quantize(&slice(v), rows, width, bits, block_size)
+            let name = base.to_string();
+            move |v: Vec<Vec<f32>>| {
+                nbits::quantize(&assemble(v), rows, width, bits, block_size)
                     .map_err(|e| in_param(&name, e))
             }
         };
         let (first, kept) = (quantize.clone(), done.clone());
-        let scales = self.derived_param_try(
-            &format!("{weight}{suffix}.scale"),
-            weight,
+        let scales = self.joined_param(
+            &format!("{base}.scale"),
+            sources,
             &[width, kb],
             ElemType::F32,
             move |v| {
@@ -259,9 +362,9 @@ impl Emitter {
                 Ok(scales)
             },
         )?;
-        let q = self.derived_param_try(
-            &format!("{weight}{suffix}.int{bits}"),
-            weight,
+        let q = self.joined_param(
+            &format!("{base}.int{bits}"),
+            sources,
             &[width, kb, block_size * bits / 8],
             ElemType::U8,
             move |v| {
@@ -273,7 +376,7 @@ impl Emitter {
                 Ok(q.packed().into_iter().map(f32::from).collect())
             },
         )?;
-        self.g.matmul_nbits(local, x, &q, &scales, attrs)
+        self.g.matmul_nbits(local, x, &q, &scales, bias, attrs)
     }
 
     /// The tied vocabulary projection `h · Eᵀ` in blocks of `(bits, block_size)`: the
@@ -291,8 +394,9 @@ impl Emitter {
         let [vocab, d] = shape[..] else {
             return Err(Error::Internal(format!("{table}: the embedding is 2-D")));
         };
-        let t = move |v: Vec<f32>| transpose(&v, vocab, d);
-        self.block_matmul(local, h, table, ".transposed", (d, vocab), block, t)
+        let t = move |mut v: Vec<Vec<f32>>| transpose(&v.remove(0), vocab, d);
+        let base = format!("{table}.transposed");
+        self.block_matmul(local, h, &base, &[table.to_string()], (d, vocab), block, t, None)
     }
 
     /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the

@@ -4,6 +4,7 @@
 //! context.rs    the emitter: graph builder, parameters by name, shared constants
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
 //! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
+//! fused_step.rs the static step in ONNX Runtime's fused kernels (`--target ort-gpu`)
 //! linear.rs     x·W + b in f32/f16, as a dynamically quantized int8 MatMul, or as a
 //!               block-quantized MatMulNBits (int4)
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
@@ -24,6 +25,7 @@
 mod block;
 mod context;
 mod embed;
+mod fused_step;
 mod head;
 mod linear;
 mod sequence;
@@ -40,6 +42,7 @@ use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
 use context::Emitter;
+pub use fused_step::fused_step_applies;
 pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
 pub use static_state::StateScatter;
 
@@ -80,9 +83,14 @@ pub fn build_graph_in(
     mode.check(cfg)?;
     let builder = GraphBuilder::with_forms(opset, forms)?;
     let mut em = Emitter::new(builder, cfg, param_specs(cfg), source);
-    let (x, embedding, mut sequence) = em.embed(mode)?;
-    let x = em.stack(x, &mut sequence)?;
-    let out = em.output(&x, embedding)?;
+    let (out, mut present) = if fused_step_applies(cfg, mode, opset, forms) {
+        em.fused_step()?
+    } else {
+        let (x, embedding, sequence) = em.embed(mode)?;
+        let mut sequence = sequence;
+        let x = em.stack(x, &mut sequence)?;
+        (em.output(&x, embedding)?, sequence.into_present())
+    };
     let name = match cfg.task {
         Task::Backbone { .. } => LAST_HIDDEN_STATE,
         _ => LOGITS,
@@ -91,7 +99,6 @@ pub fn build_graph_in(
     let out = em.g.rename(&out, name)?;
     let mut outputs = vec![out];
     // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
-    let mut present = sequence.into_present();
     for state in mode_state(cfg, mode) {
         if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
             let (name, value) = present.remove(k);

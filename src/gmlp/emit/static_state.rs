@@ -57,9 +57,9 @@ impl StateScatter {
 /// The inputs of a static-state graph, declared before the embedding.
 pub(crate) struct StaticInputs {
     /// The `position` input, i64 [batch].
-    position: Value,
+    pub(crate) position: Value,
     /// The `past_*` inputs [batch, n, width], by name.
-    past: HashMap<String, Value>,
+    pub(crate) past: HashMap<String, Value>,
 }
 
 /// The static state of a graph (the `Static` variant of sequence.rs's `Sequence`): the checked rows of

@@ -1,5 +1,5 @@
 //! Math operators: `MatMul`, element-wise binary arithmetic with broadcasting (`Add`,
-//! `Sub`, `Mul`, `Div`, `Max`, `Min`), `CumSum`, and unary functions (`Sqrt`, `Abs`,
+//! `Sub`, `Mul`, `Div`, `Max`, `Min`; `Sum` of several), `CumSum`, and unary functions (`Sqrt`, `Abs`,
 //! `Tanh`, `Sigmoid`, `Relu`).
 
 use crate::error::Result;
@@ -70,6 +70,27 @@ impl GraphBuilder {
             (x.elem, x.shape.clone()),
             0,
         ))
+    }
+
+    /// Elementwise `Sum` of two or more values with broadcasting: one node (one kernel)
+    /// where a chain of `Add`s would be several.
+    ///
+    /// [Sum](https://onnx.ai/onnx/operators/onnx__Sum.html): versions 1, 6, 8 (multidirectional broadcasting), 13 (bfloat16); the variadic form with broadcasting is valid from 8 on.
+    pub fn sum(&mut self, local: &str, terms: &[&Value]) -> Result<Value> {
+        let Some((first, rest)) = terms.split_first() else {
+            return Err(shape_error("Sum", "needs at least one input".into()));
+        };
+        let mut shape = first.shape.clone();
+        for t in rest {
+            if t.elem != first.elem {
+                return Err(shape_error(
+                    "Sum",
+                    format!("element types {:?} and {:?} differ", first.elem, t.elem),
+                ));
+            }
+            shape = broadcast("Sum", &shape, &t.shape)?;
+        }
+        Ok(self.single(local, "Sum", terms, vec![], (first.elem, shape), 0))
     }
 
     /// Elementwise `Add` with broadcasting.

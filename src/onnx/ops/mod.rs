@@ -18,4 +18,5 @@ pub mod quant;
 pub mod reduce;
 
 pub use array::TENSOR_SCATTER_OPSET;
+pub use nn::ATTENTION_OPSET;
 pub use quant::{NBits, MIN_INT8_OPSET};

@@ -6,8 +6,11 @@
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::LayerNormForm;
-use crate::onnx::graph::{Attr, Dim, Value};
+use crate::onnx::graph::{Attr, Dim, ElemType, Value};
 use crate::onnx::shape::{fmt_shape, normalize_axis, shape_error};
+
+/// First opset with `Attention`.
+pub const ATTENTION_OPSET: i64 = 23;
 
 impl GraphBuilder {
     /// LayerNorm over the last axis: `(x − mean) / √(var + eps) · scale + bias`, as the
@@ -49,6 +52,129 @@ impl GraphBuilder {
             attrs,
             (x.elem, x.shape.clone()),
             0,
+        ))
+    }
+
+    /// ONNX Runtime's `SkipLayerNormalization`: `s = x + skip (+ bias)` and LayerNorm of `s`
+    /// over the last axis with `scale` and `shift`, in one kernel; returns the normalized
+    /// value and `s` itself (output 3, `input_skip_bias_sum`), which carries a residual
+    /// stream on to the next block. Outputs 1 and 2 (mean, inverse standard deviation) are
+    /// not asked for (the CUDA kernel does not produce them).
+    ///
+    /// [SkipLayerNormalization](https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md#com.microsoft.SkipLayerNormalization):
+    /// ONNX Runtime contrib operator, domain `com.microsoft` version 1 (its only version;
+    /// output 3 since ONNX Runtime 1.13); CPU and CUDA kernels for f32 and f16.
+    #[allow(clippy::too_many_arguments)]
+    pub fn skip_layer_norm(
+        &mut self,
+        local: &str,
+        x: &Value,
+        skip: &Value,
+        scale: &Value,
+        shift: &Value,
+        bias: Option<&Value>,
+        epsilon: f32,
+    ) -> Result<(Value, Value)> {
+        let last = x.shape.last().cloned();
+        let fits = |v: &Value| v.shape.len() == 1 && v.shape.last() == last.as_ref();
+        if x.shape != skip.shape
+            || x.elem != skip.elem
+            || !fits(scale)
+            || !fits(shift)
+            || !bias.is_none_or(fits)
+        {
+            return Err(shape_error(
+                "SkipLayerNormalization",
+                format!(
+                    "x {} with skip {}, scale {} and shift {}",
+                    fmt_shape(&x.shape),
+                    fmt_shape(&skip.shape),
+                    fmt_shape(&scale.shape),
+                    fmt_shape(&shift.shape)
+                ),
+            ));
+        }
+        let mut inputs = vec![x, skip, scale, shift];
+        inputs.extend(bias);
+        let attrs = vec![("epsilon".to_string(), Attr::Float(epsilon))];
+        let stats: Vec<Dim> = x.shape[..x.shape.len() - 1]
+            .iter()
+            .cloned()
+            .chain([Dim::Fixed(1)])
+            .collect();
+        let outputs = vec![
+            (x.elem, x.shape.clone()),
+            (ElemType::F32, stats.clone()),
+            (ElemType::F32, stats),
+            (x.elem, x.shape.clone()),
+        ];
+        let mut out = self.node_skipping_outputs(
+            local,
+            "SkipLayerNormalization",
+            &inputs,
+            attrs,
+            outputs,
+            &[1, 2],
+        );
+        let sum = out.pop().expect("four outputs");
+        let normalized = out.swap_remove(0);
+        Ok((normalized, sum))
+    }
+
+    /// Single-head scaled dot-product attention `softmax(q·kᵀ · scale + mask) · v` as the
+    /// ONNX `Attention` operator on 3-D inputs (q `[batch, T, a]`, k and v `[batch, S, a]`,
+    /// one head each), the additive f32 `mask` `[batch, 1, T, S]`.
+    ///
+    /// [Attention](https://onnx.ai/onnx/operators/onnx__Attention.html): new in opset 23,
+    /// 24 (`nonpad_kv_seqlen`, not used here); refused below 23. ONNX Runtime has CPU and
+    /// CUDA kernels (1.23 on).
+    pub fn attention(
+        &mut self,
+        local: &str,
+        q: &Value,
+        k: &Value,
+        v: &Value,
+        mask: &Value,
+        scale: f32,
+    ) -> Result<Value> {
+        let ok = self.opset() >= ATTENTION_OPSET
+            && q.shape.len() == 3
+            && k.shape.len() == 3
+            && v.shape == k.shape
+            && q.shape[2] == k.shape[2]
+            && q.shape[0] == k.shape[0]
+            && mask.shape.len() == 4
+            && mask.shape[3] == k.shape[1]
+            && q.elem == k.elem
+            && k.elem == v.elem;
+        if !ok {
+            return Err(shape_error(
+                "Attention",
+                format!(
+                    "q {} k {} v {} mask {} (opset {}, needs {ATTENTION_OPSET})",
+                    fmt_shape(&q.shape),
+                    fmt_shape(&k.shape),
+                    fmt_shape(&v.shape),
+                    fmt_shape(&mask.shape),
+                    self.opset()
+                ),
+            ));
+        }
+        let attrs = vec![
+            ("kv_num_heads".to_string(), Attr::Int(1)),
+            ("q_num_heads".to_string(), Attr::Int(1)),
+            ("scale".to_string(), Attr::Float(scale)),
+        ];
+        // q·kᵀ and the weights times v: 2·T·S·a FLOPs each per batch element.
+        let (t, s, a) = (&q.shape[1], &k.shape[1], &q.shape[2]);
+        let flops = 4 * (t.size_or_one() * s.size_or_one() * a.size_or_one()) as u64;
+        Ok(self.single(
+            local,
+            "Attention",
+            &[q, k, v, mask],
+            attrs,
+            (q.elem, q.shape.clone()),
+            flops,
         ))
     }
 

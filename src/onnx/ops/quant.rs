@@ -109,7 +109,8 @@ impl GraphBuilder {
 
     /// `Y = A · dequant(B)` for f32 `a` `[…, K]`, a packed u8 weight `b`
     /// `[N, ⌈K / block⌉, block · bits / 8]` and f32 `scales` `[N, ⌈K / block⌉]`, no zero points
-    /// (the default 2^(bits−1)), no bias; records 2·M·K·N FLOPs like
+    /// (the default 2^(bits−1)), and an optional f32 `bias` `[N]` (input 5, added in the
+    /// kernel); records 2·M·K·N FLOPs like
     /// [`GraphBuilder::matmul`].
     ///
     /// [MatMulNBits](https://github.com/microsoft/onnxruntime/blob/main/docs/ContribOperators.md#com.microsoft.MatMulNBits):
@@ -121,6 +122,7 @@ impl GraphBuilder {
         a: &Value,
         b: &Value,
         scales: &Value,
+        bias: Option<&Value>,
         attrs: NBits,
     ) -> Result<Value> {
         let NBits {
@@ -147,7 +149,8 @@ impl GraphBuilder {
             && b.elem == ElemType::U8
             && fixed(b) == [n, kb, block_size * bits / 8]
             && scales.elem == ElemType::F32
-            && fixed(scales) == [n, kb];
+            && fixed(scales) == [n, kb]
+            && bias.is_none_or(|b| b.elem == ElemType::F32 && fixed(b) == [n]);
         if !ok {
             return Err(shape_error(
                 "MatMulNBits",
@@ -177,10 +180,20 @@ impl GraphBuilder {
         if accuracy_level != 0 {
             attributes.push(("accuracy_level".to_string(), Attr::Int(accuracy_level)));
         }
+        // Inputs 3 and 4 (zero points, g_idx) stay empty: the default zero point.
+        let absent = Value {
+            name: String::new(),
+            elem: ElemType::F32,
+            shape: Vec::new(),
+        };
+        let inputs: Vec<&Value> = match bias {
+            Some(bias) => vec![a, b, scales, &absent, &absent, bias],
+            None => vec![a, b, scales],
+        };
         Ok(self.single(
             local,
             "MatMulNBits",
-            &[a, b, scales],
+            &inputs,
             attributes,
             (ElemType::F32, shape),
             2 * batch * (k * n) as u64,

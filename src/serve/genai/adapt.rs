@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::gmlp::metadata::DECODING_KEY;
 use crate::message::{Phrase, Setting};
@@ -53,6 +53,13 @@ pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
         ));
     };
     match info.mode {
+        SequenceMode::Static if info.state_start == StateStart::Zeroed => Err(refused_for_setting(
+            Phrase::text(
+                "its state buffers must start zeroed, which genai does not do on every device (build it without ",
+            )
+            .and(Setting::Target)
+            .then(" ort-gpu: the default target's step ignores whatever the buffers hold)"),
+        )),
         SequenceMode::Static => Ok(info),
         SequenceMode::Fixed | SequenceMode::Variable => Err(refused_for_setting(
             Phrase::text("it carries no state between runs (build it with ")

@@ -40,7 +40,7 @@ impl Emitter {
     }
 
     /// The channel projection's GELU in the configured form (exact, or tanh).
-    fn channel_gelu(&mut self, local: &str, z: &Value) -> Result<Value> {
+    pub(crate) fn channel_gelu(&mut self, local: &str, z: &Value) -> Result<Value> {
         match self.cfg.block.gelu {
             GeluForm::Erf => self.g.gelu(local, z),
             GeluForm::Tanh => self.g.gelu_tanh(local, z),

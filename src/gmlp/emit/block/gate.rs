@@ -33,7 +33,7 @@ impl Emitter {
     }
 
     /// The gate activation (none for the paper's block).
-    fn gate_activation(&mut self, gate: &Value) -> Result<Value> {
+    pub(crate) fn gate_activation(&mut self, gate: &Value) -> Result<Value> {
         let local = "gate_act";
         match self.cfg.block.gate_act {
             GateAct::Identity => Ok(gate.clone()),

@@ -27,7 +27,7 @@ impl Emitter {
 
     /// The spatial bias b, stored as [n, 1] (or [h, n, 1]) so it broadcasts over channels;
     /// `None` for models without it (gmlp-tinygrad).
-    fn spatial_bias(&mut self, name: &str) -> Result<Option<Value>> {
+    pub(crate) fn spatial_bias(&mut self, name: &str) -> Result<Option<Value>> {
         if !self.cfg.block.spatial_bias {
             return Ok(None);
         }
@@ -37,7 +37,7 @@ impl Emitter {
 
     /// The Toeplitz vector w [2n−1] (or [h, 2n−1]) of the gather form, causal part only
     /// for causal models.
-    fn toeplitz_vector(&mut self, name: &str) -> Result<Value> {
+    pub(crate) fn toeplitz_vector(&mut self, name: &str) -> Result<Value> {
         let n = self.cfg.seq_len();
         let causal = self.cfg.causal;
         let dims = self.head_dims(&[2 * n - 1]);
@@ -51,7 +51,7 @@ impl Emitter {
     }
 
     /// The spatial weight W as an [n, n] (or [h, n, n]) value in the configured form.
-    fn spatial_weight(&mut self, name: &str) -> Result<Value> {
+    pub(crate) fn spatial_weight(&mut self, name: &str) -> Result<Value> {
         let n = self.cfg.seq_len();
         let causal = self.cfg.causal;
         let mask_each = move |mut w: Vec<f32>| {
@@ -308,7 +308,7 @@ impl Emitter {
     /// `heads` contiguous groups ([B, rows, e] → [B, h, rows, e/h]) around the mixing and
     /// merged back after the bias. `rows_in` / `rows_out` give the token axis before and
     /// after the mixing (the Reshape's entry and the static dimension).
-    fn mix_per_head(
+    pub(crate) fn mix_per_head(
         &mut self,
         u: &Value,
         mix: impl FnOnce(&mut Self, &Value) -> Result<Value>,
