@@ -11,7 +11,7 @@ how many greedy tokens the two models share is reported (otherwise they must all
 
 Usage: python3 bench/step_ab.py --a OLD_BIN --b NEW_BIN [--rounds 5] [--runtime ort-cpu]
        [--dtype f32] [--with-past growing|static] [--own-builds] [--forward]
-       [--prompt 448] [--new-tokens 32] [--threads N]
+       [--prompt 448] [--new-tokens 32] [--threads N] [--target ort-gpu]
 The product is Rust; this script only drives the CLI (Python stdlib only).
 """
 import argparse
@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--target", default=None, help="build both models for this --target")
     ap.add_argument("--with-past", default="growing", choices=["growing", "static"])
     ap.add_argument("--own-builds", action="store_true",
                     help="each binary builds its own model; binary B decodes both")
@@ -50,12 +51,12 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="gmlp-step-ab-")
     os.makedirs(work, exist_ok=True)
     extra = ["--threads", str(a.threads)] if a.threads else []
-    flags = [*CONFIG, "--dtype", a.dtype]
+    flags = [*CONFIG, "--dtype", a.dtype, *(["--target", a.target] if a.target else [])]
     builders = {"A": a.a, "B": a.b if a.own_builds else a.a}
     models, forwards = {}, {}
     for label, exe in builders.items():
         tag = label if a.own_builds else "A"
-        models[label] = os.path.join(work, f"amlp6-{a.with_past}-{a.dtype}-{tag}.onnx")
+        models[label] = os.path.join(work, f"amlp6-{a.with_past}-{a.dtype}-{a.target or 'ort'}-{tag}.onnx")
         if not os.path.exists(models[label]):
             run([exe, "build", *flags, "--with-past", a.with_past, "-q", "-o", models[label]])
         if a.forward:

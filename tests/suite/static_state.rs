@@ -568,6 +568,57 @@ mod with_onnxruntime {
         }
     }
 
+    /// `--target ort-gpu`'s fused step equals the default file on every causal checkpoint
+    /// fixture that has a static state (g-mlp-pytorch's gMLP, aMLP and token-shift aMLP;
+    /// g-mlp-gpt's one- and two-head, attention and gate-activation models; gmlp-tinygrad's
+    /// causal fixture is a backbone without tokens, and g-mlp-gpt's windowed, folded and reversible fixtures have local mixing, which only the
+    /// growing state holds): the same greedy tokens (prompt a quarter of the fixture's ids, 8 new
+    /// tokens, both sequences of the batch) in tract and ONNX Runtime for the default file and
+    /// ONNX Runtime for the fused one, and prefill logits within 1e-5 (normwise relative).
+    #[test]
+    fn ort_gpu_step_equals_the_default_file_on_every_causal_fixture() {
+        let dir = tempfile::tempdir().unwrap();
+        let normwise = |a: &Array2<f32>, b: &Array2<f32>| {
+            let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+            let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+            (d / n).sqrt()
+        };
+        for name in LUCID_CAUSAL.into_iter().chain([
+            "gpt_tokens",
+            "gpt_heads2_attn",
+            "gpt_act_sigmoid",
+            "gpt_act_tanh",
+        ]) {
+            let fx = Fixture::open(name);
+            let ids = fx.ids("input_ids");
+            let prompts: Vec<Vec<i64>> = ids
+                .rows()
+                .into_iter()
+                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
+                .collect();
+            let plain = dir.path().join(format!("{name}.onnx"));
+            let fused = dir.path().join(format!("{name}-ort-gpu.onnx"));
+            fx.build("model.safetensors", &["--with-past", "static"], &plain);
+            fx.build(
+                "model.safetensors",
+                &["--with-past", "static", "--target", "ort-gpu"],
+                &fused,
+            );
+            let run = |kind: RuntimeKind, path: &std::path::Path| {
+                let decoder = Decoder::open(kind, path, &options(), prompts.len()).unwrap();
+                greedy(decoder, &prompts, 8)
+            };
+            let (tokens, logits, _) = run(RuntimeKind::OrtCpu, &fused);
+            for kind in CPU_RUNTIMES {
+                let (want, want_logits, _) = run(kind, &plain);
+                assert_eq!(tokens, want, "{name}: ort-gpu vs default in {}", kind.name());
+                let d = normwise(&logits[0], &want_logits[0]);
+                eprintln!("{name}: prefill logits ort-gpu vs default in {}: {d:.2e}", kind.name());
+                assert!(d <= 1e-5, "{name} {}: {d:.2e}", kind.name());
+            }
+        }
+    }
+
     /// One greedy continuation of `prompt` [batch, T] by `steps` tokens, driving the file
     /// run by run with every `past_*` buffer starting as `fill` (NaN or 0) and each run's
     /// `present_*` fed back: the tokens and every run's last logits. Also checks that the
