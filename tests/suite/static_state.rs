@@ -755,11 +755,76 @@ mod with_onnxruntime {
     #[test]
     fn nan_buffers_bound_in_place_give_the_tokens_of_zeroed_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let script = r#"
+        for name in [
+            "lucid_tokens_causal",
+            "lucid_amlp_causal",
+            "gpt_heads2_attn",
+        ] {
+            let fx = Fixture::open(name);
+            let ids = fx.ids("input_ids");
+            let prompt: Vec<Vec<i64>> = ids
+                .rows()
+                .into_iter()
+                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
+                .collect();
+            let path = dir.path().join(format!("{name}.onnx"));
+            fx.build("model.safetensors", &["--with-past", "static"], &path);
+            let prompt_json = serde_json::to_string(&prompt).unwrap();
+            let out = run_python(NAN_LOOP, &[&path, std::path::Path::new(&prompt_json)]);
+            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            eprintln!("{name} in place: {r}");
+            assert_eq!(r["nan_tokens"], r["tokens"], "{name}");
+            assert_eq!(r["finite"], true, "{name}: non-finite logits");
+            assert_eq!(r["equal"], true, "{name}: logits differ");
+            if name == "lucid_amlp_causal" {
+                zeroed_state_is_a_real_contract(&fx, &path, &prompt_json, &r, dir.path());
+            }
+        }
+    }
+
+    /// `--target ort-gpu`'s fused step reads the state as written, so its file declares
+    /// `state_start: zeroed` (the default file does not), its logits do turn non-finite
+    /// when a loop leaves NaN in the buffers (the contract is real), a loop that starts from
+    /// zeros (as every loop the project ships does) gets the default file's greedy tokens,
+    /// and genai, which does not zero its buffers on every device, refuses the file.
+    fn zeroed_state_is_a_real_contract(
+        fx: &Fixture,
+        plain: &std::path::Path,
+        prompt_json: &str,
+        plain_run: &serde_json::Value,
+        dir: &std::path::Path,
+    ) {
+        use gmlp_onnx::gmlp::decoding::StateStart;
+        let fused = dir.join("fused.onnx");
+        fx.build(
+            "model.safetensors",
+            &["--with-past", "static", "--target", "ort-gpu"],
+            &fused,
+        );
+        let start = |p: &std::path::Path| DecodingModel::read(p).unwrap().info.state_start;
+        assert_eq!(start(plain), StateStart::Any);
+        assert_eq!(start(&fused), StateStart::Zeroed);
+        let out = run_python(NAN_LOOP, &[&fused, std::path::Path::new(prompt_json)]);
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        eprintln!("ort-gpu in place: {r}");
+        assert_eq!(r["tokens"], plain_run["tokens"], "zeroed buffers");
+        assert_eq!(r["finite"], false, "NaN buffers left no mark on the fused step");
+        let folder = dir.join("genai");
+        let o = gmlp(&["genai", path_str(&fused), "--out", path_str(&folder)]);
+        assert_fails(&o, 2, &["must start zeroed", "--target ort-gpu"]);
+        assert!(!folder.exists(), "genai wrote a folder it refused");
+    }
+
+    /// The in-place loop of docs/static-state.md run twice, every state buffer starting as
+    /// 0 and then as NaN: the greedy tokens of both (`tokens`, `nan_tokens`), whether the
+    /// NaN run's logits are all finite and equal the zero run's.
+    const NAN_LOOP: &str = r#"
 import json, sys
 import numpy as np, onnxruntime as ort
 path, prompt = sys.argv[1], json.loads(sys.argv[2])
-sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+so = ort.SessionOptions()
+so.log_severity_level = 3
+sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 pasts = [i for i in sess.get_inputs() if i.name.startswith("past_")]
 batch = len(prompt)
 runs = []
@@ -788,27 +853,4 @@ for fill in (0.0, float("nan")):
 print(json.dumps({"tokens": zt, "nan_tokens": nt, "finite": bool(np.isfinite(nl).all()),
                   "equal": bool(np.array_equal(zl, nl))}))
 "#;
-        for name in [
-            "lucid_tokens_causal",
-            "lucid_amlp_causal",
-            "gpt_heads2_attn",
-        ] {
-            let fx = Fixture::open(name);
-            let ids = fx.ids("input_ids");
-            let prompt: Vec<Vec<i64>> = ids
-                .rows()
-                .into_iter()
-                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
-                .collect();
-            let path = dir.path().join(format!("{name}.onnx"));
-            fx.build("model.safetensors", &["--with-past", "static"], &path);
-            let prompt_json = serde_json::to_string(&prompt).unwrap();
-            let out = run_python(script, &[&path, std::path::Path::new(&prompt_json)]);
-            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-            eprintln!("{name} in place: {r}");
-            assert_eq!(r["nan_tokens"], r["tokens"], "{name}");
-            assert_eq!(r["finite"], true, "{name}: non-finite logits");
-            assert_eq!(r["equal"], true, "{name}: logits differ");
-        }
-    }
 }
