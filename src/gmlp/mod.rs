@@ -23,7 +23,7 @@ pub use config::{
     TokenMixing,
 };
 pub use decoding::SequenceMode;
-pub use emit::{build_graph, build_graph_in};
+pub use emit::{build_graph, build_graph_in, fused_step_applies};
 pub use init::{InitScheme, SeededInit};
 pub use presets::{preset, presets, Preset};
 pub use weights::{param_specs, ParamSpec, WeightSource};

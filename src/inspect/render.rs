@@ -4,7 +4,7 @@
 
 use super::spatial::spatial_lines;
 use super::*;
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateTensor};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart, StateTensor};
 use crate::gmlp::metadata::{CONFIG_KEY, QUANTIZATION_KEY};
 
 fn shape_text(shape: &[serde_json::Value]) -> String {
@@ -168,9 +168,13 @@ pub(super) fn static_state_lines(d: &DecodingInfo) -> String {
         .filter(|t| t.block == 0)
         .map(|t| format!("{} [batch, {n}, {}]", t.past, t.width))
         .collect();
+    let start = match d.state_start {
+        StateStart::Any => "",
+        StateStart::Zeroed => "; buffers must start zeroed (docs/static-state.md, \"The ort-gpu step\")",
+    };
     format!(
         "sequence    static, up to {n} positions (position + sequence), one position per sequence\n\
-         state       per block: {}; fixed size, written in place: {} bytes per sequence for all {blocks} blocks (f32)\n",
+         state       per block: {}; fixed size, written in place: {} bytes per sequence for all {blocks} blocks (f32){start}\n",
         first.join(", "),
         per_sequence
     )
