@@ -7,6 +7,10 @@ fixtures' inputs and upstream outputs as .npz for `validate --inputs/--expected`
   python3 bench/gpu_decode.py fixtures OUT_DIR      # fixtures/*/io.safetensors -> npz, and
                                                     # whole.inputs.npz (the ids `ort` feeds)
   python3 bench/gpu_decode.py summary OUT_DIR       # the table from the JSON files
+  python3 bench/gpu_decode.py kernels S.onnx [S2.onnx ...] [--batches 1,8,64] > kernels.json
+                                                    # CUDA kernels per step (torch.profiler)
+  python3 bench/gpu_decode.py genai-capture GENAI_DIR  # ONNX Runtime alone captures the
+                                                    # folder's step as a CUDA graph?
 
 `ort` needs onnxruntime-gpu and numpy; every figure is a median over timed runs after
 warm-up runs, with TF32 off (as gmlp-onnx's default), on CUDA device 0:
@@ -113,6 +117,100 @@ def static_steps(ort, np, path, batch, prompt, steps, graphs):
     ms = timed(step, 5, steps)
     del pos
     return ms
+
+
+def kernels_main(args):
+    """CUDA kernels a static step launches: torch.profiler's CUDA kernel events (CUPTI) around
+    `runs` steps of each file (state in place on the device, no CUDA graph, so that each
+    kernel is its own launch), divided by the runs; per batch."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    ort.set_default_logger_severity(3)
+    paths = [a for a in args if not a.startswith("--") and a.endswith(".onnx")]
+    batches = [1, 8, 64]
+    if "--batches" in args:
+        batches = [int(x) for x in args[args.index("--batches") + 1].split(",")]
+    runs, out = 20, {"torch": torch.__version__, "onnxruntime": ort.__version__}
+    for path in paths:
+        tag = os.path.basename(path).removesuffix(".onnx")
+        for b in batches:
+            try:
+                sess = ort.InferenceSession(path, providers=cuda_providers(False))
+                pasts = [i for i in sess.get_inputs() if i.name.startswith("past_")]
+                vocab = [o for o in sess.get_outputs() if o.name == "logits"][0].shape[2]
+                bind = sess.io_binding()
+                state = [ort.OrtValue.ortvalue_from_numpy(np.zeros([b] + i.shape[1:], np.float32), DEVICE, 0)
+                         for i in pasts]
+                for i, v in zip(pasts, state):
+                    bind.bind_ortvalue_input(i.name, v)
+                    bind.bind_ortvalue_output(i.name.replace("past_", "present_", 1), v)
+                bind.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(np.ones([b, 1], np.int64), DEVICE, 0))
+                bind.bind_ortvalue_input("position", ort.OrtValue.ortvalue_from_numpy(np.full([b], 448, np.int64), DEVICE, 0))
+                bind.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_shape_and_type([b, 1, vocab], np.float32, DEVICE, 0))
+                for _ in range(5):
+                    sess.run_with_iobinding(bind)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(runs):
+                        sess.run_with_iobinding(bind)
+                    torch.cuda.synchronize()
+                kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                           and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+                out[f"{tag}_b{b}_kernels_per_step"] = len(kernels) / runs
+                out[f"{tag}_b{b}_memcpy_per_step"] = sum(
+                    "memcpy" in e.name.lower() for e in prof.events()
+                    if e.device_type == torch.autograd.DeviceType.CUDA) / runs
+            except Exception as e:
+                out[f"{tag}_b{b}_kernels_error"] = str(e).splitlines()[0][:300]
+    print(json.dumps(out, indent=1))
+
+
+def genai_capture_main(args):
+    """Whether ONNX Runtime alone captures a CUDA graph of a genai folder's model.onnx, fed
+    as genai feeds it (input_ids [B, 1], position_ids [B, 1], attention_mask [B, n], the
+    shared past/present buffers, all on the device): the capture's result or error, and
+    ONNX Runtime's own words on node placement (warnings and above), which name a node it
+    put on the CPU. Tells a graph problem (this fails) from one of genai's loop (this works
+    while genai's capture fails)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    folder, batch = args[0], 1
+    path = os.path.join(folder, "model.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 1
+    out = {}
+    try:
+        sess = ort.InferenceSession(path, so, providers=cuda_providers(True))
+        names = [i.name for i in sess.get_inputs()]
+        n = max((i.shape[2] for i in sess.get_inputs() if i.name.startswith("past_")), default=512)
+        dev = lambda a: ort.OrtValue.ortvalue_from_numpy(a, DEVICE, 0)
+        bind = sess.io_binding()
+        for i in sess.get_inputs():
+            if i.name.startswith("past_"):
+                v = dev(np.zeros([batch] + i.shape[1:], np.float32))
+                bind.bind_ortvalue_input(i.name, v)
+                present = i.name.replace("past_key_values.", "present.")
+                bind.bind_ortvalue_output(present, v)
+        bind.bind_ortvalue_input("input_ids", dev(np.ones([batch, 1], np.int64)))
+        bind.bind_ortvalue_input("position_ids", dev(np.full([batch, 1], 3, np.int64)))
+        if "attention_mask" in names:
+            bind.bind_ortvalue_input("attention_mask", dev(np.ones([batch, n], np.int64)))
+        vocab = [o for o in sess.get_outputs() if o.name == "logits"][0].shape[-1]
+        bind.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_shape_and_type([batch, 1, vocab], np.float32, DEVICE, 0))
+        ro = ort.RunOptions()
+        ro.add_run_config_entry("gpu_graph_id", "1")
+        for _ in range(4):  # warm-up, capture, replays
+            sess.run_with_iobinding(bind, ro)
+        out["captured"] = True
+        out["replay_ms"] = timed(lambda: sess.run_with_iobinding(bind, ro), 3, 30)
+    except Exception as e:
+        out["captured"] = False
+        out["error"] = str(e)[:2000]
+    print(json.dumps(out, indent=1))
 
 
 def ort_main(args):
@@ -245,4 +343,5 @@ def summary_main(args):
 
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
-    {"ort": ort_main, "fixtures": fixtures_main, "summary": summary_main}[cmd](rest)
+    {"ort": ort_main, "fixtures": fixtures_main, "summary": summary_main, "kernels": kernels_main,
+     "genai-capture": genai_capture_main}[cmd](rest)

@@ -10,6 +10,10 @@
 //! [`runtime`] → [`generation`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
 //! sources.
 #![warn(missing_docs)]
+// `unsafe` only where a module or item says why it allows it: ONNX Runtime's buffer
+// module (raw tensor memory, the CUDA runtime's copies) and the read-only map of a
+// checkpoint file.
+#![deny(unsafe_code)]
 
 pub mod message;
 

@@ -1,5 +1,7 @@
 //! `gmlp-onnx`: parses the command line and dispatches to the command (see [`cli`]).
 
+#![deny(unsafe_code)]
+
 mod cli;
 
 use std::process::ExitCode;

@@ -142,6 +142,7 @@ impl Checkpoint {
         }
         // SAFETY: the map is read-only; a file truncated by another process while mapped
         // would fault, as with any reader of a file that changes underneath it.
+        #[allow(unsafe_code)]
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         Self::from_safetensors(path, Bytes::Mapped(map))
     }

@@ -113,6 +113,7 @@ const BUG_REPORT: &str = "this is a bug, please report it with the command line 
 /// of our standard output goes away (`gmlp-onnx presets | head -1`), the process ends
 /// quietly on the signal, exit status 141 in the shell, like `cat` or `ls`. Every output
 /// file is complete (renamed into place) before anything is printed about it.
+#[allow(unsafe_code)]
 pub fn restore_default_sigpipe() {
     #[cfg(unix)]
     // SAFETY: called first thing in main, before any other thread exists; SIG_DFL is a

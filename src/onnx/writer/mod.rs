@@ -220,12 +220,8 @@ fn write_floats(
     elem: ElemType,
 ) -> std::io::Result<()> {
     if elem == ElemType::F32 && cfg!(target_endian = "little") {
-        // SAFETY: f32 has no padding and every byte pattern is a valid u8; the slice
-        // covers exactly the values' memory and lives as long as `values`.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
-        };
-        return w.write_all(bytes);
+        // The values' own bytes (bytemuck checks that f32 has no padding).
+        return w.write_all(bytemuck::cast_slice(values));
     }
     const CHUNK: usize = 1 << 14;
     let mut buf = vec![0u8; CHUNK * 4];
