@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40's GPU figures in one run, before and after side by side: the decode step of
+# The decode step's GPU figures in one run, before and after side by side: the step of
 # amlp-base --layers 6 --causal --with-past --target ort-gpu as 0.5.0 wrote it (OLD_BIN) and
 # as this version writes it (NEW_BIN, the fused step), f32 and int4:
 #   - ONNX Runtime's own replay of each file (bench/gpu_decode.py ort: state in place on the

@@ -1,7 +1,6 @@
 """Nodes ONNX Runtime runs per step of a model, after its own fusions (ORT_ENABLE_ALL on
 the CPU provider): saves the optimized graph and counts its nodes per operator type
-(issue 40: the decode step's kernel count; on a GPU every node is at least one kernel
-launch).
+(the decode step's kernel count: on a GPU every node is at least one kernel launch).
 
 Usage: python3 bench/step_nodes.py MODEL.onnx [MODEL2.onnx ...] [--json]
 Prints one line per model (total, then the types by count). Bench helper only: needs

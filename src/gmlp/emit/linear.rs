@@ -343,7 +343,11 @@ impl Emitter {
         // searched once; the codes quantize afresh where it is not there.
         let done: Arc<Mutex<Option<nbits::BlockQuantized>>> = Arc::default();
         let quantize = {
-            let name = base.to_string();
+            // A refusal names the parameter (or the joined weight made of several).
+            let name = match sources {
+                [one] => one.clone(),
+                _ => base.to_string(),
+            };
             move |v: Vec<Vec<f32>>| {
                 nbits::quantize(&assemble(v), rows, width, bits, block_size)
                     .map_err(|e| in_param(&name, e))
