@@ -86,7 +86,8 @@ if grep -q -- '--with-past' <<<"$help"; then
     --causal --shift-tokens 2 "${past[@]}" 2>/dev/null || echo "(refused)" >"$out/lucid_shift_causal-with-past.onnx"
 fi
 # Static state (docs/static-state.md; skipped by versions without it): ScatterND at the
-# default opset, TensorScatter at 24, each precision, a target, the token-shift fixture.
+# default opset, TensorScatter at 24, each precision, a target, the token-shift fixture,
+# and the ort-gpu profile's step.
 if [ "$static_form" = 1 ]; then
   build amlp-base-static --preset amlp-base --layers 2 --causal --with-past static
   build amlp-base-static-opset24 --preset amlp-base --layers 2 --causal --with-past static --opset 24
@@ -96,6 +97,15 @@ if [ "$static_form" = 1 ]; then
     --target portable
   build lucid_shift_causal-static --weights fixtures/lucid_shift_causal/model.safetensors \
     --causal --shift-tokens 2 --with-past static
+  # The ort-gpu profile's static step (fused from 0.6.0 on): f32, int4, a gMLP.
+  if grep -q -- 'ort-gpu' <<<"$help"; then
+    build amlp-base-static-ort-gpu --preset amlp-base --layers 2 --causal --with-past static \
+      --target ort-gpu
+    build amlp-base-static-ort-gpu-int4 --preset amlp-base --layers 2 --causal --with-past static \
+      --target ort-gpu --dtype int4
+    build gmlp-base-static-ort-gpu --preset gmlp-base --layers 2 --causal --with-past static \
+      --target ort-gpu
+  fi
 fi
 # Weight-only types (skipped by versions without them): every form of file they make.
 if grep -q -- 'int8-weight-only' <<<"$help"; then
