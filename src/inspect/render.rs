@@ -170,7 +170,9 @@ pub(super) fn static_state_lines(d: &DecodingInfo) -> String {
         .collect();
     let start = match d.state_start {
         StateStart::Any => "",
-        StateStart::Zeroed => "; buffers must start zeroed (docs/static-state.md, \"The ort-gpu step\")",
+        StateStart::Zeroed => {
+            "; buffers must start zeroed (docs/static-state.md, \"The ort-gpu step\")"
+        }
     };
     format!(
         "sequence    static, up to {n} positions (position + sequence), one position per sequence\n\

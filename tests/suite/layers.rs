@@ -189,9 +189,8 @@ fn the_engine_names_no_tensor_of_the_model() {
     let mut files = Vec::new();
     rust_files(&dir, &mut files);
     let mut seen = 0;
-    let library_file = |f: &&std::path::PathBuf| {
-        !f.ends_with("testing.rs") && !f.ends_with("tests.rs")
-    };
+    let library_file =
+        |f: &&std::path::PathBuf| !f.ends_with("testing.rs") && !f.ends_with("tests.rs");
     for file in files.iter().filter(library_file) {
         let text = std::fs::read_to_string(file).unwrap();
         let library = text.split("#[cfg(test)]").next().unwrap_or("");

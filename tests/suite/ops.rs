@@ -117,7 +117,11 @@ mod with_onnxruntime {
     #[test]
     fn layer_normalization() {
         for (opset, layer_norm, mean, op) in LAYER_NORM_FORMS {
-            let forms = OpForms { layer_norm, mean, ..OpForms::default() };
+            let forms = OpForms {
+                layer_norm,
+                mean,
+                ..OpForms::default()
+            };
             layer_normalization_in(GraphBuilder::with_forms(opset, forms).unwrap(), op);
         }
     }

@@ -540,7 +540,11 @@ mod with_onnxruntime {
             let fx = CausalFixture::open(name);
             let builds = [
                 ("opset 17", BuildTarget::at_opset(17), CPU_RUNTIMES.to_vec()),
-                ("opset 24", BuildTarget::at_opset(24), vec![RuntimeKind::OrtCpu]),
+                (
+                    "opset 24",
+                    BuildTarget::at_opset(24),
+                    vec![RuntimeKind::OrtCpu],
+                ),
                 (
                     "ort-gpu",
                     BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
@@ -611,9 +615,17 @@ mod with_onnxruntime {
             let (tokens, logits, _) = run(RuntimeKind::OrtCpu, &fused);
             for kind in CPU_RUNTIMES {
                 let (want, want_logits, _) = run(kind, &plain);
-                assert_eq!(tokens, want, "{name}: ort-gpu vs default in {}", kind.name());
+                assert_eq!(
+                    tokens,
+                    want,
+                    "{name}: ort-gpu vs default in {}",
+                    kind.name()
+                );
                 let d = normwise(&logits[0], &want_logits[0]);
-                eprintln!("{name}: prefill logits ort-gpu vs default in {}: {d:.2e}", kind.name());
+                eprintln!(
+                    "{name}: prefill logits ort-gpu vs default in {}: {d:.2e}",
+                    kind.name()
+                );
                 assert!(d <= 1e-5, "{name} {}: {d:.2e}", kind.name());
             }
         }
@@ -808,7 +820,10 @@ mod with_onnxruntime {
         let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         eprintln!("ort-gpu in place: {r}");
         assert_eq!(r["tokens"], plain_run["tokens"], "zeroed buffers");
-        assert_eq!(r["finite"], false, "NaN buffers left no mark on the fused step");
+        assert_eq!(
+            r["finite"], false,
+            "NaN buffers left no mark on the fused step"
+        );
         let folder = dir.join("genai");
         let o = gmlp(&["genai", path_str(&fused), "--out", path_str(&folder)]);
         assert_fails(&o, 2, &["must start zeroed", "--target ort-gpu"]);

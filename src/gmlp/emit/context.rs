@@ -101,7 +101,9 @@ impl Emitter {
         post: impl Fn(Vec<f32>) -> Result<Vec<f32>> + Send + Sync + 'static,
     ) -> Result<Value> {
         let params = [param.to_string()];
-        self.joined_param(init_name, &params, dims, elem, move |mut v| post(v.remove(0)))
+        self.joined_param(init_name, &params, dims, elem, move |mut v| {
+            post(v.remove(0))
+        })
     }
 
     /// An initializer named `init_name` made from the values of several parameters

@@ -12,7 +12,8 @@
 //! y     = (z1 ⊙ act(gate)) · V                              b_V goes to the next SkipLN
 //! ```
 //!
-//! with K and V the keys and values written by `TensorScatter` and the mask additive
+//! with K and V the keys and values written by `TensorScatter`, the spatial biases of all
+//! blocks read at once (a stacked table, one `Gather`, one `Split`) and the mask additive
 //! (−10⁹ after each sequence's row P_b + t) over all n rows. The positions are i64
 //! arithmetic (this file is for ONNX Runtime alone, CPU or CUDA, whose CUDA provider has the
 //! i64 kernels; the WebGPU provider's lack of them is why static_state.rs computes in f32),
@@ -47,7 +48,12 @@ use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 /// asks for ONNX Runtime's fusions, in a token model of sequential blocks with LayerNorm,
 /// no token shift, and f32 or block-quantized (`MatMulNBits`) projections. Other models
 /// keep static_state.rs's graph.
-pub fn fused_step_applies(cfg: &GmlpConfig, mode: SequenceMode, opset: i64, forms: OpForms) -> bool {
+pub fn fused_step_applies(
+    cfg: &GmlpConfig,
+    mode: SequenceMode,
+    opset: i64,
+    forms: OpForms,
+) -> bool {
     forms.fusions == Fusions::OnnxRuntime
         && mode == SequenceMode::Static
         && opset >= TENSOR_SCATTER_OPSET
@@ -74,11 +80,14 @@ struct FusedRows {
     mask: Option<Value>,
 }
 
-/// The step's state: the rows, the `past_*` inputs by name, the `present_*` outputs made.
+/// The step's state: the rows, the `past_*` inputs by name, the `present_*` outputs made,
+/// and every block's spatial bias at the new rows when they were gathered together.
 struct FusedState {
     rows: FusedRows,
     past: HashMap<String, Value>,
     present: Vec<(String, Value)>,
+    /// `b_i[P_b + t]` of each block i, f32 [batch, sequence, 1] (one gating head).
+    spatial_biases: Option<Vec<Value>>,
 }
 
 /// What a block hands the next one: its branch y and the bias its output projection
@@ -100,10 +109,12 @@ impl Emitter {
         let table = self.param("embed.weight")?;
         let mut x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
         let rows = self.scoped("positions", |s| s.fused_rows(&position, &ids))?;
+        let spatial_biases = self.scoped("shared", |s| s.stacked_spatial_biases(&rows.rows))?;
         let mut state = FusedState {
             rows,
             past,
             present: Vec::new(),
+            spatial_biases,
         };
         let mut branch: Option<Branch> = None;
         for i in 0..self.cfg.layers {
@@ -141,15 +152,8 @@ impl Emitter {
         let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
         let shift = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
         let eps = self.cfg.norm_eps;
-        self.g.skip_layer_norm(
-            local,
-            x,
-            &branch.y,
-            &scale,
-            &shift,
-            Some(&branch.bias),
-            eps,
-        )
+        self.g
+            .skip_layer_norm(local, x, &branch.y, &scale, &shift, Some(&branch.bias), eps)
     }
 
     /// The checked rows P_b + t of the new tokens `ids` (i64 arithmetic; see the module
@@ -187,6 +191,34 @@ impl Emitter {
             toeplitz_index: None,
             mask: None,
         })
+    }
+
+    /// Every block's spatial bias at the new rows `rows`, read together: the L vectors b_i
+    /// [n] side by side in one table [n, L], one `Gather` of its rows and one `Split` into
+    /// the blocks' [batch, sequence, 1] columns (two nodes where one `Gather` per block would
+    /// be L). `None` with several gating heads or without the bias.
+    fn stacked_spatial_biases(&mut self, rows: &Value) -> Result<Option<Vec<Value>>> {
+        let layers = self.cfg.layers;
+        if self.cfg.heads > 1 || !self.cfg.block.spatial_bias || layers < 2 {
+            return Ok(None);
+        }
+        let n = self.cfg.seq_len();
+        let params: Vec<String> = (0..layers)
+            .map(|i| format!("blocks.{i}.sgu.spatial.bias"))
+            .collect();
+        let elem = self.cfg.dtype.elem();
+        let table = self.joined_param(
+            "sgu.spatial.bias.stacked",
+            &params,
+            &[n, layers],
+            elem,
+            move |v| Ok((0..n).flat_map(|r| v.iter().map(move |b| b[r])).collect()),
+        )?;
+        let picked = self.g.gather("spatial_bias_rows", &table, rows, 0)?;
+        let columns = self
+            .g
+            .split("spatial_bias_blocks", &picked, -1, &vec![1; layers])?;
+        Ok(Some(columns))
     }
 
     /// `s − (P_b + t) + n − 1`, i64 [batch, sequence, n] (shared).
@@ -306,9 +338,17 @@ impl Emitter {
                 let values = s.fused_write(state, i, "value", v)?;
                 let mask = s.fused_mask(&mut state.rows)?;
                 let scale = (a as f32).powf(-0.5);
-                let context = s.g.attention("attention", q, &keys, &values, &mask, scale)?;
+                let context =
+                    s.g.attention("attention", q, &keys, &values, &mask, scale)?;
                 let form = s.projection_form();
-                let out = s.dense("out", &context, &format!("{p}.attn.out.weight"), None, None, form)?;
+                let out = s.dense(
+                    "out",
+                    &context,
+                    &format!("{p}.attn.out.weight"),
+                    None,
+                    None,
+                    form,
+                )?;
                 let bias = s.param(&format!("{p}.attn.out.bias"))?;
                 Ok([out, bias])
             })?;
@@ -370,23 +410,29 @@ impl Emitter {
                     .gather("spatial_weight_rows", &full, &rows, row_axis)?
             }
         };
-        let bias = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
-            Some(b) => Some(self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?),
-            None => None,
+        let bias = match &state.spatial_biases {
+            Some(stacked) => Some(stacked[i].clone()),
+            None => match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
+                Some(b) => Some(self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?),
+                None => None,
+            },
         };
         if !heads {
             let mixed = self.g.matmul("spatial_matmul", &w, &u)?;
             return Ok([Some(mixed), bias].into_iter().flatten().collect());
         }
         // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
-        let w = self.g.transpose("spatial_weight_heads", &w, &[1, 0, 2, 3])?;
+        let w = self
+            .g
+            .transpose("spatial_weight_heads", &w, &[1, 0, 2, 3])?;
         let bias = match bias {
             Some(b) => Some(self.g.transpose("spatial_bias_heads", &b, &[1, 0, 2, 3])?),
             None => None,
         };
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
-        let mixed = self.mix_per_head(&u, mix, bias.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))?;
+        let mixed =
+            self.mix_per_head(&u, mix, bias.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))?;
         Ok(vec![mixed])
     }
 }

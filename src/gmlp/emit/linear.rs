@@ -243,10 +243,16 @@ impl Emitter {
         for part in parts {
             let shape = self.spec(&part.weight)?.shape;
             let [r, total] = shape[..] else {
-                return Err(Error::Internal(format!("{}: a dense weight is 2-D", part.weight)));
+                return Err(Error::Internal(format!(
+                    "{}: a dense weight is 2-D",
+                    part.weight
+                )));
             };
             if *rows.get_or_insert(r) != r || part.cols.1 > total || part.cols.0 >= part.cols.1 {
-                return Err(Error::Internal(format!("{name}: {} does not join", part.weight)));
+                return Err(Error::Internal(format!(
+                    "{name}: {} does not join",
+                    part.weight
+                )));
             }
             layout.push((total, part.cols));
         }
@@ -264,10 +270,8 @@ impl Emitter {
             out
         };
         let biases: Vec<String> = parts.iter().filter_map(|p| p.bias.clone()).collect();
-        let bias_layout: Vec<(bool, (usize, usize))> = parts
-            .iter()
-            .map(|p| (p.bias.is_some(), p.cols))
-            .collect();
+        let bias_layout: Vec<(bool, (usize, usize))> =
+            parts.iter().map(|p| (p.bias.is_some(), p.cols)).collect();
         let join_bias = move |v: Vec<Vec<f32>>| {
             let mut present = v.into_iter();
             let mut out = Vec::with_capacity(width);
@@ -291,11 +295,23 @@ impl Emitter {
                     Ok(assemble(v))
                 })?;
                 let y = self.g.matmul(local, x, &w)?;
-                let b = self.joined_param(&format!("{name}.bias"), &biases, &[width], bias_elem, join_bias)?;
+                let b = self.joined_param(
+                    &format!("{name}.bias"),
+                    &biases,
+                    &[width],
+                    bias_elem,
+                    join_bias,
+                )?;
                 self.g.add(&format!("{local}_bias"), &y, &b)
             }
             WeightForm::Block { bits, block_size } => {
-                let b = self.joined_param(&format!("{name}.bias"), &biases, &[width], bias_elem, join_bias)?;
+                let b = self.joined_param(
+                    &format!("{name}.bias"),
+                    &biases,
+                    &[width],
+                    bias_elem,
+                    join_bias,
+                )?;
                 self.block_matmul(
                     local,
                     x,
@@ -400,7 +416,16 @@ impl Emitter {
         };
         let t = move |mut v: Vec<Vec<f32>>| transpose(&v.remove(0), vocab, d);
         let base = format!("{table}.transposed");
-        self.block_matmul(local, h, &base, &[table.to_string()], (d, vocab), block, t, None)
+        self.block_matmul(
+            local,
+            h,
+            &base,
+            &[table.to_string()],
+            (d, vocab),
+            block,
+            t,
+            None,
+        )
     }
 
     /// The tied vocabulary projection `h · Eᵀ` of an int8 model: an int8 copy of the

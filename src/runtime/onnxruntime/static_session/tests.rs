@@ -27,9 +27,7 @@ fn inputs_read_elsewhere_are_bound_again_before_each_run() {
         check([gpu, host, gpu], false).unwrap(),
         InputBinding::EachRun
     );
-    assert!(
-        refusal([gpu, host, gpu], true).contains("a CUDA graph replays fixed input addresses")
-    );
+    assert!(refusal([gpu, host, gpu], true).contains("a CUDA graph replays fixed input addresses"));
     assert!(refusal([gpu, gpu, host], false).contains("its state cannot be written in place"));
     assert_eq!(
         input_binding(
