@@ -1,16 +1,15 @@
 //! Progress on a terminal: a byte bar while weights are written, a spinner naming the
 //! validation step; both hidden off a terminal or with `--quiet`.
 
-use std::path::Path;
-
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use gmlp_onnx::validate::{validate_with_progress, ValidateOptions, ValidationReport};
+use gmlp_onnx::runtime::ModelFile;
+use gmlp_onnx::validate::{validate_file, ValidateOptions, ValidationReport};
 
 /// Runs [`validate_with_progress`] behind a spinner on stderr (hidden when stderr is not
 /// a terminal or with `quiet`).
 pub fn validate_with_spinner(
-    model: &Path,
+    model: ModelFile,
     options: &ValidateOptions,
     quiet: bool,
 ) -> gmlp_onnx::Result<ValidationReport> {
@@ -24,7 +23,7 @@ pub fn validate_with_spinner(
         ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
     );
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-    let report = validate_with_progress(model, options, &mut |step| {
+    let report = validate_file(model, options, &mut |step| {
         spinner.set_message(step.to_string())
     });
     spinner.finish_and_clear();

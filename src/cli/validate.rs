@@ -160,8 +160,12 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         decode_chunk: a.decode_chunk,
         histograms: a.plot.is_some(),
     };
-    let report = validate_with_spinner(&a.model, &options, false)
-        .with_context(|| format!("validate {}", a.model.display()))?;
+    let report = validate_with_spinner(
+        gmlp_onnx::runtime::ModelFile::from(&a.model),
+        &options,
+        false,
+    )
+    .with_context(|| format!("validate {}", a.model.display()))?;
     finish_validation(report, a.report.as_deref(), a.plot.as_deref())
 }
 

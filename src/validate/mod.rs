@@ -29,7 +29,7 @@ pub use tolerance::{default_tolerance, ResolvedTolerance, ToleranceError, Tolera
 use crate::error::Result;
 use crate::generation::DecodingModel;
 use crate::npz;
-use crate::onnx::reader::{check_external_data, declared_outputs, read_model};
+use crate::onnx::reader::{check_external_data, declared_outputs};
 use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 use phases::{
@@ -113,28 +113,41 @@ pub fn validate_with_progress(
     options: &ValidateOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<ValidationReport> {
+    validate_file(ModelFile::from(path), options, progress)
+}
+
+/// [`validate_with_progress`] of a file the caller may have decoded already (`build
+/// --validate` hands over the model it decoded once for every check it runs): the file is
+/// decoded here only if it has not been.
+pub fn validate_file(
+    file: ModelFile,
+    options: &ValidateOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<ValidationReport> {
     check_options(options)?;
-    let model = read_model(path)?;
-    check_external_data(&model, path)?;
+    let path = file.path;
+    let model = file.model()?;
+    let model = model.as_ref();
+    check_external_data(model, path)?;
     // tract reads 4-bit MatMulNBits, not 8-bit: those nodes run in tract on the file's
     // weights dequantized by us, and the report says so.
-    let tract_dequantize = crate::runtime::tract::needs_dequantizing(&model);
+    let tract_dequantize = crate::runtime::tract::needs_dequantizing(model);
     let resolved = options.tolerance.check()?.resolve(
-        stored_config(&model).map(|c| c.dtype),
+        stored_config(model).map(|c| c.dtype),
         options.runtime.cuda.tf32,
     );
     let tolerance = resolved.tolerance;
-    let decoding = DecodingModel::of(&model);
+    let decoding = DecodingModel::of(model);
     let (dims, plan) = sequence_dims(path, decoding.as_ref(), options)?;
-    let inputs = model_inputs(&model, decoding.as_ref(), &dims, options)?;
-    let output_names: Vec<String> = declared_outputs(&model)
+    let inputs = model_inputs(model, decoding.as_ref(), &dims, options)?;
+    let output_names: Vec<String> = declared_outputs(model)
         .into_iter()
         .map(|o| o.name)
         .collect();
     let expected = read_expected(options, &output_names)?;
     // The decoded model goes to every runtime that needs it (tract's dequantized nodes, a
     // static-state session's step outputs), so that the file is decoded once.
-    let file = ModelFile::decoded(path, &model);
+    let file = ModelFile::decoded(path, model);
     let loaded = load_runtimes(file, options, tract_dequantize, progress)?;
     let mut results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     let mut runtimes = Vec::new();

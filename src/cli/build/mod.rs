@@ -9,8 +9,10 @@ use gmlp_onnx::gmlp::emit::StateScatter;
 use gmlp_onnx::gmlp::export::{export_for, Export};
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
+use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
-use gmlp_onnx::serve::triton::{check_target, write_repository, TritonOptions};
+use gmlp_onnx::runtime::ModelFile;
+use gmlp_onnx::serve::triton::{check_target, write_repository_file, TritonOptions};
 use gmlp_onnx::validate::ValidateOptions;
 use gmlp_onnx::Error;
 
@@ -21,7 +23,7 @@ use crate::cli::triton::{file_stem, print_repository};
 use crate::cli::validate::finish_validation;
 use gmlp_onnx::gmlp::metadata::END_TOKEN_KEY;
 use gmlp_onnx::serve::genai::{
-    check_target as check_genai_target, end_token_for, write_folder, GenaiOptions,
+    check_target as check_genai_target, end_token_for, write_folder_file, GenaiOptions,
 };
 
 mod args;
@@ -267,6 +269,13 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
 struct WrittenSoFar(Vec<PathBuf>);
 
 impl WrittenSoFar {
+    /// The model file `output` and its external data file, if any.
+    fn of(output: &Path, written: &Written) -> WrittenSoFar {
+        let mut files = vec![output.to_path_buf()];
+        files.extend(written.data_file.iter().map(|(path, _)| path.clone()));
+        WrittenSoFar(files)
+    }
+
     /// `result`, after removing every file written so far if it is an error.
     fn or_remove<T, E>(&self, result: Result<T, E>) -> Result<T, E> {
         if result.is_err() {
@@ -353,14 +362,28 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         ExternalData::Auto
     };
     let written = write_with_progress(&model, &a.output, layout, a.quiet)?;
-    write_beside(&a, &cfg, source.as_ref(), triton.as_ref(), &written)?;
-    println!("{}", summary(&a, &cfg, &target, mode, &model, &written));
+    let summary_line = summary(&a, &cfg, &target, mode, &model, &written);
+    drop(model);
+    // What reads the file back (the Triton repository, the genai folder, validate) gets it
+    // decoded once, here.
+    let reads_back = a.validate || triton.is_some() || a.genai_dir.is_some();
+    let decoded = if reads_back {
+        Some(WrittenSoFar::of(&a.output, &written).or_remove(read_model(&a.output))?)
+    } else {
+        None
+    };
+    let file = ModelFile {
+        path: &a.output,
+        decoded: decoded.as_ref(),
+    };
+    write_beside(&a, &cfg, source.as_ref(), triton.as_ref(), &written, file)?;
+    println!("{}", summary_line);
     if a.validate {
         let mut options = ValidateOptions::new(distinct(&a.runtimes));
         options.batch = 1;
         options.runtime = a.ort.runtime_options();
         options.tolerance = tolerance;
-        let report = validate_with_spinner(&a.output, &options, a.quiet)?;
+        let report = validate_with_spinner(file, &options, a.quiet)?;
         finish_validation(report, None, None)?;
     }
     Ok(())
@@ -427,22 +450,20 @@ fn write_beside(
     source: &dyn WeightSource,
     triton: Option<&(PathBuf, TritonOptions)>,
     written: &Written,
+    file: ModelFile,
 ) -> anyhow::Result<()> {
-    let mut written_so_far = WrittenSoFar(vec![a.output.clone()]);
-    written_so_far
-        .0
-        .extend(written.data_file.iter().map(|(path, _)| path.clone()));
+    let mut written_so_far = WrittenSoFar::of(&a.output, written);
     if let Some(path) = &a.save_weights {
         written_so_far.or_remove(save_native(path, cfg, source))?;
         written_so_far.0.push(path.clone());
         println!("wrote {} (native layout)", path.display());
     }
     if let Some((repo, options)) = triton {
-        let w = written_so_far.or_remove(write_repository(&a.output, repo, options))?;
+        let w = written_so_far.or_remove(write_repository_file(file, repo, options))?;
         print_repository(&w);
     }
     if let Some(dir) = &a.genai_dir {
-        let w = written_so_far.or_remove(write_folder(&a.output, dir, &GenaiOptions::default()))?;
+        let w = written_so_far.or_remove(write_folder_file(file, dir, &GenaiOptions::default()))?;
         print_folder(&w);
     }
     Ok(())
@@ -485,4 +506,58 @@ fn summary(
         target.opset,
         cfg.spatial.name()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use gmlp_onnx::onnx::reader::files_decoded;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: BuildArgs,
+    }
+
+    /// `build --validate --triton-repo --genai-dir` decodes the file it wrote once, for the
+    /// Triton repository, the genai folder and every check of validate together.
+    #[test]
+    fn build_decodes_its_output_once_for_validate_triton_and_genai() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+        let runtimes = if cfg!(feature = "test-onnxruntime") {
+            "tract,ort-cpu"
+        } else {
+            "tract"
+        };
+        let (out, repo, genai) = (path("m.onnx"), path("repo"), path("genai"));
+        let a = Wrapper::parse_from([
+            "x",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "1",
+            "--seq-len",
+            "32",
+            "--causal",
+            "--with-past",
+            "-q",
+            "-o",
+            &out,
+            "--validate",
+            "--runtimes",
+            runtimes,
+            "--triton-repo",
+            &repo,
+            "--genai-dir",
+            &genai,
+        ])
+        .args;
+        let before = files_decoded();
+        run(a).unwrap();
+        assert_eq!(files_decoded() - before, 1);
+        assert!(dir.path().join("genai/genai_config.json").is_file());
+        assert!(dir.path().join("repo").is_dir());
+    }
 }

@@ -30,7 +30,8 @@ use crate::gmlp::decoding::DecodingInfo;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::message::Phrase;
 use crate::onnx::edit::ModelEdit;
-use crate::onnx::reader::{check_external_data, external_locations, metadata_value, read_model};
+use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
+use crate::runtime::ModelFile;
 
 pub use adapt::{adapt_for_genai, check_decoding, ATTENTION_MASK, POSITION_IDS};
 pub use config::GenaiConfig;
@@ -157,8 +158,20 @@ pub fn write_folder(
     dir: &Path,
     options: &GenaiOptions,
 ) -> Result<FolderWritten> {
+    write_folder_file(ModelFile::from(model_path), dir, options)
+}
+
+/// [`write_folder`] of a file the caller may have decoded already (`build --genai-dir`
+/// hands over the model it decoded once): the file is decoded here only if it has not
+/// been, and the folder's model is edited on a copy.
+pub fn write_folder_file(
+    file: ModelFile,
+    dir: &Path,
+    options: &GenaiOptions,
+) -> Result<FolderWritten> {
+    let model_path = file.path;
     check_target(dir)?;
-    let mut model = read_model(model_path)?;
+    let mut model = file.model()?.into_owned();
     check_external_data(&model, model_path)?;
     if metadata_value(&model, GENAI_METADATA_KEY).is_some() {
         return Err(refused(

@@ -48,7 +48,8 @@ pub use config::{
     MAX_CANDIDATE_SEQUENCES, NEXT_POSITION, PAST_PREFIX, PRESENT_PREFIX,
 };
 pub use repository::{
-    check_target, write_repository, RepositoryPaths, RepositoryWritten, DATA_FILE, MODEL_FILE,
+    check_target, write_repository, write_repository_file, RepositoryPaths, RepositoryWritten,
+    DATA_FILE, MODEL_FILE,
 };
 pub use state::{
     adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,

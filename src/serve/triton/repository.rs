@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
 use crate::message::{Phrase, Setting};
 use crate::onnx::edit::ModelEdit;
-use crate::onnx::reader::{check_external_data, external_locations, metadata_value, read_model};
+use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
+use crate::runtime::ModelFile;
 
 /// File name of the model inside a version directory (what the ONNX Runtime backend loads).
 pub const MODEL_FILE: &str = "model.onnx";
@@ -106,8 +107,20 @@ pub fn write_repository(
     repo: &Path,
     options: &TritonOptions,
 ) -> Result<RepositoryWritten> {
+    write_repository_file(ModelFile::from(model_path), repo, options)
+}
+
+/// [`write_repository`] of a file the caller may have decoded already (`build
+/// --triton-repo` hands over the model it decoded once): the file is decoded here only if
+/// it has not been, and the served model is edited on a copy.
+pub fn write_repository_file(
+    file: ModelFile,
+    repo: &Path,
+    options: &TritonOptions,
+) -> Result<RepositoryWritten> {
+    let model_path = file.path;
     let paths = check_target(repo, options)?;
-    let mut model = read_model(model_path)?;
+    let mut model = file.model()?.into_owned();
     check_external_data(&model, model_path)?;
     if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
         .iter()
