@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use gmlp_onnx::runtime::{CudaOptions, OrtOptions, RuntimeOptions};
+use gmlp_onnx::runtime::{CudaOptions, OrtOptions, RuntimeKind, RuntimeOptions};
 use gmlp_onnx::validate::{ToleranceError, ToleranceRequest};
 use gmlp_onnx::Error;
 
@@ -21,6 +21,25 @@ pub struct OrtFlags {
     /// ort-cuda: the CUDA device to run on (its ordinal, as nvidia-smi numbers them).
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
     pub device: i32,
+    /// Allow TF32 on the CUDA execution provider (validate: loosens the default rtol to at least 1e-2).
+    #[arg(long)]
+    pub tf32: bool,
+    /// ort-cuda: refuse the model unless every node can be placed on the CUDA execution provider.
+    #[arg(long)]
+    pub cuda_no_cpu_fallback: bool,
+}
+
+/// The runtimes a model is run and compared on: `validate` and `build --validate`.
+#[derive(Args, Clone, Debug)]
+pub struct RuntimeList {
+    /// Comma-separated runtimes.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tract,ort-cpu"
+    )]
+    pub runtimes: Vec<RuntimeKind>,
 }
 
 /// The bounds of a comparison of runtimes: `validate` and `build --validate`.
@@ -68,6 +87,8 @@ impl OrtFlags {
             },
             cuda: CudaOptions {
                 device: self.device,
+                tf32: self.tf32,
+                no_cpu_fallback: self.cuda_no_cpu_fallback,
                 ..Default::default()
             },
             ..Default::default()

@@ -309,7 +309,7 @@ mod tests {
             panic!("validate expected");
         };
         assert_eq!(
-            distinct(&a.runtimes),
+            distinct(&a.runtimes.runtimes),
             [
                 RuntimeKind::Tract,
                 RuntimeKind::OrtCpu,
@@ -320,7 +320,10 @@ mod tests {
         let Command::Validate(a) = cli.command else {
             panic!("validate expected");
         };
-        assert_eq!(a.runtimes, [RuntimeKind::Tract, RuntimeKind::OrtCpu]);
+        assert_eq!(
+            a.runtimes.runtimes,
+            [RuntimeKind::Tract, RuntimeKind::OrtCpu]
+        );
     }
 
     #[test]

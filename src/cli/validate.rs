@@ -6,9 +6,8 @@ use anyhow::Context;
 use clap::Args;
 
 use gmlp_onnx::fs::write_atomically;
-use gmlp_onnx::runtime::RuntimeKind;
 
-use crate::cli::flags::{OrtFlags, ToleranceFlags};
+use crate::cli::flags::{OrtFlags, RuntimeList, ToleranceFlags};
 use gmlp_onnx::validate::histograms::write_histograms;
 use gmlp_onnx::validate::{ValidateOptions, ValidationReport, MAX_BENCH_RUNS};
 use gmlp_onnx::Error;
@@ -20,14 +19,9 @@ use crate::cli::{distinct, Disagreement};
 pub struct ValidateArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// Comma-separated runtimes.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "tract,ort-cpu"
-    )]
-    pub runtimes: Vec<RuntimeKind>,
+    /// The runtimes to compare.
+    #[command(flatten)]
+    pub runtimes: RuntimeList,
     /// Value of the symbolic `batch` dimension of generated inputs [default: 2].
     #[arg(long)]
     pub batch: Option<usize>,
@@ -52,12 +46,6 @@ pub struct ValidateArgs {
     /// The comparison's bounds.
     #[command(flatten)]
     pub tolerance: ToleranceFlags,
-    /// Allow TF32 on the CUDA execution provider (loosens the default rtol to at least 1e-2).
-    #[arg(long)]
-    tf32: bool,
-    /// ort-cuda: refuse the model unless every node can be placed on the CUDA execution provider.
-    #[arg(long)]
-    pub cuda_no_cpu_fallback: bool,
     /// Write the comparison as JSON to this file.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -140,7 +128,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         )));
     }
     let options = ValidateOptions {
-        runtimes: distinct(&a.runtimes),
+        runtimes: distinct(&a.runtimes.runtimes),
         batch: a.batch.unwrap_or(2),
         dims: a.dims,
         seed: a.seed.unwrap_or(0),
@@ -149,12 +137,7 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         save_outputs: a.save_outputs,
         bench: a.bench,
         tolerance: a.tolerance.request()?,
-        runtime: {
-            let mut options = a.ort.runtime_options();
-            options.cuda.tf32 = a.tf32;
-            options.cuda.no_cpu_fallback = a.cuda_no_cpu_fallback;
-            options
-        },
+        runtime: a.ort.runtime_options(),
         decode_prefill: a.decode_prefill,
         decode_steps: a.decode_steps,
         decode_chunk: a.decode_chunk,

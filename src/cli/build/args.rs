@@ -12,7 +12,6 @@ use clap::{Args, ValueEnum};
 use gmlp_onnx::checkpoint::Format;
 use gmlp_onnx::gmlp::targets::Target;
 use gmlp_onnx::gmlp::{GateAct, InitScheme, Precision, SpatialForm};
-use gmlp_onnx::runtime::RuntimeKind;
 
 use crate::cli::triton::TritonFlags;
 
@@ -150,13 +149,8 @@ pub struct BuildArgs {
     #[arg(long)]
     pub validate: bool,
     /// Runtimes for --validate.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "tract,ort-cpu"
-    )]
-    pub runtimes: Vec<RuntimeKind>,
+    #[command(flatten)]
+    pub runtimes: crate::cli::flags::RuntimeList,
     /// --validate: ONNX Runtime's library, threads and device.
     #[command(flatten)]
     pub ort: crate::cli::flags::OrtFlags,

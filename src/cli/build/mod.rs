@@ -379,7 +379,7 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     write_beside(&a, &cfg, source.as_ref(), triton.as_ref(), &written, file)?;
     println!("{}", summary_line);
     if a.validate {
-        let mut options = ValidateOptions::new(distinct(&a.runtimes));
+        let mut options = ValidateOptions::new(distinct(&a.runtimes.runtimes));
         options.batch = 1;
         options.runtime = a.ort.runtime_options();
         options.tolerance = tolerance;
