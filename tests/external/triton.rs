@@ -21,6 +21,8 @@ use crate::common::{
     gmlp, output_text, path_str, small_token_model, small_vision_model, Amlp, Build,
 };
 
+mod fleet;
+
 /// Tolerance of Triton's answers against ONNX Runtime in-process: a batch of several
 /// requests runs other kernel blockings than one request (5e-7 seen).
 const REL_TOL: f64 = 1e-5;

@@ -37,8 +37,12 @@ use crate::error::{Error, Result};
 use crate::message::{Phrase, Setting};
 
 pub mod config;
+pub mod client;
+pub mod pairing;
 mod pbtxt;
+pub mod remote;
 pub mod repository;
+pub mod router;
 pub mod state;
 #[cfg(test)]
 mod testing;
