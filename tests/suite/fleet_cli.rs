@@ -45,10 +45,18 @@ fn a_refused_triton_call_writes_nothing() {
     };
     for (extra, expected) in [
         (
-            &["--servers", "127.0.0.1:8001,127.0.0.1", "--router-config", config][..],
+            &[
+                "--servers",
+                "127.0.0.1:8001,127.0.0.1",
+                "--router-config",
+                config,
+            ][..],
             "\"127.0.0.1\" in --servers is not HOST:PORT",
         ),
-        (&["--servers", "127.0.0.1:99999", "--router-config", config], "1 to 65535"),
+        (
+            &["--servers", "127.0.0.1:99999", "--router-config", config],
+            "1 to 65535",
+        ),
         (&["--servers", "127.0.0.1:8001"], "--router-config"),
         (&["--router-config", config], "--servers"),
         (
@@ -56,20 +64,49 @@ fn a_refused_triton_call_writes_nothing() {
             "--servers names a:1 twice",
         ),
         (
-            &["--servers", "a:1", "--router-config", config, "--router-address", "any"],
+            &[
+                "--servers",
+                "a:1",
+                "--router-config",
+                config,
+                "--router-address",
+                "any",
+            ],
             "--router-address",
         ),
         (
-            &["--servers", "a:1", "--router-config", config, "--router-port", "0"],
+            &[
+                "--servers",
+                "a:1",
+                "--router-config",
+                config,
+                "--router-port",
+                "0",
+            ],
             "--router-port must be from 1 to 65535",
         ),
         (
-            &["--servers", "a:1", "--router-config", &format!("{}/no/router.cfg", dir.path().display())],
+            &[
+                "--servers",
+                "a:1",
+                "--router-config",
+                &format!("{}/no/router.cfg", dir.path().display()),
+            ],
             "does not exist",
         ),
-        (&["--servers", "a:1", "--router-config", path_str(dir.path())], "is a folder"),
         (
-            &["--servers", "a:1", "--router-config", config, "--triton-version", "0"],
+            &["--servers", "a:1", "--router-config", path_str(dir.path())],
+            "is a folder",
+        ),
+        (
+            &[
+                "--servers",
+                "a:1",
+                "--router-config",
+                config,
+                "--triton-version",
+                "0",
+            ],
             "--triton-version must be >= 1",
         ),
     ] {
@@ -132,6 +169,12 @@ fn generate_refuses_a_bad_or_unreachable_server_in_one_line() {
         &["generate", "--server", "h", "--prompt-ids", "1"],
         "--server h: not HOST:PORT",
     );
-    refused(&["generate", "m.onnx", "--server", &url, "--prompt-ids", "1"], "--server");
-    refused(&["generate", "--triton-name", "lm", "--prompt-ids", "1"], "--server");
+    refused(
+        &["generate", "m.onnx", "--server", &url, "--prompt-ids", "1"],
+        "--server",
+    );
+    refused(
+        &["generate", "--triton-name", "lm", "--prompt-ids", "1"],
+        "--server",
+    );
 }

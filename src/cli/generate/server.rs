@@ -131,7 +131,12 @@ pub fn run(a: &GenerateArgs, url: &str) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&[&r])?);
         return Ok(());
     }
-    println!("{} on {} ({} sequences):", r.model, r.server, r.restarts.len());
+    println!(
+        "{} on {} ({} sequences):",
+        r.model,
+        r.server,
+        r.restarts.len()
+    );
     let stopped: Vec<StopReason> = match &r.sequences {
         Sequences::One { stopped, .. } => vec![*stopped],
         Sequences::Batch { stopped, .. } => stopped.clone(),

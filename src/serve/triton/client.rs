@@ -130,7 +130,10 @@ impl Endpoint {
             return Err(server_setting(url, "give it as http://HOST:PORT".into()));
         }
         super::router::ServerAddress::parse(authority).map_err(|_| {
-            server_setting(url, "not HOST:PORT (a host and a port from 1 to 65535)".into())
+            server_setting(
+                url,
+                "not HOST:PORT (a host and a port from 1 to 65535)".into(),
+            )
         })?;
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
@@ -336,11 +339,19 @@ pub fn served_model(name: &str, config: &Value) -> std::result::Result<ServedMod
         .ok_or_else(|| format!("model {name:?} has no {LOGITS} output"))?;
     let vocab_size = match dims(logits).last() {
         Some(&v) if v > 0 => v as usize,
-        _ => return Err(format!("model {name:?}: {LOGITS} has no fixed vocabulary dimension")),
+        _ => {
+            return Err(format!(
+                "model {name:?}: {LOGITS} has no fixed vocabulary dimension"
+            ))
+        }
     };
     let past: Vec<Vec<i64>> = states
         .iter()
-        .filter(|s| s["input_name"].as_str().is_some_and(|n| n.starts_with(super::PAST_PREFIX)))
+        .filter(|s| {
+            s["input_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(super::PAST_PREFIX))
+        })
         .map(dims)
         .collect();
     let max_sequence = match past.first() {
@@ -366,9 +377,15 @@ fn last_logits(
     let bad = |why: String| RequestError::BadAnswer(why);
     let (head, data) = match json_length {
         Some(n) => {
-            let n: usize = n.trim().parse().map_err(|_| bad(format!("{HEADER_LENGTH} {n}")))?;
+            let n: usize = n
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("{HEADER_LENGTH} {n}")))?;
             if n > bytes.len() {
-                return Err(bad(format!("{HEADER_LENGTH} {n} past the {} bytes", bytes.len())));
+                return Err(bad(format!(
+                    "{HEADER_LENGTH} {n} past the {} bytes",
+                    bytes.len()
+                )));
             }
             (&bytes[..n], Some(&bytes[n..]))
         }
@@ -387,7 +404,11 @@ fn last_logits(
             .collect(),
         None => output["data"]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_f64().map(|x| x as f32)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_f64().map(|x| x as f32))
+                    .collect()
+            })
             .unwrap_or_default(),
     };
     if vocab == 0 || values.is_empty() || values.len() % vocab != 0 {
@@ -418,8 +439,11 @@ mod tests {
         let mut growing = config.clone();
         growing["sequence_batching"]["state"][0]["dims"] = json!([-1, 16]);
         assert_eq!(served_model("lm", &growing).unwrap().max_sequence, None);
-        let stateless = json!({"input": [{"name": "input_ids"}], "output": [{"name": "logits", "dims": [50]}]});
-        assert!(served_model("lm", &stateless).unwrap_err().contains("--with-past"));
+        let stateless =
+            json!({"input": [{"name": "input_ids"}], "output": [{"name": "logits", "dims": [50]}]});
+        assert!(served_model("lm", &stateless)
+            .unwrap_err()
+            .contains("--with-past"));
     }
 
     #[test]
@@ -440,7 +464,10 @@ mod tests {
     #[test]
     fn urls_are_http_host_and_port() {
         let d = Duration::from_secs(1);
-        assert_eq!(Endpoint::new("127.0.0.1:8000", d).unwrap().url(), "http://127.0.0.1:8000");
+        assert_eq!(
+            Endpoint::new("127.0.0.1:8000", d).unwrap().url(),
+            "http://127.0.0.1:8000"
+        );
         assert_eq!(Endpoint::new("http://h:1/", d).unwrap().url(), "http://h:1");
         for bad in ["https://h:1", "h", "http://h:1/v2", "h:0", ""] {
             let e = Endpoint::new(bad, d).err().expect(bad).to_string();
@@ -451,9 +478,21 @@ mod tests {
     #[test]
     fn errors_say_whether_a_restart_can_help() {
         assert!(RequestError::Transport("reset".into()).restartable());
-        assert!(RequestError::Server { status: 503, message: String::new() }.restartable());
-        assert!(RequestError::UnknownSequence { status: 400, message: String::new() }.restartable());
-        assert!(!RequestError::Refused { status: 400, message: String::new() }.restartable());
+        assert!(RequestError::Server {
+            status: 503,
+            message: String::new()
+        }
+        .restartable());
+        assert!(RequestError::UnknownSequence {
+            status: 400,
+            message: String::new()
+        }
+        .restartable());
+        assert!(!RequestError::Refused {
+            status: 400,
+            message: String::new()
+        }
+        .restartable());
         assert!(!RequestError::BadAnswer(String::new()).restartable());
         assert_eq!(error_message(r#"{"error":"x y"}"#), "x y");
         assert_eq!(error_message("<html>\n503 Service\n"), "<html>");

@@ -36,8 +36,8 @@ use clap::ValueEnum;
 use crate::error::{Error, Result};
 use crate::message::{Phrase, Setting};
 
-pub mod config;
 pub mod client;
+pub mod config;
 pub mod pairing;
 mod pbtxt;
 pub mod remote;

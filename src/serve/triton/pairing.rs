@@ -114,9 +114,17 @@ mod tests {
         let config = plan(&model, &TritonOptions::new("lm")).unwrap();
         // 12 blocks × (sgu, key, value, shift) + the position.
         assert_eq!(config.states.len(), 12 * 4 + 1, "{:?}", config.states);
-        let mut inputs: Vec<&str> = config.states.iter().map(|s| s.input.name.as_str()).collect();
+        let mut inputs: Vec<&str> = config
+            .states
+            .iter()
+            .map(|s| s.input.name.as_str())
+            .collect();
         inputs.sort();
-        let mut outputs: Vec<&str> = config.states.iter().map(|s| s.output_name.as_str()).collect();
+        let mut outputs: Vec<&str> = config
+            .states
+            .iter()
+            .map(|s| s.output_name.as_str())
+            .collect();
         outputs.sort();
         for (i, o) in inputs.iter().zip(&outputs) {
             let paired = config.states.iter().find(|s| s.input.name == *i).unwrap();

@@ -182,10 +182,9 @@ impl Remote {
         for p in prompts {
             check_vocabulary(p, vocab, "prompt token id")?;
         }
-        if let (Some(n), Some(longest)) = (
-            self.model.max_sequence,
-            prompts.iter().map(Vec::len).max(),
-        ) {
+        if let (Some(n), Some(longest)) =
+            (self.model.max_sequence, prompts.iter().map(Vec::len).max())
+        {
             if longest + new_tokens > n {
                 return Err(Error::InvalidArgument(format!(
                     "{new_tokens} new tokens after a prompt of {longest} would pass the served model's {n} positions"
@@ -213,8 +212,9 @@ impl Remote {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Internal("a sequence thread panicked".into())))
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal("a sequence thread panicked".into()))
+                    })
                 })
                 .collect::<Result<Vec<_>>>()
         })?;

@@ -69,7 +69,12 @@ impl ServerAddress {
         };
         let port = match port.parse::<u16>() {
             Ok(p) if p > 0 => p,
-            _ => return Err(bad_server(text, "the port must be a number from 1 to 65535")),
+            _ => {
+                return Err(bad_server(
+                    text,
+                    "the port must be a number from 1 to 65535",
+                ))
+            }
         };
         let name_ok = |h: &str| {
             !h.is_empty()
@@ -247,9 +252,14 @@ mod tests {
             ("-x:8000", "the host"),
         ] {
             let e = ServerAddress::parse(bad).unwrap_err().to_string();
-            assert!(e.contains("RouterOptions::servers") && e.contains(why), "{bad}: {e}");
+            assert!(
+                e.contains("RouterOptions::servers") && e.contains(why),
+                "{bad}: {e}"
+            );
         }
-        let e = ServerAddress::parse_list("a:1,b:2,a:1").unwrap_err().to_string();
+        let e = ServerAddress::parse_list("a:1,b:2,a:1")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a:1 twice"), "{e}");
     }
 
@@ -274,10 +284,18 @@ mod tests {
         o.address = "::1".into();
         assert!(o.haproxy_config().contains("bind [::1]:9000"));
         o.address = "localhost".into();
-        assert!(o.check().unwrap_err().to_string().contains("RouterOptions::address"));
+        assert!(o
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("RouterOptions::address"));
         o.address = "0.0.0.0".into();
         o.servers.clear();
-        assert!(o.check().unwrap_err().to_string().contains("names no server"));
+        assert!(o
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("names no server"));
     }
 
     #[test]
