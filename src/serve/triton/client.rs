@@ -411,7 +411,7 @@ fn last_logits(
             })
             .unwrap_or_default(),
     };
-    if vocab == 0 || values.is_empty() || values.len() % vocab != 0 {
+    if vocab == 0 || values.is_empty() || !values.len().is_multiple_of(vocab) {
         return Err(bad(format!(
             "{} logits, not rows of the vocabulary {vocab}",
             values.len()

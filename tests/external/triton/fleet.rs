@@ -360,11 +360,10 @@ fn assert_tokens(report: &serde_json::Value, reference: &serde_json::Value, phas
     }
 }
 
-#[test]
-fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let model = dir.path().join("lm.onnx");
-    // The tests' causal aMLP (n 48, vocabulary 50) with the default seeded weights.
+/// The tests' causal aMLP (n 48, vocabulary 50) with the default seeded weights, and a
+/// prompts file of SEQUENCES prompts of 1 to 16 tokens.
+fn model_and_prompts(dir: &Path) -> (PathBuf, PathBuf) {
+    let model = dir.join("lm.onnx");
     let build = Build::preset("amlp-base").args(&[
         "--layers",
         "2",
@@ -383,44 +382,45 @@ fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
         "-q",
     ]);
     gmlp_ok(&build.argv(&model));
-    let prompts = dir.path().join("prompts.txt");
+    let prompts = dir.join("prompts.txt");
     let lines: Vec<String> = (0..SEQUENCES)
         .map(|b| {
-            let len = 1 + b % 16;
-            let ids: Vec<String> = (0..len)
+            let ids: Vec<String> = (0..1 + b % 16)
                 .map(|t| ((7 * b + 3 * t + 1) % 50).to_string())
                 .collect();
             ids.join(",")
         })
         .collect();
     std::fs::write(&prompts, lines.join("\n")).expect("prompts");
-    let reference = local_tokens(&model, &prompts);
-    let started = Instant::now();
-    let mut fleet = Fleet::start(dir.path(), &model);
-    let fleet_ready = started.elapsed();
+    (model, prompts)
+}
 
-    // A model the servers lack: one line, non-zero exit.
-    let o = gmlp(&[
-        "generate",
-        "--server",
-        &fleet.router.url(),
-        "--triton-name",
-        "nope",
-        "--prompt-ids",
-        "1",
-    ]);
-    assert!(!o.status.success());
-    let text = output_text(&o);
-    assert_eq!(text.trim().lines().count(), 1, "{text}");
+/// Every sequence that started again was first on `lost`; returns how many did (at
+/// least one).
+fn assert_restarts_only_from(report: &serde_json::Value, lost: &str, phase: &str) -> usize {
+    let mut restarted = 0;
+    for (b, (first, restarts, _)) in placements(report).into_iter().enumerate() {
+        if restarts > 0 {
+            restarted += 1;
+            assert_eq!(
+                first, lost,
+                "{phase}: sequence {b} restarted but was on {first}: {report}"
+            );
+        }
+    }
     assert!(
-        text.contains("no model \"nope\"") && text.contains("--triton-name"),
-        "{text}"
+        restarted > 0,
+        "{phase}: no sequence was on {lost} mid-run: {report}"
     );
+    restarted
+}
 
-    // 1. All up: each sequence on one server, every server serving.
+/// All up: each sequence on one server, every server serving, Triton's counts adding up
+/// to the client's requests.
+fn all_up(fleet: &Fleet, prompts: &Path, reference: &serde_json::Value) {
     let before: Vec<u64> = fleet.servers.iter().map(inferences).collect();
-    let report = Client::start(&fleet.router, &prompts).finish(&fleet.router);
-    assert_tokens(&report, &reference, "all up");
+    let report = Client::start(&fleet.router, prompts).finish(&fleet.router);
+    assert_tokens(&report, reference, "all up");
     let addresses: Vec<String> = fleet.servers.iter().map(address).collect();
     for (b, (first, restarts, count)) in placements(&report).into_iter().enumerate() {
         assert_eq!((restarts, count), (0, 1), "sequence {b} moved: {report}");
@@ -436,60 +436,40 @@ fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
         served.iter().all(|&n| n > 0),
         "a server got no traffic: {served:?}"
     );
-    assert_eq!(
-        served.iter().sum::<u64>(),
-        report["requests"].as_u64().expect("requests")
-    );
-    let phase1 = started.elapsed();
+    let requests = report["requests"].as_u64().expect("requests");
+    assert_eq!(served.iter().sum::<u64>(), requests, "{served:?}");
+}
 
-    // 2. SIGKILL one server once the run is under way on it.
-    let victim = 0;
+/// SIGKILL to server `victim` once the run is under way on it; then it comes back on its
+/// ports and the router sends it sequences again.
+fn kill_one(fleet: &mut Fleet, victim: usize, prompts: &Path, reference: &serde_json::Value) {
     let from = inferences(&fleet.servers[victim]);
-    let client = Client::start(&fleet.router, &prompts);
+    let client = Client::start(&fleet.router, prompts);
     wait_for_traffic(&fleet.servers[victim], from, 40);
     signal(&fleet.servers[victim], "KILL");
     let report = client.finish(&fleet.router);
-    assert_tokens(&report, &reference, "SIGKILL");
+    assert_tokens(&report, reference, "SIGKILL");
     let lost = address(&fleet.servers[victim]);
-    let mut restarted = 0;
-    for (b, (first, restarts, _)) in placements(&report).into_iter().enumerate() {
-        if restarts > 0 {
-            restarted += 1;
-            assert_eq!(
-                first, lost,
-                "sequence {b} restarted but was not on the lost server: {report}"
-            );
-        }
-    }
-    assert!(
-        restarted > 0,
-        "no sequence was on the lost server mid-run: {report}"
-    );
+    let restarted = assert_restarts_only_from(&report, &lost, "SIGKILL");
     eprintln!("SIGKILL: {restarted} sequences restarted");
-    let phase2 = started.elapsed();
-
-    // The lost server comes back on its ports; the router sends it sequences again.
-    let server = &mut fleet.servers[victim];
-    let log = fleet.work.join("s0-again.log");
-    server.restart(&fleet.env, &fleet.repo, log);
+    let log = fleet.work.join(format!("s{victim}-again.log"));
+    fleet.servers[victim].restart(&fleet.env, &fleet.repo, log);
     wait_routed_to(&fleet.router, &fleet.servers[victim]);
+}
 
-    // 3. SIGSTOP one server mid-run; SIGCONT it once a sequence has started again.
-    let victim = 1;
+/// SIGSTOP to server `victim` mid-run, SIGCONT once a sequence has started again: the
+/// restarted sequences are still decoding when it is back in the router.
+fn stop_one(fleet: &Fleet, victim: usize, prompts: &Path, reference: &serde_json::Value) {
     let from = inferences(&fleet.servers[victim]);
-    let client = Client::start(&fleet.router, &prompts);
+    let client = Client::start(&fleet.router, prompts);
     wait_for_traffic(&fleet.servers[victim], from, 40);
     signal(&fleet.servers[victim], "STOP");
     client.wait_for_restart();
     signal(&fleet.servers[victim], "CONT");
     let report = client.finish(&fleet.router);
-    assert_tokens(&report, &reference, "SIGSTOP/SIGCONT");
+    assert_tokens(&report, reference, "SIGSTOP/SIGCONT");
     let stopped = address(&fleet.servers[victim]);
-    let moved = placements(&report)
-        .iter()
-        .filter(|(f, r, _)| *r > 0 && *f == stopped)
-        .count();
-    assert!(moved > 0, "no sequence was on the stopped server: {report}");
+    let restarted = assert_restarts_only_from(&report, &stopped, "SIGSTOP");
     // Requests that met the returned server under an id it never saw (ids are not reused).
     let unknown = report["failures"]
         .as_array()
@@ -498,10 +478,41 @@ fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
         .flat_map(|f| f.as_array().cloned().unwrap_or_default())
         .filter(|m| m.as_str().is_some_and(|m| m.contains("START flag")))
         .count();
-    eprintln!("SIGSTOP: {moved} sequences restarted, {unknown} requests refused as unknown by a server back in the router");
+    eprintln!("SIGSTOP: {restarted} sequences restarted, {unknown} requests refused as unknown by the server back in the router");
+}
+
+#[test]
+fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (model, prompts) = model_and_prompts(dir.path());
+    let reference = local_tokens(&model, &prompts);
+    let started = Instant::now();
+    let mut fleet = Fleet::start(dir.path(), &model);
+    // A model the servers lack: one line, non-zero exit.
+    let url = fleet.router.url();
+    let o = gmlp(&[
+        "generate",
+        "--server",
+        &url,
+        "--triton-name",
+        "nope",
+        "--prompt-ids",
+        "1",
+    ]);
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert_eq!(text.trim().lines().count(), 1, "{text}");
+    assert!(
+        text.contains("no model \"nope\"") && text.contains("--triton-name"),
+        "{text}"
+    );
+    all_up(&fleet, &prompts, &reference);
+    let phase1 = started.elapsed();
+    kill_one(&mut fleet, 0, &prompts, &reference);
+    let phase2 = started.elapsed();
+    stop_one(&fleet, 1, &prompts, &reference);
     eprintln!(
-        "fleet: ready in {:.1} s, all-up run by {:.1} s, SIGKILL run by {:.1} s, SIGSTOP run by {:.1} s ({moved} restarted)",
-        fleet_ready.as_secs_f64(),
+        "fleet: all-up run by {:.1} s, SIGKILL run and restart by {:.1} s, SIGSTOP run by {:.1} s",
         phase1.as_secs_f64(),
         phase2.as_secs_f64(),
         started.elapsed().as_secs_f64()
