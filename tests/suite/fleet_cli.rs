@@ -3,33 +3,7 @@
 //! `generate --server` refuses a malformed or unreachable endpoint in one line. The
 //! servers themselves: tests/external/triton/fleet.rs.
 
-use std::path::{Path, PathBuf};
-
-use crate::common::{gmlp, output_text, path_str, small_token_model};
-
-/// Every file and folder under `dir`.
-fn tree(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            out.push(e.path());
-            out.extend(tree(&e.path()));
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Runs `args`, expecting one error line containing `expected` and a non-zero exit.
-fn refused(args: &[&str], expected: &str) {
-    let o = gmlp(args);
-    let text = output_text(&o);
-    assert!(!o.status.success(), "{args:?}: {text}");
-    assert_ne!(o.status.code(), Some(101), "{args:?}: {text}");
-    assert!(text.contains(expected), "{args:?}: {text}");
-    assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
-    assert!(text.starts_with("gmlp-onnx: error: "), "{text}");
-}
+use crate::common::{assert_refused, gmlp, output_text, path_str, small_token_model, tree};
 
 #[test]
 fn a_refused_triton_call_writes_nothing() {
@@ -112,7 +86,7 @@ fn a_refused_triton_call_writes_nothing() {
     ] {
         let args = with(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        refused(&args, expected);
+        assert_refused(&args, expected);
         assert_eq!(tree(dir.path()), before, "{args:?} wrote something");
     }
 }
@@ -157,23 +131,23 @@ fn generate_refuses_a_bad_or_unreachable_server_in_one_line() {
         l.local_addr().expect("port").port()
     };
     let url = format!("http://127.0.0.1:{dead}");
-    refused(
+    assert_refused(
         &["generate", "--server", &url, "--prompt-ids", "1"],
         &format!("--server {url}: no answer from Triton"),
     );
-    refused(
+    assert_refused(
         &["generate", "--server", "https://h:1", "--prompt-ids", "1"],
         "only http://",
     );
-    refused(
+    assert_refused(
         &["generate", "--server", "h", "--prompt-ids", "1"],
         "--server h: not HOST:PORT",
     );
-    refused(
+    assert_refused(
         &["generate", "m.onnx", "--server", &url, "--prompt-ids", "1"],
         "--server",
     );
-    refused(
+    assert_refused(
         &["generate", "--triton-name", "lm", "--prompt-ids", "1"],
         "--server",
     );

@@ -72,28 +72,17 @@ mod tests {
     #[test]
     fn the_states_of_a_real_model_sort_alike_by_input_and_output_name() {
         use crate::gmlp::{
-            export::export_for, init::SeededInit, targets::BuildTarget, GmlpConfig, Precision,
-            SequenceMode, SpatialForm, Task,
+            export::export_for, init::SeededInit, presets::preset, targets::BuildTarget,
+            SequenceMode, Task,
         };
-        let cfg = GmlpConfig {
-            task: Task::Tokens {
-                vocab_size: 20,
-                seq_len: 8,
-                tied_embedding: false,
-            },
-            layers: 12,
-            d_model: 8,
-            d_ffn: 16,
-            attn_dim: Some(4),
-            causal: true,
-            heads: 1,
-            shift_tokens: 1,
-            spatial: SpatialForm::ToeplitzGather,
-            norm_eps: 1e-5,
-            sgu_norm_eps: 1e-5,
-            dtype: Precision::F32,
-            block: Default::default(),
+        let mut cfg = preset("amlp-base").unwrap().config;
+        cfg.task = Task::Tokens {
+            vocab_size: 20,
+            seq_len: 8,
+            tied_embedding: false,
         };
+        (cfg.layers, cfg.d_model, cfg.d_ffn, cfg.attn_dim) = (12, 8, 16, Some(4));
+        (cfg.causal, cfg.shift_tokens) = (true, 1);
         let source = std::sync::Arc::new(SeededInit {
             seed: 1,
             scheme: crate::gmlp::init::InitScheme::Spread,
