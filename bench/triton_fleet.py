@@ -102,9 +102,9 @@ def inferences(port):
     return json.loads(body)["model_stats"][0]["inference_count"] if status == 200 else 0
 
 
-def generate(exe, url, prompts, background=False):
+def generate(exe, url, prompts, background=False, new=NEW):
     cmd = [exe, "generate", "--server", url, "--triton-name", "lm", "--prompts-file", prompts,
-           "--max-new-tokens", str(NEW), "--json", "-q"]
+           "--max-new-tokens", str(new), "--json", "-q"]
     if background:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -155,9 +155,10 @@ def main():
             fleet = generate(args.exe, router_url, prompts)
             assert alone["tokens"] == fleet["tokens"], "tokens differ between one server and the fleet"
             rows += [row("1 server, direct", alone), row("3 servers, router", fleet)]
-            d1 = generate(args.exe, direct_url, one)
-            r1 = generate(args.exe, router_url, one)
-            overhead.append((d1, r1))
+            for _ in range(3):  # alternating, 112 requests each
+                d1 = generate(args.exe, direct_url, one, new=112)
+                r1 = generate(args.exe, router_url, one, new=112)
+                overhead.append((d1, r1))
             victim = ports[(k + 1) % 3]
             before = inferences(victim)
             proc = generate(args.exe, router_url, prompts, background=True)
@@ -170,8 +171,10 @@ def main():
             r = json.loads(out)[0]
             assert r["tokens"] == fleet["tokens"], "tokens differ after the kill"
             restarted = [d for d, n in zip(r["done_ms"], r["restarts"]) if n > 0]
+            others = [d for d, n in zip(r["done_ms"], r["restarts"]) if n == 0]
             last = r["started_unix_ms"] + max(restarted) - killed_ms if restarted else float("nan")
-            kills.append((last, len(restarted), sum(r["restarts"]), r))
+            other = r["started_unix_ms"] + max(others) - killed_ms if others else float("nan")
+            kills.append((last, other, len(restarted), sum(r["restarts"]), r))
             # The lost server comes back on its ports for the next round.
             i = ports.index(victim)
             servers[i].wait()
@@ -192,17 +195,22 @@ def main():
     print("| run | sequences | tokens/s | request p50 ms | request p99 ms | wall s |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print("\nThe router's own cost, one sequence (16 + 48 tokens), requests p50 / p99 in ms:\n")
-    print("| round | direct p50 | router p50 | direct p99 | router p99 |")
-    print("|---|---|---|---|---|")
+    print("\nThe router's own cost: one sequence (16 + 112 tokens, 112 requests), straight to a server "
+          "and through the router in turn, requests p50 / p99 in ms:\n")
+    print("| pair | direct p50 | router p50 | router − direct p50 | direct p99 | router p99 |")
+    print("|---|---|---|---|---|---|")
     for k, (d, r) in enumerate(overhead):
         print(f"| {k + 1} | {d['request_p50_ms']:.2f} | {r['request_p50_ms']:.2f} | "
+              f"{r['request_p50_ms'] - d['request_p50_ms']:+.2f} | "
               f"{d['request_p99_ms']:.2f} | {r['request_p99_ms']:.2f} |")
+    diffs = sorted(r["request_p50_ms"] - d["request_p50_ms"] for d, r in overhead)
+    print(f"\nMedian of the p50 differences: {diffs[len(diffs) // 2]:+.2f} ms per request.")
     print("\nSIGKILL to one server a third of the way into its share of the routed run:\n")
-    print("| round | kill to the last restarted sequence's end, s | sequences restarted | restarts | run wall s |")
-    print("|---|---|---|---|---|")
-    for k, (last, seqs, restarts, r) in enumerate(kills):
-        print(f"| {k + 1} | {last / 1e3:.2f} | {seqs} | {restarts} | {r['wall_ms'] / 1e3:.2f} |")
+    print("| round | kill to the last restarted sequence's end, s | kill to the last other sequence's end, s "
+          "| sequences restarted | restarts | run wall s |")
+    print("|---|---|---|---|---|---|")
+    for k, (last, other, seqs, restarts, r) in enumerate(kills):
+        print(f"| {k + 1} | {last / 1e3:.2f} | {other / 1e3:.2f} | {seqs} | {restarts} | {r['wall_ms'] / 1e3:.2f} |")
 
 
 if __name__ == "__main__":
