@@ -465,6 +465,41 @@ fn stop_one(fleet: &Fleet, victim: usize, prompts: &Path, reference: &serde_json
     eprintln!("SIGSTOP: {restarted} sequences restarted, {unknown} requests refused as unknown by the server back in the router");
 }
 
+/// `--eos-token-id` through the router stops a sequence where `generate FILE` stops it:
+/// the end token is the third token of the first prompt's reference run (prompt `1`).
+fn end_token_as_locally(fleet: &Fleet, model: &Path, reference: &serde_json::Value) {
+    let eos = reference[0][2]
+        .as_i64()
+        .expect("a reference token")
+        .to_string();
+    let url = fleet.router.url();
+    let run = |target: &[&str]| -> serde_json::Value {
+        let mut args = vec!["generate"];
+        args.extend(target);
+        args.extend([
+            "--prompt-ids",
+            "1",
+            "--max-new-tokens",
+            "16",
+            "--json",
+            "-q",
+        ]);
+        args.extend(["--eos-token-id", &eos]);
+        args.extend(SAMPLING);
+        let out = gmlp_ok(&args);
+        let v: serde_json::Value =
+            serde_json::from_str(&out[out.find('[').expect("JSON")..]).expect("JSON report");
+        v[0].clone()
+    };
+    let local = run(&[path_str(model)]);
+    let remote = run(&["--server", &url]);
+    assert_eq!(local["stopped"], "end_token", "{local}");
+    assert_eq!(
+        (&remote["tokens"], &remote["stopped"]),
+        (&local["tokens"], &local["stopped"])
+    );
+}
+
 #[test]
 fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -491,6 +526,7 @@ fn a_fleet_behind_the_router_loses_a_server_and_no_sequence() {
         "{text}"
     );
     all_up(&fleet, &prompts, &reference);
+    end_token_as_locally(&fleet, &model, &reference);
     let phase1 = started.elapsed();
     kill_one(&mut fleet, 0, &prompts, &reference);
     let phase2 = started.elapsed();
