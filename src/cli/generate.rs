@@ -78,7 +78,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub ort: OrtFlags,
     /// Generate on a Triton server, or on the router in front of several (http://HOST:PORT), instead of in-process: KServe v2 HTTP, tokens only, the state kept by the server; a sequence whose request fails starts again under a new sequence id with its tokens so far as the prompt.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "compare", "copy_state"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "runtime", "compare", "copy_state"])]
     pub server: Option<String>,
     /// --server: the model's name on the server [default: the server's only model].
     #[arg(long, requires = "server")]
