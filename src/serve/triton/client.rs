@@ -8,7 +8,7 @@
 //!
 //! HTTP by [ureq](https://docs.rs/ureq) without its TLS and compression features: a
 //! blocking client with a connection pool and a handful of small dependencies, no async
-//! runtime (each sequence is one thread, [`remote`](super::remote)).
+//! runtime (the remote generation runs each sequence on a thread of its own).
 
 use std::time::Duration;
 

@@ -7,27 +7,27 @@
 //! the names this tool writes (`past_X` → `present_X`, `position` →
 //! `triton_next_position`) sort alike, which the tests below pin on a real model.
 
-use super::config::ImplicitState;
 use super::invalid;
 use crate::error::Result;
 
 /// Checks that sorting the states by input name and by output name gives the same order,
 /// the condition under which Triton's index pairing pairs each input with its own output.
-pub fn check_state_pairing(states: &[ImplicitState]) -> Result<()> {
-    let mut by_input: Vec<&ImplicitState> = states.iter().collect();
-    by_input.sort_by(|a, b| a.input.name.cmp(&b.input.name));
-    let mut by_output: Vec<&ImplicitState> = states.iter().collect();
-    by_output.sort_by(|a, b| a.output_name.cmp(&b.output_name));
+/// `pairs` are each state's (input name, output name).
+pub fn check_state_pairing<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<()> {
+    let mut by_input: Vec<(&str, &str)> = pairs.into_iter().collect();
+    let mut by_output = by_input.clone();
+    by_input.sort_by_key(|&(input, _)| input);
+    by_output.sort_by_key(|&(_, output)| output);
     for (k, (i, o)) in by_input.iter().zip(&by_output).enumerate() {
-        if i.input.name != o.input.name {
+        if i.0 != o.0 {
             return Err(invalid(format!(
                 "state names that Triton would pair wrongly: the {}th state by input name is {} (output {}) but the {}th by output name is {} (input {}); Triton pairs them by their sorted order (server#8586)",
                 k + 1,
-                i.input.name,
-                i.output_name,
+                i.0,
+                i.1,
                 k + 1,
-                o.output_name,
-                o.input.name
+                o.1,
+                o.0
             )));
         }
     }
@@ -37,32 +37,19 @@ pub fn check_state_pairing(states: &[ImplicitState]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::triton::config::{plan, StateKind, TritonTensor};
+    use crate::serve::triton::config::plan;
     use crate::serve::triton::TritonOptions;
-
-    fn state(input: &str, output: &str) -> ImplicitState {
-        ImplicitState {
-            input: TritonTensor {
-                name: input.into(),
-                data_type: "TYPE_FP32",
-                dims: vec![4],
-                reshape: None,
-            },
-            output_name: output.into(),
-            kind: StateKind::Fixed,
-        }
-    }
 
     /// The names of Triton's report (server#8586): the output names sort the other way.
     #[test]
     fn names_that_sort_differently_are_refused() {
         let states = [
-            state("cache_last_channel", "cache_last_channel_next"),
-            state("cache_last_channel_len", "cache_last_channel_len_next"),
+            ("cache_last_channel", "cache_last_channel_next"),
+            ("cache_last_channel_len", "cache_last_channel_len_next"),
         ];
-        let e = check_state_pairing(&states).unwrap_err().to_string();
+        let e = check_state_pairing(states).unwrap_err().to_string();
         assert!(e.contains("server#8586"), "{e}");
-        assert!(check_state_pairing(&states[..1]).is_ok());
+        assert!(check_state_pairing(states[..1].iter().copied()).is_ok());
     }
 
     /// A static-state aMLP of 12 blocks (block numbers 0..11 sort as text: 0, 1, 10, 11,
@@ -119,6 +106,8 @@ mod tests {
             let paired = config.states.iter().find(|s| s.input.name == *i).unwrap();
             assert_eq!(paired.output_name, *o, "Triton would feed {o} into {i}");
         }
-        check_state_pairing(&config.states).unwrap();
+        let pairs = config.states.iter();
+        check_state_pairing(pairs.map(|s| (s.input.name.as_str(), s.output_name.as_str())))
+            .unwrap();
     }
 }

@@ -448,7 +448,9 @@ fn stop_one(fleet: &Fleet, victim: usize, prompts: &Path, reference: &serde_json
     let client = Client::start(&fleet.router, prompts);
     wait_for_traffic(&fleet.servers[victim], from, 40);
     signal(&fleet.servers[victim], "STOP");
+    let stopped_at = Instant::now();
     client.wait_for_restart();
+    let detected = stopped_at.elapsed();
     signal(&fleet.servers[victim], "CONT");
     let report = client.finish(&fleet.router);
     assert_tokens(&report, reference, "SIGSTOP/SIGCONT");
@@ -462,7 +464,10 @@ fn stop_one(fleet: &Fleet, victim: usize, prompts: &Path, reference: &serde_json
         .flat_map(|f| f.as_array().cloned().unwrap_or_default())
         .filter(|m| m.as_str().is_some_and(|m| m.contains("START flag")))
         .count();
-    eprintln!("SIGSTOP: {restarted} sequences restarted, {unknown} requests refused as unknown by the server back in the router");
+    eprintln!(
+        "SIGSTOP: first restart {:.2} s after the stop; {restarted} sequences restarted, {unknown} requests refused as unknown by the server back in the router",
+        detected.as_secs_f64()
+    );
 }
 
 /// `--eos-token-id` through the router stops a sequence where `generate FILE` stops it:
