@@ -54,11 +54,23 @@ pub enum Setting {
     TritonKind,
     /// Triton's `max_batch_size` (`TritonOptions::max_batch_size`).
     TritonMaxBatchSize,
+    /// The Triton servers a router spreads sequences over (`RouterOptions::servers`).
+    RouterServers,
+    /// Where the router's configuration is written (`RouterOptions::config`).
+    RouterConfig,
+    /// The port the router listens on (`RouterOptions::port`).
+    RouterPort,
+    /// The address the router listens on (`RouterOptions::address`).
+    RouterAddress,
+    /// The Triton endpoint (or router) a remote generation talks to (`RemoteOptions::url`).
+    Server,
+    /// How many times a remote sequence may start again (`RemoteOptions::max_restarts`).
+    MaxRestarts,
 }
 
 impl Setting {
     /// Every setting, in declaration order.
-    pub const ALL: [Setting; 22] = [
+    pub const ALL: [Setting; 28] = [
         Setting::Causal,
         Setting::WithPast,
         Setting::StaticState,
@@ -81,6 +93,12 @@ impl Setting {
         Setting::TritonTensorrt,
         Setting::TritonKind,
         Setting::TritonMaxBatchSize,
+        Setting::RouterServers,
+        Setting::RouterConfig,
+        Setting::RouterPort,
+        Setting::RouterAddress,
+        Setting::Server,
+        Setting::MaxRestarts,
     ];
 
     /// The setting in library messages: the name of the option a program sets, qualified
@@ -109,6 +127,12 @@ impl Setting {
             Setting::TritonTensorrt => "TritonOptions::tensorrt",
             Setting::TritonKind => "TritonOptions::kind",
             Setting::TritonMaxBatchSize => "TritonOptions::max_batch_size",
+            Setting::RouterServers => "RouterOptions::servers",
+            Setting::RouterConfig => "RouterOptions::config",
+            Setting::RouterPort => "RouterOptions::port",
+            Setting::RouterAddress => "RouterOptions::address",
+            Setting::Server => "RemoteOptions::url",
+            Setting::MaxRestarts => "RemoteOptions::max_restarts",
         }
     }
 }

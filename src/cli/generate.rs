@@ -4,7 +4,8 @@
 //! runtime keeps it: on ort-cuda, on the device, each step a replayed CUDA graph); a
 //! variable-length model without state re-runs the whole prefix for every token (slower,
 //! the comparison the state is for). `--prompts-file` decodes several prompts as one batch
-//! (see [`batch`]).
+//! (see [`batch`]). `--server` runs the same generation on a Triton server or the router
+//! in front of several (see [`server`]).
 
 use std::path::PathBuf;
 
@@ -23,11 +24,13 @@ use crate::cli::flags::OrtFlags;
 use crate::cli::{distinct, Disagreement};
 
 mod batch;
+mod server;
 
 #[derive(Args)]
 pub struct GenerateArgs {
     /// A causal token model built with --with-past (or with a variable length).
-    pub model: PathBuf,
+    #[arg(required_unless_present = "server")]
+    pub model: Option<PathBuf>,
     /// Prompt as comma-separated token ids.
     #[arg(
         long,
@@ -74,6 +77,15 @@ pub struct GenerateArgs {
     /// ONNX Runtime's library, threads and device.
     #[command(flatten)]
     pub ort: OrtFlags,
+    /// Generate on a Triton server, or on the router in front of several (http://HOST:PORT), instead of in-process: KServe v2 HTTP, tokens only, the state kept by the server; a sequence whose request fails starts again under a new sequence id with its tokens so far as the prompt.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "runtime", "compare", "copy_state"])]
+    pub server: Option<String>,
+    /// --server: the model's name on the server [default: the server's only model].
+    #[arg(long, requires = "server")]
+    pub triton_name: Option<String>,
+    /// --server: how many times one sequence may start again before the generation fails [default: 8].
+    #[arg(long, requires = "server")]
+    pub max_restarts: Option<u32>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -302,8 +314,15 @@ fn show_tokens(tokens: &[i64], vocab: usize) -> String {
 
 /// Runs `generate`. The file is decoded once, here, for every runtime that needs it.
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
-    let decoded = read_model(&a.model)?;
-    let file = ModelFile::decoded(&a.model, &decoded);
+    let path = match (&a.server, &a.model) {
+        (Some(url), _) => return server::run(&a, url),
+        (None, Some(path)) => path,
+        (None, None) => anyhow::bail!(Error::InvalidArgument(
+            "give a model file or --server".into()
+        )),
+    };
+    let decoded = read_model(path)?;
+    let file = ModelFile::decoded(path, &decoded);
     let model = DecodingModel::of_file(file)?;
     if let Some(prompts) = &a.prompts_file {
         return batch::run(&a, file, prompts, &model);
@@ -484,7 +503,7 @@ mod tests {
             "--json",
             "-q",
         ]);
-        a.model = path;
+        a.model = Some(path);
         let before = gmlp_onnx::onnx::reader::files_decoded();
         run(a).unwrap();
         assert_eq!(gmlp_onnx::onnx::reader::files_decoded() - before, 1);

@@ -225,6 +225,12 @@ pub fn setting_flag(setting: Setting) -> &'static str {
         Setting::TritonTensorrt => "--triton-tensorrt",
         Setting::TritonKind => "--triton-kind",
         Setting::TritonMaxBatchSize => "--triton-max-batch-size",
+        Setting::RouterServers => "--servers",
+        Setting::RouterConfig => "--router-config",
+        Setting::RouterPort => "--router-port",
+        Setting::RouterAddress => "--router-address",
+        Setting::Server => "--server",
+        Setting::MaxRestarts => "--max-restarts",
     }
 }
 

@@ -1,11 +1,14 @@
-//! `gmlp-onnx triton`: put an ONNX file into a Triton Inference Server model repository;
-//! the `--triton-*` flags it shares with `build --triton-repo`.
+//! `gmlp-onnx triton`: put an ONNX file into a Triton Inference Server model repository,
+//! and with `--servers` also write the sticky router's haproxy configuration for several
+//! servers serving it; the `--triton-*` flags it shares with `build --triton-repo`.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use gmlp_onnx::serve::triton::router::{RouterOptions, ServerAddress};
 use gmlp_onnx::serve::triton::{
-    write_repository, InstanceKind, RepositoryWritten, TensorRtPrecision, TritonOptions,
+    check_target, write_repository, InstanceKind, RepositoryWritten, TensorRtPrecision,
+    TritonOptions,
 };
 
 #[derive(Args)]
@@ -18,6 +21,40 @@ pub struct TritonArgs {
     /// The --triton-* options.
     #[command(flatten)]
     pub flags: TritonFlags,
+    /// The router's options.
+    #[command(flatten)]
+    pub router: RouterFlags,
+}
+
+/// Several servers behind a sticky router (`triton --servers`).
+#[derive(Args)]
+pub struct RouterFlags {
+    /// Triton servers (comma-separated HOST:PORT of their HTTP endpoints), each serving this same repository: also writes a haproxy configuration (--router-config) that sends every request of a sequence to one of them.
+    #[arg(long, value_name = "HOST:PORT,...", requires = "router_config")]
+    servers: Option<String>,
+    /// Where to write the router's haproxy configuration (run it with `haproxy -f FILE`).
+    #[arg(long, value_name = "FILE", requires = "servers")]
+    router_config: Option<PathBuf>,
+    /// The port the router listens on [default: 8080].
+    #[arg(long, requires = "servers")]
+    router_port: Option<u16>,
+    /// The address the router listens on [default: 127.0.0.1; 0.0.0.0 for clients on other hosts].
+    #[arg(long, value_name = "IP", requires = "servers")]
+    router_address: Option<String>,
+}
+
+impl RouterFlags {
+    /// The router's options for model `model`, checked; `None` without --servers.
+    fn options(&self, model: &str) -> anyhow::Result<Option<(RouterOptions, &PathBuf)>> {
+        let (Some(list), Some(path)) = (&self.servers, &self.router_config) else {
+            return Ok(None);
+        };
+        let mut o = RouterOptions::new(model, ServerAddress::parse_list(list)?);
+        o.port = self.router_port.unwrap_or(o.port);
+        o.address = self.router_address.clone().unwrap_or(o.address);
+        o.check()?;
+        Ok(Some((o, path)))
+    }
 }
 
 /// The `--triton-*` flags shared by `build --triton-repo` and `triton`.
@@ -129,10 +166,30 @@ pub fn print_repository(w: &RepositoryWritten) {
     );
 }
 
-/// Runs `triton`.
+/// Runs `triton`: the router's configuration is checked and written aside first, and put
+/// in place only once the repository is, so a refusal of either writes nothing.
 pub fn run(a: TritonArgs) -> anyhow::Result<()> {
     let options = a.flags.options(&file_stem(&a.model));
+    let router = a.router.options(&options.name)?;
+    let pending = match &router {
+        Some((o, path)) => {
+            check_target(&a.repo, &options)?;
+            Some(o.write_pending(path)?)
+        }
+        None => None,
+    };
     let written = write_repository(&a.model, &a.repo, &options)?;
     print_repository(&written);
+    if let (Some(pending), Some((o, path))) = (pending, &router) {
+        pending.persist()?;
+        println!(
+            "wrote router configuration {} for {} servers, listening on {}:{}: haproxy -f {}",
+            path.display(),
+            o.servers.len(),
+            o.address,
+            o.port,
+            path.display()
+        );
+    }
     Ok(())
 }

@@ -167,6 +167,30 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
+/// Every file and folder under `dir`, sorted, for "nothing was written" checks.
+pub fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            out.push(e.path());
+            out.extend(tree(&e.path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Runs `gmlp-onnx args` and checks that it is refused in one line naming `expected`,
+/// with exit code 2.
+pub fn assert_refused(args: &[&str], expected: &str) {
+    let o = gmlp(args);
+    let text = output_text(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {text}");
+    assert!(text.contains(expected), "{args:?}: {text}");
+    assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
+    assert!(text.starts_with("gmlp-onnx: error: "), "{text}");
+}
+
 /// A path as `&str` for command lines.
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")

@@ -18,8 +18,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    gmlp, output_text, path_str, small_token_model, small_vision_model, Amlp, Build,
+    assert_refused, gmlp, output_text, path_str, small_token_model, small_vision_model, tree, Amlp,
+    Build,
 };
+
+mod fleet;
 
 /// Tolerance of Triton's answers against ONNX Runtime in-process: a batch of several
 /// requests runs other kernel blockings than one request (5e-7 seen).
@@ -283,6 +286,11 @@ fn gmlp_ok(args: &[&str]) -> String {
 /// The causal aMLPs these tests serve: 2 blocks of d 32, d_ffn 64, attention 8, a
 /// vocabulary of 50, n = `seq_len`, spread weights.
 fn causal_amlp(seq_len: usize) -> Build {
+    causal_amlp_seeded(seq_len).args(&["--init", "spread"])
+}
+
+/// [`causal_amlp`] with the default seeded weights, whose tokens vary more.
+fn causal_amlp_seeded(seq_len: usize) -> Build {
     Build::preset("amlp-base").args(&[
         "--layers",
         "2",
@@ -297,8 +305,6 @@ fn causal_amlp(seq_len: usize) -> Build {
         "--vocab-size",
         "50",
         "--causal",
-        "--init",
-        "spread",
     ])
 }
 
@@ -878,28 +884,6 @@ fn the_client_loop_of_the_serving_docs_runs_as_written() {
         );
         assert_eq!(printed, expected_text, "{name}");
     }
-}
-
-/// Every file and folder under `dir`, for "nothing was written" checks.
-fn tree(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            out.push(e.path());
-            out.extend(tree(&e.path()));
-        }
-    }
-    out.sort();
-    out
-}
-
-fn assert_refused(args: &[&str], expected: &str) {
-    let o = gmlp(args);
-    let text = output_text(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {text}");
-    assert!(text.contains(expected), "{args:?}: {text}");
-    assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
-    assert!(text.starts_with("gmlp-onnx: error: "), "{text}");
 }
 
 #[test]

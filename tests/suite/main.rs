@@ -17,6 +17,7 @@ mod cli;
 #[cfg(feature = "test-onnxruntime")]
 mod doc_loops;
 mod docs;
+mod fleet_cli;
 #[cfg(feature = "test-onnxruntime")]
 mod genai;
 mod generation;

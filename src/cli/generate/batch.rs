@@ -24,7 +24,7 @@ pub const MAX_PROMPTS_FILE_BYTES: u64 = 16 << 20;
 
 /// The prompts of `file`: one per non-blank line, comma-separated token ids within the
 /// vocabulary; at most [`MAX_PROMPTS`], each of at most `n` tokens.
-fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i64>>> {
+pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i64>>> {
     let what = format!("--prompts-file {}", file.display());
     let size = std::fs::metadata(file)
         .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?

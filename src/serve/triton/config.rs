@@ -413,6 +413,11 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
     if outputs.is_empty() {
         return Err(invalid("the model has no output besides its states"));
     }
+    super::pairing::check_state_pairing(
+        states
+            .iter()
+            .map(|s| (s.input.name.as_str(), s.output_name.as_str())),
+    )?;
     Ok(TritonConfig {
         options: options.clone(),
         max_batch_size,

@@ -36,9 +36,13 @@ use clap::ValueEnum;
 use crate::error::{Error, Result};
 use crate::message::{Phrase, Setting};
 
+pub mod client;
 pub mod config;
+pub mod pairing;
 mod pbtxt;
+pub mod remote;
 pub mod repository;
+pub mod router;
 pub mod state;
 #[cfg(test)]
 mod testing;
