@@ -623,6 +623,46 @@ fn static_state_sequences_at_different_positions_batch_together() {
     eprintln!("static: {report}");
 }
 
+/// A `--target ort-gpu` static model (the step in ONNX Runtime's fused kernels, buffers that
+/// must start zeroed: Triton's `initial_state` is `zero_data`) served the same way: four
+/// concurrent sequences with prompts of different lengths, then one-token steps; every
+/// answer equals the sequence's own ONNX Runtime run of the built file.
+#[test]
+fn an_ort_gpu_static_model_is_served_in_its_fused_step() {
+    let env = triton_env();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = dir.path().join("amlp-ort-gpu.onnx");
+    let repo = dir.path().join("repo-ort-gpu");
+    let amlp = causal_amlp(24).args(&["--with-past", "--target", "ort-gpu"]);
+    let mut argv = amlp.argv(&model);
+    argv.extend(["--triton-repo", path_str(&repo), "--triton-name", "lm"]);
+    gmlp_ok(&argv);
+    let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
+    assert!(config.contains("zero_data: true"), "{config}");
+    let server = Server::start(&env, &repo, dir.path().join("server-ort-gpu.log"));
+    let report = client(
+        &env,
+        &[
+            "static",
+            &server.url(),
+            "lm",
+            path_str(&model),
+            "--sequences",
+            "4",
+            "--steps",
+            "6",
+            "--prompt-min",
+            "2",
+            "--int-high",
+            "50",
+        ],
+    );
+    assert_no_errors(&report, &server);
+    let max_rel = report["max_rel"].as_f64().expect("max_rel");
+    assert!(max_rel <= REL_TOL, "ort-gpu: rel {max_rel:.3e}: {report}");
+    assert_eq!(report["inference_count"].as_u64(), Some(4 * 7), "{report}");
+}
+
 /// An int4 model built with a plain `--with-past` (the static state, the default) served
 /// with its nodes and weights as built (behind the position counter): four concurrent
 /// sequences of different prompt lengths, every answer equal to the sequence's own ONNX
