@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::generation::SamplingError;
-use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel};
+use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel, StateWrites};
 use gmlp_onnx::generation::{Generator, Sampling, StopReason};
 use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
@@ -224,7 +224,11 @@ pub(crate) fn generate_on(
         file,
         &runtime_options(a),
         prompts.len(),
-        !a.copy_state,
+        if a.copy_state {
+            StateWrites::Copied
+        } else {
+            StateWrites::InPlace
+        },
     )?;
     let note = announce_note(&decoder);
     let (mode, state_in_place) = (decoder.model().info.mode.as_str(), decoder.in_place());

@@ -23,6 +23,17 @@ use crate::onnx::reader::read_model;
 use crate::runtime::{open, open_static, Bound, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 
+/// Where a static-state model's runs write its state ([`Decoder::open_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateWrites {
+    /// In buffers bound once, written in place by each run where the runtime and the file
+    /// allow it (the default).
+    InPlace,
+    /// A new state every run, copied as a plain loop over the file does (to measure what
+    /// writing in place saves).
+    Copied,
+}
+
 /// Feeds tokens to a causal token model and keeps its state between calls.
 pub struct Decoder {
     /// Where the model runs and what it keeps between runs, in its one form.
@@ -47,12 +58,12 @@ impl Decoder {
         options: &RuntimeOptions,
         batch: usize,
     ) -> Result<Decoder> {
-        Decoder::open_with(kind, model, options, batch, true)
+        Decoder::open_with(kind, model, options, batch, StateWrites::InPlace)
     }
 
-    /// [`Decoder::open`], with `in_place` false letting the runtime copy a static-state
-    /// model's state every run, as a plain loop over the file does (for measuring what
-    /// writing in place saves). On ort-cuda, an in-place static-state model gets CUDA
+    /// [`Decoder::open`], with [`StateWrites::Copied`] letting the runtime copy a
+    /// static-state model's state every run, as a plain loop over the file does (for
+    /// measuring what writing in place saves). On ort-cuda, an in-place static-state model gets CUDA
     /// graphs: every node of such a graph runs on the GPU (docs/static-state.md); if
     /// ONNX Runtime refuses them anyway, the session opens without them and the runtime's
     /// note says why.
@@ -62,7 +73,7 @@ impl Decoder {
         file: impl Into<ModelFile<'a>>,
         options: &RuntimeOptions,
         batch: usize,
-        in_place: bool,
+        writes: StateWrites,
     ) -> Result<Decoder> {
         let file = file.into();
         // Decoded once here if the caller has not: the model's description, tract's
@@ -76,7 +87,7 @@ impl Decoder {
             }
         };
         let model = DecodingModel::of_file(file)?;
-        let bound = in_place && model.in_place;
+        let bound = writes == StateWrites::InPlace && model.in_place;
         if !bound {
             let runtime = open(kind, file, options)?;
             return Ok(Decoder::carried(runtime, model, batch));
@@ -167,11 +178,6 @@ impl Decoder {
         self.state.in_place()
     }
 
-    /// Tokens fed so far to the first sequence (the position of its next token).
-    pub fn position(&self) -> usize {
-        self.positions.first().copied().unwrap_or(0)
-    }
-
     /// Tokens fed so far to each sequence.
     pub fn positions(&self) -> &[usize] {
         &self.positions
@@ -238,7 +244,7 @@ impl Decoder {
         self.check(ids)?;
         let t = ids.ncols();
         if self.model.info.mode != SequenceMode::Static
-            && self.positions.iter().any(|&p| p != self.position())
+            && self.positions.windows(2).any(|w| w[0] != w[1])
         {
             return Err(Error::Internal(
                 "sequences at different positions in a model whose state is one length".into(),
@@ -364,7 +370,8 @@ mod tests {
             let decoded = read_model(&path).unwrap();
             let file = ModelFile::decoded(&path, &decoded);
             for kind in runtimes() {
-                let mut decoder = Decoder::open_with(kind, file, &options, 1, true).unwrap();
+                let mut decoder =
+                    Decoder::open_with(kind, file, &options, 1, StateWrites::InPlace).unwrap();
                 assert_eq!(
                     decoder.in_place(),
                     kind.binds_static_state() && mode == SequenceMode::Static

@@ -12,7 +12,7 @@ pub mod model;
 pub mod sampling;
 pub mod state;
 
-pub use decoder::Decoder;
+pub use decoder::{Decoder, StateWrites};
 pub use generator::{Generator, Sampling, StopReason};
 pub use model::{check_vocabulary, DecodingModel};
 pub use sampling::SamplingError;

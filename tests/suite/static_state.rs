@@ -251,7 +251,7 @@ fn ort_gpu_files_name_their_scatter_and_tract_refuses_them_clearly() {
 #[cfg(feature = "test-onnxruntime")]
 mod with_onnxruntime {
     use super::*;
-    use gmlp_onnx::generation::{Decoder, DecodingModel};
+    use gmlp_onnx::generation::{Decoder, DecodingModel, StateWrites};
     use gmlp_onnx::gmlp::reference::forward_tokens_stepwise;
     use gmlp_onnx::gmlp::Precision;
     use gmlp_onnx::runtime::{self, RuntimeKind};
@@ -396,11 +396,10 @@ mod with_onnxruntime {
             );
             let ids = ids_for(2, 12, 50, 4);
             let mut results = Vec::new();
-            for in_place in [true, false] {
+            for writes in [StateWrites::InPlace, StateWrites::Copied] {
                 let mut decoder =
-                    Decoder::open_with(RuntimeKind::OrtCpu, &path, &options(), 2, in_place)
-                        .unwrap();
-                assert_eq!(decoder.in_place(), in_place);
+                    Decoder::open_with(RuntimeKind::OrtCpu, &path, &options(), 2, writes).unwrap();
+                assert_eq!(decoder.in_place(), writes == StateWrites::InPlace);
                 let logits = decode(&mut decoder, &ids, &[4, 1, 1, 1, 5]);
                 results.push((logits, decoder.state().unwrap()));
             }
