@@ -215,13 +215,14 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
 pub(crate) fn generate_on(
     kind: RuntimeKind,
     a: &GenerateArgs,
-    file: ModelFile,
+    (file, model): (ModelFile, &DecodingModel),
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<GenerationReport> {
-    let decoder = Decoder::open_with(
+    let decoder = Decoder::open_described(
         kind,
         file,
+        model.clone(),
         &runtime_options(a),
         prompts.len(),
         if a.copy_state {
@@ -355,7 +356,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         results.push(generate_on(
             kind,
             &a,
-            file,
+            (file, &model),
             std::slice::from_ref(&prompt),
             new_tokens,
         )?);

@@ -87,6 +87,28 @@ impl Decoder {
             }
         };
         let model = DecodingModel::of_file(file)?;
+        Decoder::open_described(kind, file, model, options, batch, writes)
+    }
+
+    /// [`Decoder::open_with`] with the decoding description `model` the caller derived from
+    /// `file` already (`generate` checks its prompts against it first): described once. The
+    /// file is decoded here only if the caller has not.
+    pub fn open_described(
+        kind: RuntimeKind,
+        file: ModelFile,
+        model: DecodingModel,
+        options: &RuntimeOptions,
+        batch: usize,
+        writes: StateWrites,
+    ) -> Result<Decoder> {
+        let owned;
+        let file = match file.decoded {
+            Some(_) => file,
+            None => {
+                owned = read_model(file.path)?;
+                ModelFile::decoded(file.path, &owned)
+            }
+        };
         let bound = writes == StateWrites::InPlace && model.in_place;
         if !bound {
             let runtime = open(kind, file, options)?;
@@ -108,23 +130,29 @@ impl Decoder {
         Ok(decoder)
     }
 
-    /// A decoder over `runtime`, of `kind`, already loaded from `file` with `options`: kept
-    /// where it carries the state itself; where the runtime binds a static state written
-    /// in place instead, `runtime` is dropped (one copy of the weights at a time) and the
-    /// file opened again by [`Decoder::open`]'s road.
+    /// A decoder over `runtime`, of `kind`, already loaded from `file` (described by
+    /// `model`) with `options`: kept where it carries the state itself; where the runtime
+    /// binds a static state written in place instead, `runtime` is dropped (one copy of the
+    /// weights at a time) and the file opened again by [`Decoder::open`]'s road.
     pub fn over(
         runtime: Box<dyn Runtime>,
         kind: RuntimeKind,
-        file: ModelFile,
+        (file, model): (ModelFile, &DecodingModel),
         options: &RuntimeOptions,
         batch: usize,
     ) -> Result<Decoder> {
-        let model = DecodingModel::of_file(file)?;
         if !(model.in_place && kind.binds_static_state()) {
-            return Ok(Decoder::carried(runtime, model, batch));
+            return Ok(Decoder::carried(runtime, model.clone(), batch));
         }
         drop(runtime);
-        Decoder::open(kind, file, options, batch)
+        Decoder::open_described(
+            kind,
+            file,
+            model.clone(),
+            options,
+            batch,
+            StateWrites::InPlace,
+        )
     }
 
     /// A decoder over a runtime's answer to binding a static-state model.

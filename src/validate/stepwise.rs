@@ -152,7 +152,7 @@ pub fn check_decoding(
     for (kind, rt) in runtimes {
         let name = rt.name().to_string();
         progress(&format!("decoding {name}"));
-        let mut decoder = Decoder::over(rt, kind, file, options, batch)?;
+        let mut decoder = Decoder::over(rt, kind, (file, model), options, batch)?;
         let state_in_place = decoder.in_place();
         let whole = decoder.feed(ids.view())?;
         let whole_state = decoder.state()?;

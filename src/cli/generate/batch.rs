@@ -85,7 +85,13 @@ pub fn run(
     check_sampling(a)?;
     let mut results = Vec::new();
     for kind in kinds {
-        results.push(generate_on(kind, a, model_file, &prompts, new_tokens)?);
+        results.push(generate_on(
+            kind,
+            a,
+            (model_file, model),
+            &prompts,
+            new_tokens,
+        )?);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
