@@ -19,7 +19,6 @@ use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
 use crate::generation::sampling::argmax;
 use crate::generation::state::{self, EngineValues, HostArrays, Prefix, State};
 use crate::gmlp::decoding::SequenceMode;
-use crate::onnx::reader::read_model;
 use crate::runtime::{open, open_static, Bound, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 
@@ -75,19 +74,12 @@ impl Decoder {
         batch: usize,
         writes: StateWrites,
     ) -> Result<Decoder> {
-        let file = file.into();
         // Decoded once here if the caller has not: the model's description, tract's
         // dequantized nodes and a static-state session's step outputs all read it.
-        let owned;
-        let file = match file.decoded {
-            Some(_) => file,
-            None => {
-                owned = read_model(file.path)?;
-                ModelFile::decoded(file.path, &owned)
-            }
-        };
-        let model = DecodingModel::of_file(file)?;
-        Decoder::open_described(kind, file, model, options, batch, writes)
+        file.into().with_decoded(|file| {
+            let model = DecodingModel::of_file(file)?;
+            Decoder::open_described(kind, file, model, options, batch, writes)
+        })
     }
 
     /// [`Decoder::open_with`] with the decoding description `model` the caller derived from
@@ -101,14 +93,17 @@ impl Decoder {
         batch: usize,
         writes: StateWrites,
     ) -> Result<Decoder> {
-        let owned;
-        let file = match file.decoded {
-            Some(_) => file,
-            None => {
-                owned = read_model(file.path)?;
-                ModelFile::decoded(file.path, &owned)
-            }
-        };
+        file.with_decoded(|file| Decoder::open_decoded(kind, file, model, options, batch, writes))
+    }
+
+    fn open_decoded(
+        kind: RuntimeKind,
+        file: ModelFile,
+        model: DecodingModel,
+        options: &RuntimeOptions,
+        batch: usize,
+        writes: StateWrites,
+    ) -> Result<Decoder> {
         let bound = writes == StateWrites::InPlace && model.in_place;
         if !bound {
             let runtime = open(kind, file, options)?;
@@ -369,7 +364,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::reader::files_decoded;
+    use crate::onnx::reader::{files_decoded, read_model};
     use crate::runtime::testing::write_tiny;
 
     /// The runtimes a unit test can open: tract, and ONNX Runtime on the CPU where the

@@ -193,6 +193,18 @@ impl<'a> ModelFile<'a> {
         }
     }
 
+    /// `f` of this file with its decoded model: the caller's, or the file decoded now (once,
+    /// for everything `f` does with it).
+    pub fn with_decoded<T>(self, f: impl FnOnce(ModelFile) -> Result<T>) -> Result<T> {
+        match self.decoded {
+            Some(_) => f(self),
+            None => {
+                let model = read_model(self.path)?;
+                f(ModelFile::decoded(self.path, &model))
+            }
+        }
+    }
+
     /// The decoded model: the caller's, or the file decoded now.
     pub fn model(&self) -> Result<std::borrow::Cow<'a, ModelProto>> {
         Ok(match self.decoded {

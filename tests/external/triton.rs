@@ -623,6 +623,31 @@ fn static_state_sequences_at_different_positions_batch_together() {
     eprintln!("static: {report}");
 }
 
+/// Four concurrent sequences of `model`, served as `lm` by `server`, with prompts of 2 to 5
+/// tokens and then six one-token steps each; the client's report (every answer against the
+/// sequence's own ONNX Runtime run of `model`), checked to have no errors.
+fn four_sequences_six_steps(env: &TritonEnv, server: &Server, model: &Path) -> serde_json::Value {
+    let report = client(
+        env,
+        &[
+            "static",
+            &server.url(),
+            "lm",
+            path_str(model),
+            "--sequences",
+            "4",
+            "--steps",
+            "6",
+            "--prompt-min",
+            "2",
+            "--int-high",
+            "50",
+        ],
+    );
+    assert_no_errors(&report, server);
+    report
+}
+
 /// A `--target ort-gpu` static model (the step in ONNX Runtime's fused kernels, buffers that
 /// must start zeroed: Triton's `initial_state` is `zero_data`) served the same way: four
 /// concurrent sequences with prompts of different lengths, then one-token steps; every
@@ -640,24 +665,7 @@ fn an_ort_gpu_static_model_is_served_in_its_fused_step() {
     let config = std::fs::read_to_string(repo.join("lm/config.pbtxt")).expect("config");
     assert!(config.contains("zero_data: true"), "{config}");
     let server = Server::start(&env, &repo, dir.path().join("server-ort-gpu.log"));
-    let report = client(
-        &env,
-        &[
-            "static",
-            &server.url(),
-            "lm",
-            path_str(&model),
-            "--sequences",
-            "4",
-            "--steps",
-            "6",
-            "--prompt-min",
-            "2",
-            "--int-high",
-            "50",
-        ],
-    );
-    assert_no_errors(&report, &server);
+    let report = four_sequences_six_steps(&env, &server, &model);
     let max_rel = report["max_rel"].as_f64().expect("max_rel");
     assert!(max_rel <= REL_TOL, "ort-gpu: rel {max_rel:.3e}: {report}");
     assert_eq!(report["inference_count"].as_u64(), Some(4 * 7), "{report}");
@@ -703,24 +711,7 @@ fn an_int4_with_past_model_is_served_with_its_weights_as_built() {
     );
     assert_served_as_built_plus_the_counter(&model, &repo.join("lm/1/model.onnx"));
     let server = Server::start(&env, &repo, dir.path().join("server-int4.log"));
-    let report = client(
-        &env,
-        &[
-            "static",
-            &server.url(),
-            "lm",
-            path_str(&model),
-            "--sequences",
-            "4",
-            "--steps",
-            "6",
-            "--prompt-min",
-            "2",
-            "--int-high",
-            "50",
-        ],
-    );
-    assert_no_errors(&report, &server);
+    let report = four_sequences_six_steps(&env, &server, &model);
     let max_rel = report["max_rel"].as_f64().expect("max_rel");
     assert!(
         max_rel <= REL_TOL,

@@ -571,6 +571,16 @@ mod with_onnxruntime {
         }
     }
 
+    /// The first quarter of each row of a fixture's `input_ids`: the prompts of the
+    /// greedy checks.
+    fn quarter_prompts(fx: &Fixture) -> Vec<Vec<i64>> {
+        let ids = fx.ids("input_ids");
+        ids.rows()
+            .into_iter()
+            .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
+            .collect()
+    }
+
     /// `--target ort-gpu`'s fused step equals the default file on every causal checkpoint
     /// fixture that has a static state (g-mlp-pytorch's gMLP, aMLP and token-shift aMLP;
     /// g-mlp-gpt's one- and two-head, attention and gate-activation models; gmlp-tinygrad's
@@ -593,12 +603,7 @@ mod with_onnxruntime {
             "gpt_act_tanh",
         ]) {
             let fx = Fixture::open(name);
-            let ids = fx.ids("input_ids");
-            let prompts: Vec<Vec<i64>> = ids
-                .rows()
-                .into_iter()
-                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
-                .collect();
+            let prompts = quarter_prompts(&fx);
             let plain = dir.path().join(format!("{name}.onnx"));
             let fused = dir.path().join(format!("{name}-ort-gpu.onnx"));
             fx.build("model.safetensors", &["--with-past", "static"], &plain);
@@ -772,12 +777,7 @@ mod with_onnxruntime {
             "gpt_heads2_attn",
         ] {
             let fx = Fixture::open(name);
-            let ids = fx.ids("input_ids");
-            let prompt: Vec<Vec<i64>> = ids
-                .rows()
-                .into_iter()
-                .map(|r| r.iter().take(ids.ncols() / 4).copied().collect())
-                .collect();
+            let prompt = quarter_prompts(&fx);
             let path = dir.path().join(format!("{name}.onnx"));
             fx.build("model.safetensors", &["--with-past", "static"], &path);
             let prompt_json = serde_json::to_string(&prompt).unwrap();

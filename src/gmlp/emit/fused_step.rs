@@ -34,11 +34,11 @@ use std::collections::HashMap;
 
 use super::context::Emitter;
 use super::linear::JoinedColumns;
-use super::static_state::StaticInputs;
+use super::static_state::{static_state_input, StaticInputs};
 use super::{BATCH, INPUT_IDS, MASK_VALUE};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task};
-use crate::gmlp::decoding::{mode_state, SequenceMode, SEQUENCE};
+use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
 use crate::onnx::forms::{Fusions, OpForms};
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
@@ -278,15 +278,7 @@ impl Emitter {
         kind: &str,
         new: &Value,
     ) -> Result<Value> {
-        let tensor = mode_state(&self.cfg, SequenceMode::Static)
-            .into_iter()
-            .find(|s| s.block == i && s.kind() == kind)
-            .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
-        let past = state
-            .past
-            .get(&tensor.past)
-            .cloned()
-            .ok_or_else(|| Error::Internal(format!("no graph input {}", tensor.past)))?;
+        let (tensor, past) = static_state_input(&self.cfg, &state.past, i, kind)?;
         let present =
             self.g
                 .tensor_scatter(&format!("{kind}_update"), &past, new, &state.rows.start, 1)?;
@@ -396,20 +388,11 @@ impl Emitter {
         let u_new = self.norm("norm", z2, &format!("{p}.sgu.norm"), self.cfg.sgu_norm_eps)?;
         let u = self.fused_write(state, i, "sgu", &u_new)?;
         let rows = state.rows.rows.clone();
-        let w = match self.cfg.spatial {
-            SpatialForm::ToeplitzGather => {
-                let vector = self.toeplitz_vector(&name)?;
-                let index = self.fused_toeplitz_index(&mut state.rows)?;
-                let axis = vector.shape.len() - 1;
-                self.g
-                    .gather("spatial_weight_gather", &vector, &index, axis)?
-            }
-            SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
-                let full = self.spatial_weight(&name)?;
-                self.g
-                    .gather("spatial_weight_rows", &full, &rows, row_axis)?
-            }
+        let toeplitz_index = match self.cfg.spatial {
+            SpatialForm::ToeplitzGather => Some(self.fused_toeplitz_index(&mut state.rows)?),
+            SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
         };
+        let w = self.spatial_weight_rows(&name, &rows, toeplitz_index.as_ref())?;
         let bias = match &state.spatial_biases {
             Some(stacked) => Some(stacked[i].clone()),
             None => match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {

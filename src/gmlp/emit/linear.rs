@@ -284,48 +284,42 @@ impl Emitter {
             }
             Ok(out)
         };
+        if form == WeightForm::DynamicInt8 {
+            return Err(Error::Internal(format!(
+                "{name}: joined projections have no dynamic int8 form"
+            )));
+        }
+        // The bias in the model's storage type beside a float MatMul; f32, MatMulNBits's.
         let bias_elem = match form {
             WeightForm::Float => self.cfg.dtype.elem(),
             _ => ElemType::F32,
         };
+        let bias = self.joined_param(
+            &format!("{name}.bias"),
+            &biases,
+            &[width],
+            bias_elem,
+            join_bias,
+        )?;
         match form {
-            WeightForm::Float => {
+            WeightForm::Block { bits, block_size } => self.block_matmul(
+                local,
+                x,
+                name,
+                &weights,
+                (rows, width),
+                (bits, block_size),
+                assemble,
+                Some(&bias),
+            ),
+            _ => {
                 let elem = self.cfg.dtype.elem();
                 let w = self.joined_param(name, &weights, &[rows, width], elem, move |v| {
                     Ok(assemble(v))
                 })?;
                 let y = self.g.matmul(local, x, &w)?;
-                let b = self.joined_param(
-                    &format!("{name}.bias"),
-                    &biases,
-                    &[width],
-                    bias_elem,
-                    join_bias,
-                )?;
-                self.g.add(&format!("{local}_bias"), &y, &b)
+                self.g.add(&format!("{local}_bias"), &y, &bias)
             }
-            WeightForm::Block { bits, block_size } => {
-                let b = self.joined_param(
-                    &format!("{name}.bias"),
-                    &biases,
-                    &[width],
-                    bias_elem,
-                    join_bias,
-                )?;
-                self.block_matmul(
-                    local,
-                    x,
-                    name,
-                    &weights,
-                    (rows, width),
-                    (bits, block_size),
-                    assemble,
-                    Some(&b),
-                )
-            }
-            WeightForm::DynamicInt8 => Err(Error::Internal(format!(
-                "{name}: joined projections have no dynamic int8 form"
-            ))),
         }
     }
 

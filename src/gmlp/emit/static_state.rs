@@ -287,15 +287,7 @@ impl Emitter {
         new: &Value,
         read: Written,
     ) -> Result<Value> {
-        let tensor = mode_state(&self.cfg, SequenceMode::Static)
-            .into_iter()
-            .find(|s| s.block == i && s.kind() == kind)
-            .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
-        let past = state
-            .past
-            .get(&tensor.past)
-            .cloned()
-            .ok_or_else(|| Error::Internal(format!("no graph input {}", tensor.past)))?;
+        let (tensor, past) = static_state_input(&self.cfg, &state.past, i, kind)?;
         let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         let local = format!("{kind}_update");
         let present = match StateScatter::at_opset(self.g.opset()) {
@@ -412,6 +404,24 @@ pub(crate) enum Written {
     Only,
     /// The state as it is: for a reader that picks written rows only (the token shift).
     Any,
+}
+
+/// Block `i`'s static state tensor of `kind` and its `past_*` input among `past`.
+pub(crate) fn static_state_input(
+    cfg: &crate::gmlp::config::GmlpConfig,
+    past: &HashMap<String, Value>,
+    i: usize,
+    kind: &str,
+) -> Result<(crate::gmlp::decoding::StateTensor, Value)> {
+    let tensor = mode_state(cfg, SequenceMode::Static)
+        .into_iter()
+        .find(|s| s.block == i && s.kind() == kind)
+        .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
+    let input = past
+        .get(&tensor.past)
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("no graph input {}", tensor.past)))?;
+    Ok((tensor, input))
 }
 
 fn width_i64(width: &Dim) -> Result<i64> {

@@ -204,20 +204,11 @@ impl Emitter {
         let heads = self.cfg.heads > 1;
         let row_axis = usize::from(heads);
         let rows = state.rows.rows.clone();
-        let w = match self.cfg.spatial {
-            SpatialForm::ToeplitzGather => {
-                let vector = self.toeplitz_vector(&name)?;
-                let index = self.static_toeplitz_index(state)?;
-                let axis = vector.shape.len() - 1;
-                self.g
-                    .gather("spatial_weight_gather", &vector, &index, axis)?
-            }
-            SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
-                let full = self.spatial_weight(&name)?;
-                self.g
-                    .gather("spatial_weight_rows", &full, &rows, row_axis)?
-            }
+        let toeplitz_index = match self.cfg.spatial {
+            SpatialForm::ToeplitzGather => Some(self.static_toeplitz_index(state)?),
+            SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
         };
+        let w = self.spatial_weight_rows(&name, &rows, toeplitz_index.as_ref())?;
         // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
         let heads_second = |s: &mut Self, local: &str, v: Value| {
             if heads {
@@ -238,6 +229,32 @@ impl Emitter {
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
         self.mix_per_head(&u, mix, b.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))
+    }
+
+    /// The rows of W (parameter `name`) at each sequence's rows `rows` i64 [batch, T] of a
+    /// static-state step: the Toeplitz vector gathered at `toeplitz_index` (`s − row + n − 1`,
+    /// the gather form, which needs it), else the stored W's rows.
+    pub(crate) fn spatial_weight_rows(
+        &mut self,
+        name: &str,
+        rows: &Value,
+        toeplitz_index: Option<&Value>,
+    ) -> Result<Value> {
+        match (self.cfg.spatial, toeplitz_index) {
+            (SpatialForm::ToeplitzGather, Some(index)) => {
+                let vector = self.toeplitz_vector(name)?;
+                let axis = vector.shape.len() - 1;
+                self.g.gather("spatial_weight_gather", &vector, index, axis)
+            }
+            (SpatialForm::ToeplitzGather, None) => Err(crate::error::Error::Internal(format!(
+                "{name}: the gather form reads W at a Toeplitz index"
+            ))),
+            (SpatialForm::Dense | SpatialForm::ToeplitzExpand, _) => {
+                let full = self.spatial_weight(name)?;
+                let row_axis = usize::from(self.cfg.heads > 1);
+                self.g.gather("spatial_weight_rows", &full, rows, row_axis)
+            }
+        }
     }
 
     /// The spatial projection of a block with a window or an axial fold (see
