@@ -117,6 +117,10 @@ for b in batches:
     if g:
         goal = {8: 15000, 64: 40000}.get(b)
         print(f"f32 batch {b}: generate {b / g * 1e3:.0f} tokens/s" + (f" (goal >= {goal})" if goal else ""))
+for f in sorted(glob.glob(os.path.join(d, "json", "*-r1.json"))):
+    runs = load(os.path.join("json", os.path.basename(f)))
+    if runs and runs[0].get("note"):  # e.g. "CUDA graphs off: ..." (a node ONNX Runtime kept on the CPU)
+        print(f"note of {os.path.basename(f)}: {runs[0]['note']}")
 comp = load("json/compare-new-f32.json")
 if comp:
     toks = {r["runtime"]: r["tokens"] for r in comp}
