@@ -37,22 +37,33 @@ fn failed(e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// tract's refusal to load a file, said in our words where the file is one of ours that
+/// tract's refusal to load `file`, said in our words where the file is one of ours that
 /// tract cannot run by design: opset 24's `TensorScatter`, which tract 0.23 lacks, writes the
 /// static state of `--target ort-gpu` files (exit 3, like a runtime that is not there).
-fn failed_to_load(e: impl std::fmt::Display) -> Error {
-    let reason = one_line(format!("{e:#}"));
-    if reason.contains("Unimplemented(TensorScatter)") {
+/// The file's own nodes decide, not tract's wording; it is decoded for that (if the caller
+/// has not) only once tract has refused it, so a file tract loads costs no second decode.
+fn failed_to_load(file: ModelFile, e: impl std::fmt::Display) -> Error {
+    refused(file.model().is_ok_and(|m| has_tensor_scatter(&m)), e)
+}
+
+/// Whether `model`'s graph has a `TensorScatter` node.
+fn has_tensor_scatter(model: &crate::onnx::proto::ModelProto) -> bool {
+    model
+        .graph
+        .as_ref()
+        .is_some_and(|g| g.node.iter().any(|n| n.op_type() == "TensorScatter"))
+}
+
+/// [`failed_to_load`] of a model already known to have `TensorScatter` nodes or not.
+fn refused(tensor_scatter: bool, e: impl std::fmt::Display) -> Error {
+    if tensor_scatter {
         return Error::RuntimeUnavailable {
             runtime: "tract".into(),
             reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
             remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
         };
     }
-    Error::RuntimeFailed {
-        runtime: "tract".into(),
-        reason,
-    }
+    failed(e)
 }
 
 impl TractRuntime {
@@ -87,7 +98,7 @@ impl TractRuntime {
             _ => (
                 tract_onnx::onnx()
                     .model_for_path(path)
-                    .map_err(failed_to_load)?,
+                    .map_err(|e| failed_to_load(file, e))?,
                 0,
             ),
         };
@@ -110,9 +121,9 @@ impl TractRuntime {
             .collect();
         let plan = model
             .into_optimized()
-            .map_err(failed_to_load)?
+            .map_err(|e| failed_to_load(file, e))?
             .into_runnable()
-            .map_err(failed_to_load)?;
+            .map_err(|e| failed_to_load(file, e))?;
         Ok(TractRuntime {
             plan,
             input_names,
@@ -133,12 +144,15 @@ impl TractRuntime {
             TRACT_NBITS.contains(&bits)
         })?;
         let bytes = prost::Message::encode_to_vec(&proto);
+        let tensor_scatter = has_tensor_scatter(&proto);
         drop(proto);
         let onnx = tract_onnx::onnx();
         let pb = onnx
             .proto_model_for_read(&mut bytes.as_slice())
             .map_err(failed)?;
-        let parsed = onnx.parse(&pb, dir.to_str()).map_err(failed_to_load)?;
+        let parsed = onnx
+            .parse(&pb, dir.to_str())
+            .map_err(|e| refused(tensor_scatter, e))?;
         if !parsed.unresolved_inputs.is_empty() {
             return Err(failed(format!(
                 "could not resolve inputs {:?}",
