@@ -98,7 +98,7 @@ fn strict_errors_name_the_tensor() {
     assert_eq!(
         e.to_string(),
         format!(
-            "{}: 1 unexpected tensor(s) for a g-mlp-pytorch checkpoint: layers.0.fn.fn.fn.extra.weight (pass allow_unused to skip them knowingly)",
+            "{}: 1 unexpected tensor(s) for a lucidrains (g-mlp-pytorch) checkpoint: layers.0.fn.fn.fn.extra.weight (pass allow_unused to skip them knowingly)",
             extra.display()
         )
     );

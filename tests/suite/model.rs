@@ -107,7 +107,7 @@ fn a_failed_write_leaves_neither_file() {
             |_, _| {},
         )
         .unwrap_err();
-        assert!(matches!(err, Error::NotFinite(_)), "{err:?}");
+        assert!(matches!(err, gmlp_onnx::Error::NotFinite(_)), "{err:?}");
         assert_eq!(
             err.to_string(),
             "blocks.1.norm.weight: value inf at flat index 0 is not finite"
