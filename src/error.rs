@@ -36,6 +36,10 @@ pub enum Error {
     /// Weights or input tensors that are missing, misshapen, or not finite.
     #[error("{0}")]
     BadTensor(String),
+    /// A `.npy` array (alone or in an `.npz` archive) that cannot be read;
+    /// [`ArrayFileError`] says why.
+    #[error("{0}")]
+    ArrayFile(#[from] ArrayFileError),
     /// A checkpoint whose tensors cannot make the model; [`CheckpointError`] says why.
     #[error("{0}")]
     Checkpoint(#[from] CheckpointError),
@@ -107,6 +111,23 @@ pub enum CheckpointError {
     /// A file that is in no checkpoint format this reads (too short, unknown bytes).
     #[error("{0}")]
     NotACheckpoint(String),
+}
+
+/// Why a `.npy` array cannot be read, by what is wrong with it; each variant holds its
+/// one-line message (its `Display`), which names the array.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArrayFileError {
+    /// Bytes that are not a `.npy` array or contradict themselves (no magic, a header cut
+    /// short or missing a field, data of another size than the shape's).
+    #[error("{0}")]
+    Malformed(String),
+    /// A valid array in a form this reader does not read (a format version, a dtype,
+    /// Fortran order).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A rank or element count past this reader's bounds.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// A change of setting that gets past an error, as a whole clause whose wording differs
