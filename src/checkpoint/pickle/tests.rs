@@ -90,7 +90,6 @@ fn globals_outside_the_allowlist_are_refused_by_name() {
     p.extend([0x93, b'.']);
     let e = refusal(&p);
     assert_eq!(e.0, PickleError::RefusedGlobal("builtins.eval".into()));
-    assert!(e.1.contains("refuses pickle global builtins.eval"), "{e:?}");
     let e = refusal(&global_op("torch", "load"));
     assert_eq!(e.0, PickleError::RefusedGlobal("torch.load".into()));
 }
