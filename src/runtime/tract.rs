@@ -57,13 +57,18 @@ fn has_tensor_scatter(model: &crate::onnx::proto::ModelProto) -> bool {
 /// [`failed_to_load`] of a model already known to have `TensorScatter` nodes or not.
 fn refused(tensor_scatter: bool, e: impl std::fmt::Display) -> Error {
     if tensor_scatter {
-        return Error::RuntimeUnavailable {
-            runtime: "tract".into(),
-            reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
-            remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
-        };
+        return no_tensor_scatter();
     }
     failed(e)
+}
+
+/// tract cannot run a file with `TensorScatter` nodes.
+fn no_tensor_scatter() -> Error {
+    Error::RuntimeUnavailable {
+        runtime: "tract".into(),
+        reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
+        remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
+    }
 }
 
 impl TractRuntime {
@@ -85,6 +90,11 @@ impl TractRuntime {
     }
 
     fn load_unguarded(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
+        // A model the caller decoded is checked before tract reads it; a file tract
+        // refuses is checked then (see `failed_to_load`).
+        if file.decoded.is_some_and(has_tensor_scatter) {
+            return Err(no_tensor_scatter());
+        }
         let path = file.path;
         let model = if dequantize_nbits {
             Some(file.model()?)
@@ -267,5 +277,69 @@ fn copy_out<T: Datum + Clone>(
             Ok(None)
         }
         _ => Ok(Some(view.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto as onnx;
+
+    /// A file of one node `op` (y = op(x, x, x)) at opset 24.
+    fn one_node_file(dir: &Path, op: &str) -> std::path::PathBuf {
+        let value = |name: &str| onnx::ValueInfoProto {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let model = onnx::ModelProto {
+            ir_version: Some(10),
+            opset_import: vec![onnx::OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(24),
+            }],
+            graph: Some(onnx::GraphProto {
+                name: Some("g".into()),
+                node: vec![onnx::NodeProto {
+                    op_type: Some(op.into()),
+                    input: vec!["x".into(), "x".into(), "x".into()],
+                    output: vec!["y".into()],
+                    ..Default::default()
+                }],
+                input: vec![value("x")],
+                output: vec![value("y")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let path = dir.join(format!("{op}.onnx"));
+        std::fs::write(&path, prost::Message::encode_to_vec(&model)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_file_with_tensor_scatter_is_refused_by_its_nodes_decoded_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let unavailable = |r: Result<TractRuntime>| {
+            matches!(
+                r,
+                Err(Error::RuntimeUnavailable {
+                    remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
+                    ..
+                })
+            )
+        };
+        let path = one_node_file(dir.path(), "TensorScatter");
+        // Not decoded: tract refuses it, then its nodes say why.
+        assert!(unavailable(TractRuntime::load(&path)));
+        // Decoded by the caller: refused before tract reads it.
+        let model = crate::onnx::reader::read_model(&path).unwrap();
+        let decoded = ModelFile::decoded(&path, &model);
+        assert!(unavailable(TractRuntime::load_file(decoded, false)));
+        // Any other refusal is tract's failure.
+        let other = one_node_file(dir.path(), "NoSuchOp");
+        assert!(matches!(
+            TractRuntime::load(&other),
+            Err(Error::RuntimeFailed { .. })
+        ));
     }
 }
