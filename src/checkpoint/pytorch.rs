@@ -547,16 +547,10 @@ mod tests {
     fn views_past_their_storage_or_over_budget_are_refused() {
         let mut budget = 1000;
         let e = element_indices(&view(1, &[3, 4], &[4, 1]), 12, &mut budget).unwrap_err();
-        assert_eq!(
-            e,
-            ViewError::PastStorage {
-                shape: vec![3, 4],
-                stride: vec![4, 1],
-                offset: 1,
-                storage_numel: 12
-            }
+        assert!(
+            matches!(e, ViewError::PastStorage { offset: 1, .. }),
+            "{e:?}"
         );
-        // The rendering of the family.
         assert_eq!(
             e.to_string(),
             "size [3, 4], stride [4, 1] and offset 1 reach past its storage of 12 elements"
