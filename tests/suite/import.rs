@@ -203,12 +203,27 @@ fn strict_errors_name_the_tensor() {
         matches!(e, Error::Checkpoint(CheckpointError::Damaged(_))),
         "{e:?}"
     );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: a damaged safetensors file: the tensors' data does not end where the {}-byte file does: it was cut short or has bytes added (safetensors crate: MetadataIncompleteBuffer)",
+            truncated.display(),
+            bytes.len() - 100
+        )
+    );
     let empty = d.join("empty.safetensors");
     std::fs::write(&empty, b"").unwrap();
     let e = import_error(&empty, &hints);
     assert!(
         matches!(e, Error::Checkpoint(CheckpointError::NotACheckpoint(_))),
         "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: 0 bytes is too short for a safetensors file, PyTorch file or .npz archive",
+            empty.display()
+        )
     );
 }
 
