@@ -36,6 +36,21 @@ pub enum Error {
     /// Weights or input tensors that are missing, misshapen, or not finite.
     #[error("{0}")]
     BadTensor(String),
+    /// A `.npy` array (alone or in an `.npz` archive) that cannot be read;
+    /// [`ArrayFileError`] says why.
+    #[error("{0}")]
+    ArrayFile(#[from] ArrayFileError),
+    /// A checkpoint whose tensors cannot make the model; [`CheckpointError`] says why.
+    #[error("{0}")]
+    Checkpoint(#[from] CheckpointError),
+    /// A weight or input value that is NaN or infinite: the message names the tensor and
+    /// the value's flat index.
+    #[error("{0}")]
+    NotFinite(String),
+    /// Token ids that would take a sequence past the positions the model has (its
+    /// `max_sequence`): the message says how many, after how many.
+    #[error("invalid argument: {0}")]
+    PastPositions(String),
     /// A requested runtime (library, execution provider) is not usable on this machine.
     #[error("runtime {runtime} is unavailable: {reason}{}", remedy_clause(*remedy))]
     RuntimeUnavailable {
@@ -71,6 +86,48 @@ pub enum Error {
         /// The runtime's own message, on one line.
         reason: String,
     },
+}
+
+/// Why a checkpoint's tensors cannot make the model, by what is wrong with the file; each
+/// variant holds its one-line message (its `Display`), which names the file or tensor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// Tensors the model needs are not in the file.
+    #[error("{0}")]
+    Missing(String),
+    /// A tensor of another shape or rank than the model's.
+    #[error("{0}")]
+    WrongShape(String),
+    /// Block indices that do not run 0..L (a gap, or no block at all).
+    #[error("{0}")]
+    Depth(String),
+    /// An element type weights are not read from.
+    #[error("{0}")]
+    ElementType(String),
+    /// A file of a format this reads whose bytes contradict it (cut short, offsets out of
+    /// order, data of another size than its shape).
+    #[error("{0}")]
+    Damaged(String),
+    /// A file that is in no checkpoint format this reads (too short, unknown bytes).
+    #[error("{0}")]
+    NotACheckpoint(String),
+}
+
+/// Why a `.npy` array cannot be read, by what is wrong with it; each variant holds its
+/// one-line message (its `Display`), which names the array.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArrayFileError {
+    /// Bytes that are not a `.npy` array or contradict themselves (no magic, a header cut
+    /// short or missing a field, data of another size than the shape's).
+    #[error("{0}")]
+    Malformed(String),
+    /// A valid array in a form this reader does not read (a format version, a dtype,
+    /// Fortran order).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A rank or element count past this reader's bounds.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// A change of setting that gets past an error, as a whole clause whose wording differs

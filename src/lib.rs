@@ -43,4 +43,4 @@ pub mod serve;
 
 pub mod validate;
 
-pub use error::{Error, Remedy, Result};
+pub use error::{ArrayFileError, CheckpointError, Error, Remedy, Result};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use crate::checkpoint::pytorch;
-use crate::error::{one_line, Error, Result};
+use crate::error::{one_line, CheckpointError, Error, Result};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// Element types read from checkpoints (all converted to f32).
@@ -177,9 +177,8 @@ impl Checkpoint {
     }
 
     fn from_safetensors(path: &Path, map: Bytes) -> Result<Self> {
-        let bad = |reason: String| Error::BadTensor(format!("{}: {reason}", path.display()));
         let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| bad(safetensors_refusal(&e, &map)))?;
+            .map_err(|e| safetensors_refusal(path, &e, &map))?;
         let mut entries = BTreeMap::new();
         for (name, info) in meta.tensors() {
             entries.insert(
@@ -193,7 +192,11 @@ impl Checkpoint {
             );
         }
         if entries.is_empty() {
-            return Err(bad("the file holds no tensor".into()));
+            return Err(CheckpointError::Missing(format!(
+                "{}: the file holds no tensor",
+                path.display()
+            ))
+            .into());
         }
         let metadata = meta
             .metadata()
@@ -246,16 +249,18 @@ impl Checkpoint {
     /// The tensor's values as f32, row-major; refuses unsupported types and non-finite
     /// values, naming the tensor.
     pub fn f32(&self, key: &str) -> Result<Vec<f32>> {
-        let missing = || Error::BadTensor(format!("{}: no tensor {key}", self.path.display()));
+        let missing =
+            || CheckpointError::Missing(format!("{}: no tensor {key}", self.path.display()));
         let values: Vec<f32> = match &self.storage {
             Storage::Loaded(arrays) => match arrays.get(key).ok_or_else(missing)? {
                 TensorValue::F32(a) => a.iter().copied().collect(),
                 TensorValue::F64(a) => a.iter().map(|&v| v as f32).collect(),
                 other => {
-                    return Err(Error::BadTensor(format!(
+                    return Err(CheckpointError::ElementType(format!(
                         "{key}: element type {} is not supported for weights (float32, float64)",
                         other.dtype()
-                    )))
+                    ))
+                    .into())
                 }
             },
             Storage::Mapped {
@@ -265,7 +270,7 @@ impl Checkpoint {
             } => {
                 let entry = entries.get(key).ok_or_else(missing)?;
                 let dtype = StoredType::of_safetensors(entry.dtype).ok_or_else(|| {
-                    Error::BadTensor(format!(
+                    CheckpointError::ElementType(format!(
                         "{key}: element type {:?} is not supported (F32, F16, BF16, F64)",
                         entry.dtype
                     ))
@@ -273,11 +278,12 @@ impl Checkpoint {
                 let bytes = &map[data_start + entry.start..data_start + entry.end];
                 let count: usize = entry.shape.iter().product();
                 if bytes.len() != count * dtype.size() {
-                    return Err(Error::BadTensor(format!(
+                    return Err(CheckpointError::Damaged(format!(
                         "{key}: {} bytes for shape {:?} of {dtype:?}",
                         bytes.len(),
                         entry.shape
-                    )));
+                    ))
+                    .into());
                 }
                 match dtype {
                     StoredType::F32 => bytes
@@ -300,7 +306,7 @@ impl Checkpoint {
             }
         };
         if let Some(k) = values.iter().position(|v| !v.is_finite()) {
-            return Err(Error::BadTensor(format!(
+            return Err(Error::NotFinite(format!(
                 "{key}: value {} at flat index {k} is not finite",
                 values[k]
             )));
@@ -332,7 +338,7 @@ fn read_zip<R: std::io::Read + std::io::Seek>(
 /// safetensors crate's name for the problem after them. A header that is not one (its
 /// length past the file, text that is not a safetensors header's JSON) means no checkpoint
 /// this tool reads; a header that does not fit the data after it means a damaged file.
-fn safetensors_refusal(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
+fn safetensors_refusal(path: &Path, e: &safetensors::SafeTensorError, bytes: &[u8]) -> Error {
     use safetensors::SafeTensorError as E;
     let mut length = [0u8; 8];
     length.copy_from_slice(&bytes[..8]);
@@ -382,20 +388,25 @@ fn safetensors_refusal(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String
     let debug = format!("{e:?}");
     let name = debug.split('(').next().unwrap_or_default();
     let reason = one_line(reason);
+    let path = path.display();
     if damaged {
-        format!("a damaged safetensors file: {reason} (safetensors crate: {name})")
+        CheckpointError::Damaged(format!(
+            "{path}: a damaged safetensors file: {reason} (safetensors crate: {name})"
+        ))
     } else {
-        format!(
-            "not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (read as safetensors, {reason}; safetensors crate: {name})"
-        )
+        CheckpointError::NotACheckpoint(format!(
+            "{path}: not a safetensors file, PyTorch zip archive, legacy PyTorch file or .npz archive (read as safetensors, {reason}; safetensors crate: {name})"
+        ))
     }
+    .into()
 }
 
 fn too_short(path: &Path, len: u64) -> Error {
-    Error::BadTensor(format!(
+    CheckpointError::NotACheckpoint(format!(
         "{}: {len} bytes is too short for a safetensors file, PyTorch file or .npz archive",
         path.display()
     ))
+    .into()
 }
 
 #[cfg(test)]
@@ -419,7 +430,10 @@ mod tests {
         let checkpoint = Checkpoint::from_bytes(Path::new("t.safetensors"), bytes).unwrap();
         assert_eq!(checkpoint.f32("h").unwrap(), [1.5, -2.0]);
         let e = checkpoint.f32("i").unwrap_err();
-        assert!(matches!(e, Error::BadTensor(_)), "{e:?}");
+        assert!(
+            matches!(e, Error::Checkpoint(CheckpointError::ElementType(_))),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             "i: element type I32 is not supported (F32, F16, BF16, F64)"

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::checkpoint::file::Checkpoint;
 use crate::checkpoint::spatial::StoredSpatial;
 use crate::checkpoint::{ImportHints, Rule};
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
 use crate::gmlp::weights::{param_specs, ParamSpec};
 
@@ -191,21 +191,23 @@ impl<'c> Plan<'c> {
             .collect();
         if !missing.is_empty() {
             let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-            return Err(Error::BadTensor(format!(
+            return Err(CheckpointError::Missing(format!(
                 "{}: {} missing tensor(s): {}{}",
                 self.ck.path().display(),
                 missing.len(),
                 shown.join(", "),
                 if missing.len() > 5 { ", ..." } else { "" }
-            )));
+            ))
+            .into());
         }
         for (key, shape) in &self.expect {
             let found = self.ck.shape(key).unwrap_or(&[]);
             if found != shape.as_slice() {
-                return Err(Error::BadTensor(format!(
+                return Err(CheckpointError::WrongShape(format!(
                     "{}: tensor {key} has shape {found:?}, expected {shape:?}",
                     self.ck.path().display()
-                )));
+                ))
+                .into());
             }
         }
         Ok(self.rules)
@@ -215,14 +217,16 @@ impl<'c> Plan<'c> {
 pub(super) fn need_shape<'a>(ck: &'a Checkpoint, key: &str, rank: usize) -> Result<&'a [usize]> {
     match ck.shape(key) {
         Some(s) if s.len() == rank => Ok(s),
-        Some(s) => Err(Error::BadTensor(format!(
+        Some(s) => Err(CheckpointError::WrongShape(format!(
             "{}: tensor {key} has shape {s:?}, expected rank {rank}",
             ck.path().display()
-        ))),
-        None => Err(Error::BadTensor(format!(
+        ))
+        .into()),
+        None => Err(CheckpointError::Missing(format!(
             "{}: missing tensor {key}",
             ck.path().display()
-        ))),
+        ))
+        .into()),
     }
 }
 
@@ -235,17 +239,19 @@ pub(super) fn count_layers(ck: &Checkpoint, prefix: &str) -> Result<usize> {
         .collect();
     let layers = indices.len();
     if layers == 0 {
-        return Err(Error::BadTensor(format!(
+        return Err(CheckpointError::Depth(format!(
             "{}: no {prefix}.N.* tensors",
             ck.path().display()
-        )));
+        ))
+        .into());
     }
     if let Some(gap) = (0..layers).find(|i| !indices.contains(i)) {
-        return Err(Error::BadTensor(format!(
+        return Err(CheckpointError::Depth(format!(
             "{}: inconsistent depth: {prefix}.{gap}.* is missing but {prefix}.{}.* exists",
             ck.path().display(),
             indices.iter().max().expect("non-empty")
-        )));
+        ))
+        .into());
     }
     Ok(layers)
 }
@@ -390,13 +396,14 @@ mod tests {
             ("x.0.v.weight", &[2, 2]),
             ("x.0.v.bias", &[2]),
         ]);
-        let e = map_names(&ck, &backbone(), &[TABLE], &layer)
-            .unwrap_err()
-            .to_string();
+        let e = map_names(&ck, &backbone(), &[TABLE], &layer).unwrap_err();
         assert!(
-            e.contains("tensor l.0.g.w has shape [3, 3], expected [1, 3, 3]"),
-            "{e}"
+            matches!(e, Error::Checkpoint(CheckpointError::WrongShape(_))),
+            "{e:?}"
         );
+        assert!(e
+            .to_string()
+            .ends_with(": tensor l.0.g.w has shape [3, 3], expected [1, 3, 3]"));
     }
 
     #[test]

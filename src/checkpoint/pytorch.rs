@@ -547,19 +547,20 @@ mod tests {
     fn views_past_their_storage_or_over_budget_are_refused() {
         let mut budget = 1000;
         let e = element_indices(&view(1, &[3, 4], &[4, 1]), 12, &mut budget).unwrap_err();
-        assert!(matches!(e, ViewError::PastStorage { .. }), "{e:?}");
         assert!(
-            e.to_string().contains("reach past its storage of 12"),
-            "{e}"
+            matches!(e, ViewError::PastStorage { offset: 1, .. }),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "size [3, 4], stride [4, 1] and offset 1 reach past its storage of 12 elements"
         );
         let e = element_indices(&view(0, &[usize::MAX, 2], &[1, 1]), 12, &mut budget).unwrap_err();
         assert_eq!(e, ViewError::SizeOverflows(vec![usize::MAX, 2]));
-        assert!(e.to_string().contains("overflows"), "{e}");
         let e = element_indices(&view(0, &[2, 2], &[usize::MAX, 1]), 12, &mut budget).unwrap_err();
         assert!(matches!(e, ViewError::PastStorage { .. }), "{e:?}");
         let e = element_indices(&view(0, &[2000], &[0]), 1, &mut budget).unwrap_err();
         assert_eq!(e, ViewError::OverBudget);
-        assert!(e.to_string().contains("more than 4 times"), "{e}");
     }
 
     #[test]

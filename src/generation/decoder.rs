@@ -247,7 +247,7 @@ impl Decoder {
             )));
         }
         if let Some(&p) = self.positions.iter().find(|&&p| p + t > n) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::PastPositions(format!(
                 "{t} tokens after the {p} already fed would pass the model's {n} positions"
             )));
         }

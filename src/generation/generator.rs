@@ -166,7 +166,7 @@ impl Generator {
         let n = self.decoder.model().info.max_sequence;
         if let Some(longest) = prompts.iter().map(Vec::len).max() {
             if longest + new_tokens > n {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::PastPositions(format!(
                     "{new_tokens} new tokens after a prompt of {longest} would pass the model's {n} positions"
                 )));
             }
@@ -404,9 +404,11 @@ mod tests {
             Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 1).unwrap();
         let mut g = Generator::new(decoder, Sampling::GREEDY).unwrap();
         let err = g.generate(&[vec![1; 8]], 5, &mut |_| {}).unwrap_err();
-        assert!(
-            err.to_string().contains("pass the model's 12 positions"),
-            "{err}"
+        assert!(matches!(err, Error::PastPositions(_)), "{err:?}");
+        // The rendering of the family.
+        assert_eq!(
+            err.to_string(),
+            "invalid argument: 5 new tokens after a prompt of 8 would pass the model's 12 positions"
         );
         let decoder =
             Decoder::open(RuntimeKind::Tract, &path, &RuntimeOptions::default(), 1).unwrap();

@@ -254,7 +254,7 @@ pub fn check_values(spec: &ParamSpec, values: &[f32]) -> Result<()> {
         return Ok(());
     }
     if let Some(k) = values.iter().position(|v| !v.is_finite()) {
-        return Err(Error::BadTensor(format!(
+        return Err(Error::NotFinite(format!(
             "{}: value {} at flat index {k} is not finite",
             spec.name, values[k]
         )));

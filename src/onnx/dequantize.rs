@@ -228,6 +228,6 @@ mod tests {
         assert_eq!(m, before);
         m.graph.as_mut().unwrap().node[0].input.push("zp".into());
         let err = dequantize_matmul_nbits(&mut m, Path::new("m.onnx"), |_| false).unwrap_err();
-        assert!(err.to_string().contains("zero points"), "{err}");
+        assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
     }
 }

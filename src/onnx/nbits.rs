@@ -476,7 +476,7 @@ mod tests {
         assert!(q.scales.iter().all(|&s| s == 1.0));
         assert!(q.dequantized().iter().all(|&x| x == 0.0));
         let err = quantize(&[1e6, 0.0], 2, 1, 4, 16).unwrap_err();
-        assert!(err.to_string().contains("too large for 4-bit"), "{err}");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     }
 
     #[test]
@@ -485,9 +485,9 @@ mod tests {
         assert!(quantize(&[1.0; 6], 3, 2, 4, 24).is_err());
         assert!(quantize(&[1.0; 5], 3, 2, 4, 32).is_err());
         let err = dequantize_packed(&[0; 3], &[1.0; 2], 3, 2, 4, 16).unwrap_err();
-        assert!(err.to_string().contains("needs 16 packed bytes"), "{err}");
+        assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
         // Attributes of a hostile file: no overflow, no allocation, one error.
         let err = dequantize_packed(&[0; 16], &[1.0], usize::MAX, usize::MAX, 4, 32).unwrap_err();
-        assert!(err.to_string().contains("overflow"), "{err}");
+        assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
     }
 }

@@ -243,19 +243,20 @@ mod tests {
         let path = Path::new("m.onnx");
         let mut t = tensor(DataType::Float, &[1 << 40, 1 << 20]);
         t.raw_data = Some(vec![0; 8]);
-        let err = tensor_f32(&t, path).unwrap_err().to_string();
-        assert!(err.contains("initializer w"), "{err}");
+        let err = tensor_f32(&t, path).unwrap_err();
+        assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
+        // The rendering of the family: the file and the initializer named.
+        assert_eq!(
+            err.to_string(),
+            "m.onnx: not a usable ONNX model: initializer w: 8 bytes of data for dims [1099511627776, 1048576] (4611686018427387904 expected)"
+        );
         let mut t = tensor(DataType::Float, &[3]);
         t.float_data = vec![1.0];
-        assert!(tensor_f32(&t, path)
-            .unwrap_err()
-            .to_string()
-            .contains("1 values for dims [3]"));
+        let err = tensor_f32(&t, path).unwrap_err();
+        assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
         let t = tensor(DataType::String, &[1]);
-        assert!(tensor_f32(&t, path)
-            .unwrap_err()
-            .to_string()
-            .contains("string"));
+        let err = tensor_f32(&t, path).unwrap_err();
+        assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
     }
 
     #[test]
@@ -287,14 +288,8 @@ mod tests {
             tensor_f32(&external("4", "8"), &path).unwrap(),
             vec![7.0, 5.0]
         );
-        let err = tensor_f32(&external("8", "8"), &path)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("past the end"), "{err}");
-        let err = tensor_f32(&external("0", "12"), &path)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("12 external bytes"), "{err}");
+        let err = tensor_f32(&external("8", "8"), &path).unwrap_err();
+        assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
         // The reasons by kind, from the reader itself.
         let kind = |offset: &str, length: &str| read_external(&external(offset, length), &path, 8);
         assert!(matches!(

@@ -427,9 +427,12 @@ mod tests {
         context.explicit = Some(l.work.join("missing.so"));
         let d = discover(&context);
         assert!(d.found().is_none() && d.explicit_choice_failed());
-        assert!(d
-            .summary()
-            .contains("missing.so): the path given is not a file"));
+        assert_eq!(
+            d.looked[0].outcome,
+            Err(NoLibrary::NotAFile {
+                what: "the path given"
+            })
+        );
     }
 
     #[test]

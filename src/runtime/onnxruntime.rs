@@ -233,7 +233,10 @@ pub fn parse_profile(kind: RuntimeKind, text: &str) -> Result<Placement> {
 }
 
 /// Whether ONNX Runtime's session-creation error is its refusal to place nodes on the CPU
-/// after `with_disable_cpu_fallback` (ONNX Runtime 1.31 wording).
+/// after `with_disable_cpu_fallback` (ONNX Runtime 1.31 wording). This branch on its words
+/// stays: the placement is decided inside session creation (no check before it can know),
+/// its code is `ORT_FAIL` like any failure there, and telling it apart otherwise would
+/// take creating the session (on the GPU) a second time with the fallback on.
 fn refused_cpu_fallback(message: &str) -> bool {
     message.contains("fallback to CPU EP has been explicitly disabled")
 }

@@ -37,21 +37,37 @@ fn failed(e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// tract's refusal to load a file, said in our words where the file is one of ours that
+/// tract's refusal to load `file`, said in our words where the file is one of ours that
 /// tract cannot run by design: opset 24's `TensorScatter`, which tract 0.23 lacks, writes the
 /// static state of `--target ort-gpu` files (exit 3, like a runtime that is not there).
-fn failed_to_load(e: impl std::fmt::Display) -> Error {
-    let reason = one_line(format!("{e:#}"));
-    if reason.contains("Unimplemented(TensorScatter)") {
-        return Error::RuntimeUnavailable {
-            runtime: "tract".into(),
-            reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
-            remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
-        };
+/// The file's own nodes decide, not tract's wording; it is decoded for that (if the caller
+/// has not) only once tract has refused it, so a file tract loads costs no second decode.
+fn failed_to_load(file: ModelFile, e: impl std::fmt::Display) -> Error {
+    refused(file.model().is_ok_and(|m| has_tensor_scatter(&m)), e)
+}
+
+/// Whether `model`'s graph has a `TensorScatter` node.
+fn has_tensor_scatter(model: &crate::onnx::proto::ModelProto) -> bool {
+    model
+        .graph
+        .as_ref()
+        .is_some_and(|g| g.node.iter().any(|n| n.op_type() == "TensorScatter"))
+}
+
+/// [`failed_to_load`] of a model already known to have `TensorScatter` nodes or not.
+fn refused(tensor_scatter: bool, e: impl std::fmt::Display) -> Error {
+    if tensor_scatter {
+        return no_tensor_scatter();
     }
-    Error::RuntimeFailed {
+    failed(e)
+}
+
+/// tract cannot run a file with `TensorScatter` nodes.
+fn no_tensor_scatter() -> Error {
+    Error::RuntimeUnavailable {
         runtime: "tract".into(),
-        reason,
+        reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
+        remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
     }
 }
 
@@ -74,6 +90,11 @@ impl TractRuntime {
     }
 
     fn load_unguarded(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
+        // A model the caller decoded is checked before tract reads it; a file tract
+        // refuses is checked then (see `failed_to_load`).
+        if file.decoded.is_some_and(has_tensor_scatter) {
+            return Err(no_tensor_scatter());
+        }
         let path = file.path;
         let model = if dequantize_nbits {
             Some(file.model()?)
@@ -87,7 +108,7 @@ impl TractRuntime {
             _ => (
                 tract_onnx::onnx()
                     .model_for_path(path)
-                    .map_err(failed_to_load)?,
+                    .map_err(|e| failed_to_load(file, e))?,
                 0,
             ),
         };
@@ -110,9 +131,9 @@ impl TractRuntime {
             .collect();
         let plan = model
             .into_optimized()
-            .map_err(failed_to_load)?
+            .map_err(|e| failed_to_load(file, e))?
             .into_runnable()
-            .map_err(failed_to_load)?;
+            .map_err(|e| failed_to_load(file, e))?;
         Ok(TractRuntime {
             plan,
             input_names,
@@ -133,12 +154,15 @@ impl TractRuntime {
             TRACT_NBITS.contains(&bits)
         })?;
         let bytes = prost::Message::encode_to_vec(&proto);
+        let tensor_scatter = has_tensor_scatter(&proto);
         drop(proto);
         let onnx = tract_onnx::onnx();
         let pb = onnx
             .proto_model_for_read(&mut bytes.as_slice())
             .map_err(failed)?;
-        let parsed = onnx.parse(&pb, dir.to_str()).map_err(failed_to_load)?;
+        let parsed = onnx
+            .parse(&pb, dir.to_str())
+            .map_err(|e| refused(tensor_scatter, e))?;
         if !parsed.unresolved_inputs.is_empty() {
             return Err(failed(format!(
                 "could not resolve inputs {:?}",
@@ -253,5 +277,58 @@ fn copy_out<T: Datum + Clone>(
             Ok(None)
         }
         _ => Ok(Some(view.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::builder::GraphBuilder;
+    use crate::onnx::graph::{Dim, ElemType};
+    use crate::onnx::writer::{encode_model_to_vec, ModelInfo};
+
+    /// A file whose one node writes `update` [1, 1, 2] into `past` [1, 4, 2] with opset
+    /// 24's `TensorScatter`.
+    fn tensor_scatter_file(dir: &Path) -> std::path::PathBuf {
+        let mut g = GraphBuilder::new(24).unwrap();
+        let fixed = |dims: &[usize]| dims.iter().map(|&d| Dim::Fixed(d)).collect();
+        let past = g.input("past", ElemType::F32, fixed(&[1, 4, 2])).unwrap();
+        let update = g.input("update", ElemType::F32, fixed(&[1, 1, 2])).unwrap();
+        let at = g
+            .input("write_indices", ElemType::I64, fixed(&[1]))
+            .unwrap();
+        let y = g.tensor_scatter("y", &past, &update, &at, 1).unwrap();
+        let bytes = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap();
+        let path = dir.join("scatter.onnx");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_file_with_tensor_scatter_is_refused_by_its_nodes_decoded_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let unavailable = |r: Result<TractRuntime>| {
+            matches!(
+                r,
+                Err(Error::RuntimeUnavailable {
+                    remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
+                    ..
+                })
+            )
+        };
+        let path = tensor_scatter_file(dir.path());
+        // Not decoded: tract refuses it, then its nodes say why.
+        assert!(unavailable(TractRuntime::load(&path)));
+        // Decoded by the caller: refused before tract reads it.
+        let model = crate::onnx::reader::read_model(&path).unwrap();
+        let decoded = ModelFile::decoded(&path, &model);
+        assert!(unavailable(TractRuntime::load_file(decoded, false)));
+        // Any other refusal is tract's failure.
+        let other = dir.path().join("other.onnx");
+        std::fs::write(&other, b"not an ONNX file").unwrap();
+        assert!(matches!(
+            TractRuntime::load(&other),
+            Err(Error::RuntimeFailed { .. })
+        ));
     }
 }

@@ -306,11 +306,7 @@ mod tests {
         let p = DecodingPlan::new(32, Some(20), Some(4), None).unwrap();
         assert_eq!(p.chunk, 4);
         let err = DecodingPlan::new(32, Some(30), Some(4), None).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("must fit in the model's 32 positions"),
-            "{err}"
-        );
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
         assert!(DecodingPlan::new(32, Some(0), None, None).is_err());
         let pieces = DecodingPlan::new(16, Some(3), Some(2), Some(5))
             .unwrap()

@@ -34,14 +34,14 @@ fn profile_parsing_and_the_cuda_placement_rule() {
     )
     .unwrap();
     check_placement(RuntimeKind::OrtCpu, Some(&cpu_only)).unwrap();
-    let e = check_placement(RuntimeKind::OrtCuda, Some(&cpu_only))
-        .unwrap_err()
-        .to_string();
+    let e = check_placement(RuntimeKind::OrtCuda, Some(&cpu_only)).unwrap_err();
     assert!(
-        e.contains("ort-cuda is unavailable")
-            && e.contains("no node ran on CUDAExecutionProvider")
-            && e.contains("CPUExecutionProvider 1"),
-        "{e}"
+        matches!(&e, gmlp_onnx::Error::RuntimeUnavailable { runtime, .. } if runtime == "ort-cuda"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "runtime ort-cuda is unavailable: no node ran on CUDAExecutionProvider according to ONNX Runtime's profile (CPUExecutionProvider 1), so CUDA did not really run"
     );
     assert!(check_placement(RuntimeKind::OrtCuda, None).is_err());
     assert!(parse_profile(RuntimeKind::OrtCuda, "{not json").is_err());

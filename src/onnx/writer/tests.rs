@@ -117,9 +117,5 @@ fn a_tensor_producing_the_wrong_count_is_refused() {
     let w = g.weight("w", &[4], bad).unwrap();
     let y = g.add("y", &w, &w).unwrap();
     let err = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("w: produced 3 values for shape [4]"),
-        "{err}"
-    );
+    assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
 }

@@ -127,13 +127,8 @@ mod tests {
         // Editing twice is refused: the names are taken.
         let twice = dir.path().join("twice.onnx");
         std::fs::write(&twice, &bytes).unwrap();
-        let err = step_model(ModelFile::from(&twice), NAMES)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("already has a value named next_input_ids"),
-            "{err}"
-        );
+        let err = step_model(ModelFile::from(&twice), NAMES).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     }
 
     /// tract runs the edited graph: its greedy tokens are the host's pick from its logits
