@@ -13,6 +13,9 @@
 # bench/gpu_decode.sh (../shared/gpu/unpack.sh).
 #
 # Usage: bench/gpu_step.sh NEW_BIN OLD_BIN OUT_DIR
+#   NEW_BIN, OLD_BIN  release binaries (default `cuda` feature) of this version and of 0.5.0
+#                     (`git worktree add ../gmlp-0.5.0 a032e98 && cargo build --release` there);
+#                     OLD_BIN only builds the 0.5.0 files, NEW_BIN decodes both.
 set -uo pipefail
 new=$1 old=$2 out=$3
 # GPU_DECODE_RUNTIME=ort-cpu GPU_DECODE_DEVICE=cpu GPU_STEP_BATCHES=1,2 is a dry run on a CPU.
