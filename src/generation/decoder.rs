@@ -93,36 +93,27 @@ impl Decoder {
         batch: usize,
         writes: StateWrites,
     ) -> Result<Decoder> {
-        file.with_decoded(|file| Decoder::open_decoded(kind, file, model, options, batch, writes))
-    }
-
-    fn open_decoded(
-        kind: RuntimeKind,
-        file: ModelFile,
-        model: DecodingModel,
-        options: &RuntimeOptions,
-        batch: usize,
-        writes: StateWrites,
-    ) -> Result<Decoder> {
-        let bound = writes == StateWrites::InPlace && model.in_place;
-        if !bound {
-            let runtime = open(kind, file, options)?;
-            return Ok(Decoder::carried(runtime, model, batch));
-        }
-        let layout = static_layout(&model, batch);
-        let mut graph_options = options.clone();
-        graph_options.cuda.graphs = kind == RuntimeKind::OrtCuda;
-        let (bound, open_note) = match open_static(kind, file, &graph_options, &layout) {
-            Ok(bound) => (bound, None),
-            Err(e) if graph_options.cuda.graphs => {
-                let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
-                (open_static(kind, file, options, &layout)?, Some(note))
+        file.with_decoded(|file| {
+            let bound = writes == StateWrites::InPlace && model.in_place;
+            if !bound {
+                let runtime = open(kind, file, options)?;
+                return Ok(Decoder::carried(runtime, model, batch));
             }
-            Err(e) => return Err(e),
-        };
-        let mut decoder = Decoder::from_bound(bound, model, batch);
-        decoder.open_note = open_note;
-        Ok(decoder)
+            let layout = static_layout(&model, batch);
+            let mut graph_options = options.clone();
+            graph_options.cuda.graphs = kind == RuntimeKind::OrtCuda;
+            let (bound, open_note) = match open_static(kind, file, &graph_options, &layout) {
+                Ok(bound) => (bound, None),
+                Err(e) if graph_options.cuda.graphs => {
+                    let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
+                    (open_static(kind, file, options, &layout)?, Some(note))
+                }
+                Err(e) => return Err(e),
+            };
+            let mut decoder = Decoder::from_bound(bound, model, batch);
+            decoder.open_note = open_note;
+            Ok(decoder)
+        })
     }
 
     /// A decoder over `runtime`, of `kind`, already loaded from `file` (described by
