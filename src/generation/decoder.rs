@@ -1,25 +1,26 @@
-//! Incremental decoding of a causal token model on any [`Runtime`]: a [`Decoder`] feeds
-//! new tokens and carries the state. A `--with-past` model gets its `present_*` outputs
-//! back as `past_*` inputs; a growing-state model (position P = tokens fed so far, one P
-//! for the whole batch) takes them as they are; a static-state model (fixed [batch, n, ·]
-//! state, one position per sequence, docs/static-state.md) keeps its state in buffers
-//! bound once where the runtime and the file allow it ([`StaticSession`](crate::runtime::StaticSession): ONNX Runtime,
-//! on the host or the CUDA device), else carries it like the growing form. A
-//! variable-length model without state is re-run on the whole prefix every time (what the
-//! state avoids). The decoder holds its runs and state as one
-//! [`State`], whichever the form, and keeps the
-//! positions. The generation loop over a decoder is [`Generator`](crate::generation::Generator).
+//! Incremental decoding of a causal token model on any runtime: a [`Decoder`] feeds new
+//! tokens and keeps what the model needs between runs, as one [`State`] of its storage
+//! forms (state.rs). A `--with-past` model gets its `present_*` outputs back as `past_*`
+//! inputs; a growing-state model (position P = tokens fed so far, one P for the whole
+//! batch) takes them as they are; a static-state model (fixed [batch, n, ·] state, one
+//! position per sequence, docs/static-state.md) keeps its state in buffers bound once
+//! where the runtime binds buffers and the file allows it (bound.rs: ONNX Runtime, on the
+//! host or the CUDA device), else carries it like the growing form. A variable-length
+//! model without state is re-run on the whole prefix every time (what the state avoids).
+//! The decoder keeps each sequence's position. The generation loop over a decoder is
+//! [`Generator`](crate::generation::Generator).
 //!
-//! Checked before any run: token ids within the vocabulary, P + T ≤ n for every sequence.
+//! Checked where ids enter ([`Decoder::feed`], [`Decoder::prefill`]): token ids within the
+//! vocabulary, P + T ≤ n for every sequence.
 
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Remedy, Result};
-use crate::generation::model::{check_vocabulary, static_layout, DecodingModel};
-use crate::generation::sampling::argmax;
-use crate::generation::state::{self, EngineValues, HostArrays, Prefix, State};
+use crate::generation::bound::BoundState;
+use crate::generation::model::{check_vocabulary, DecodingModel};
+use crate::generation::state::{Carried, Prefix, State};
 use crate::gmlp::decoding::SequenceMode;
-use crate::runtime::{open, open_static, Bound, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
+use crate::runtime::{open, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 
 /// Where a static-state model's runs write its state ([`Decoder::open_with`]).
@@ -36,7 +37,7 @@ pub enum StateWrites {
 /// Feeds tokens to a causal token model and keeps its state between calls.
 pub struct Decoder {
     /// Where the model runs and what it keeps between runs, in its one form.
-    state: Box<dyn State>,
+    state: State,
     model: DecodingModel,
     batch: usize,
     /// Tokens fed so far to each sequence (the position of its next token).
@@ -44,8 +45,6 @@ pub struct Decoder {
     /// Each sequence's row of its last token in the last run (T − 1, or a shorter
     /// prompt's last row).
     last_rows: Vec<usize>,
-    /// What opening the runtime changed from what was asked (CUDA graphs refused).
-    open_note: Option<String>,
 }
 
 impl Decoder {
@@ -62,11 +61,8 @@ impl Decoder {
 
     /// [`Decoder::open`], with [`StateWrites::Copied`] letting the runtime copy a
     /// static-state model's state every run, as a plain loop over the file does (for
-    /// measuring what writing in place saves). On ort-cuda, an in-place static-state model gets CUDA
-    /// graphs: every node of such a graph runs on the GPU (docs/static-state.md); if
-    /// ONNX Runtime refuses them anyway, the session opens without them and the runtime's
-    /// note says why.
-    /// The file is decoded here only if the caller has not ([`ModelFile`]).
+    /// measuring what writing in place saves). The file is decoded here only if the caller
+    /// has not ([`ModelFile`]).
     pub fn open_with<'a>(
         kind: RuntimeKind,
         file: impl Into<ModelFile<'a>>,
@@ -75,7 +71,7 @@ impl Decoder {
         writes: StateWrites,
     ) -> Result<Decoder> {
         // Decoded once here if the caller has not: the model's description, tract's
-        // dequantized nodes and a static-state session's step outputs all read it.
+        // dequantized nodes and a bound state's step graph all read it.
         file.into().with_decoded(|file| {
             let model = DecodingModel::of_file(file)?;
             Decoder::open_described(kind, file, model, options, batch, writes)
@@ -84,7 +80,8 @@ impl Decoder {
 
     /// [`Decoder::open_with`] with the decoding description `model` the caller derived from
     /// `file` already (`generate` checks its prompts against it first): described once. The
-    /// file is decoded here only if the caller has not.
+    /// file is decoded here only if the caller has not. The one road to a decoder's state:
+    /// bound where [`Decoder::binds`], else carried, or a prefix without state.
     pub fn open_described(
         kind: RuntimeKind,
         file: ModelFile,
@@ -94,32 +91,25 @@ impl Decoder {
         writes: StateWrites,
     ) -> Result<Decoder> {
         file.with_decoded(|file| {
-            let bound = writes == StateWrites::InPlace && model.in_place;
-            if !bound {
-                let runtime = open(kind, file, options)?;
-                return Ok(Decoder::carried(runtime, model, batch));
-            }
-            let layout = static_layout(&model, batch);
-            let mut graph_options = options.clone();
-            graph_options.cuda.graphs = kind == RuntimeKind::OrtCuda;
-            let (bound, open_note) = match open_static(kind, file, &graph_options, &layout) {
-                Ok(bound) => (bound, None),
-                Err(e) if graph_options.cuda.graphs => {
-                    let note = format!("CUDA graphs off: {}", crate::error::one_line(&e));
-                    (open_static(kind, file, options, &layout)?, Some(note))
-                }
-                Err(e) => return Err(e),
+            let state = if writes == StateWrites::InPlace && Decoder::binds(kind, &model) {
+                State::Bound(BoundState::open(kind, file, &model, options, batch)?)
+            } else {
+                Decoder::carried(open(kind, file, options)?, &model, batch)
             };
-            let mut decoder = Decoder::from_bound(bound, model, batch);
-            decoder.open_note = open_note;
-            Ok(decoder)
+            Ok(Decoder::with_state(state, model, batch))
         })
     }
 
+    /// Whether a decoder of `model` on `kind` binds its state in place: a static state the
+    /// graph updates in place, on a runtime that binds buffers.
+    pub fn binds(kind: RuntimeKind, model: &DecodingModel) -> bool {
+        model.in_place && kind.binds_buffers()
+    }
+
     /// A decoder over `runtime`, of `kind`, already loaded from `file` (described by
-    /// `model`) with `options`: kept where it carries the state itself; where the runtime
-    /// binds a static state written in place instead, `runtime` is dropped (one copy of the
-    /// weights at a time) and the file opened again by [`Decoder::open`]'s road.
+    /// `model`) with `options`: kept where it carries the state itself; where the state is
+    /// bound instead ([`Decoder::binds`]), `runtime` is dropped (one copy of the weights at
+    /// a time) and the file opened again with the step graph's outputs.
     pub fn over(
         runtime: Box<dyn Runtime>,
         kind: RuntimeKind,
@@ -127,8 +117,9 @@ impl Decoder {
         options: &RuntimeOptions,
         batch: usize,
     ) -> Result<Decoder> {
-        if !(model.in_place && kind.binds_static_state()) {
-            return Ok(Decoder::carried(runtime, model.clone(), batch));
+        if !Decoder::binds(kind, model) {
+            let state = Decoder::carried(runtime, model, batch);
+            return Ok(Decoder::with_state(state, model.clone(), batch));
         }
         drop(runtime);
         Decoder::open_described(
@@ -141,42 +132,25 @@ impl Decoder {
         )
     }
 
-    /// A decoder over a runtime's answer to binding a static-state model.
-    fn from_bound(bound: Bound, model: DecodingModel, batch: usize) -> Decoder {
-        match bound {
-            Bound::Static(session) => {
-                Decoder::with_state(Box::new(state::Bound(session)), model, batch)
+    /// The state of `model` over `runtime` carried from run to run (in the runtime's own
+    /// values where it has them, else as host arrays); a variable-length model re-runs its
+    /// prefix instead.
+    fn carried(runtime: Box<dyn Runtime>, model: &DecodingModel, batch: usize) -> State {
+        match model.info.mode {
+            SequenceMode::Variable => State::Prefix(Prefix::new(runtime, batch)),
+            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
+                State::Carried(Carried::new(runtime, &model.info, batch))
             }
-            Bound::Unbound(runtime) => Decoder::carried(runtime, model, batch),
         }
     }
 
-    /// A decoder over `runtime` whose state (if the model has one) is carried from run to
-    /// run, in the runtime's own values where it has them, else as host arrays; a
-    /// variable-length model re-runs its prefix instead.
-    fn carried(runtime: Box<dyn Runtime>, model: DecodingModel, batch: usize) -> Decoder {
-        let state: Box<dyn State> = match model.info.mode {
-            SequenceMode::Variable => Box::new(Prefix::new(runtime, batch)),
-            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed
-                if runtime.carries_own_values() =>
-            {
-                Box::new(EngineValues::new(runtime, model.info.clone(), batch))
-            }
-            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
-                Box::new(HostArrays::new(runtime, model.info.clone(), batch))
-            }
-        };
-        Decoder::with_state(state, model, batch)
-    }
-
-    fn with_state(state: Box<dyn State>, model: DecodingModel, batch: usize) -> Decoder {
+    fn with_state(state: State, model: DecodingModel, batch: usize) -> Decoder {
         Decoder {
             state,
             model,
             batch,
             positions: vec![0; batch],
             last_rows: Vec::new(),
-            open_note: None,
         }
     }
 
@@ -189,7 +163,7 @@ impl Decoder {
 
     /// Whether runs write the state in place (a static-state model in buffers bound once).
     pub fn in_place(&self) -> bool {
-        self.state.in_place()
+        matches!(self.state, State::Bound(_))
     }
 
     /// Tokens fed so far to each sequence.
@@ -212,12 +186,10 @@ impl Decoder {
         self.state.runtime_name()
     }
 
-    /// What the runtime does differently from running the file as it is
-    /// ([`State::note`]).
+    /// What the runtime does differently from running the file as it is (e.g. tract's
+    /// dequantized nodes, CUDA graphs or why they are off).
     pub fn runtime_note(&self) -> Option<String> {
-        let engine = self.state.note();
-        let notes: Vec<String> = engine.into_iter().chain(self.open_note.clone()).collect();
-        (!notes.is_empty()).then(|| notes.join("; "))
+        self.state.note()
     }
 
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
@@ -337,18 +309,14 @@ impl Decoder {
     }
 
     /// The greedy next token of each sequence (the first largest logit after its last
-    /// token), picked where the logits are: by the run itself in a static-state session
-    /// after a step (on the CUDA device for ort-cuda: only the ids come back), else on the
-    /// host from [`Decoder::next_logits`].
+    /// token), picked where the logits are: by the run itself in a bound state after a step
+    /// (on the CUDA device for ort-cuda: only the ids come back), else on the host from the
+    /// rows of [`Decoder::next_logits`].
     pub fn greedy_next(&mut self) -> Result<Vec<i64>> {
-        if let Some(ids) = self.state.greedy()? {
-            return Ok(ids);
+        if self.last_rows.len() != self.batch {
+            return Err(Error::Internal("a pick asked before any run".into()));
         }
-        let logits = self.next_logits()?;
-        Ok(logits
-            .outer_iter()
-            .map(|row| argmax(&row.to_vec()) as i64)
-            .collect())
+        self.state.greedy(&self.last_rows)
     }
 }
 
@@ -388,7 +356,7 @@ mod tests {
                     Decoder::open_with(kind, file, &options, 1, StateWrites::InPlace).unwrap();
                 assert_eq!(
                     decoder.in_place(),
-                    kind.binds_static_state() && mode == SequenceMode::Static
+                    kind.binds_buffers() && mode == SequenceMode::Static
                 );
                 decoder.feed(ndarray::array![[1i64, 2]].view()).unwrap();
             }

@@ -1,18 +1,16 @@
 //! The decoding model: what a causal token model built by this tool says about decoding
 //! (its sequence mode, positions, state tensors, vocabulary and end token, read from the
-//! metadata), and the name scheme a static-state session is opened with (the engine knows
-//! no model's names; they come from here).
+//! metadata).
 
 use std::path::Path;
 
 use crate::error::{Error, Remedy, Result};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::{metadata_value, updates_in_place};
-use crate::runtime::{ModelFile, StaticLayout, StepNames};
+use crate::runtime::ModelFile;
 
 /// Checks that every id of `ids` lies in the vocabulary `0..vocab`, naming the first that
 /// does not as `what` (`token id`, `end token`, …): the one vocabulary check of prompts,
@@ -92,21 +90,3 @@ impl DecodingModel {
         })
     }
 }
-
-/// What a static-state session needs of `model` to decode `batch` sequences.
-pub(crate) fn static_layout(model: &DecodingModel, batch: usize) -> StaticLayout {
-    StaticLayout {
-        batch,
-        positions: model.info.max_sequence,
-        vocab: model.vocab_size,
-        state: model.info.state.clone(),
-        names: STEP_NAMES,
-    }
-}
-
-/// The names of a static-state step's inputs and output besides the state.
-const STEP_NAMES: StepNames = StepNames {
-    ids: INPUT_IDS,
-    position: POSITION,
-    logits: LOGITS,
-};

@@ -1,44 +1,109 @@
-//! Where a [`Decoder`](crate::generation::Decoder)'s model runs and what it keeps between
-//! runs, apart from the decoder (as onnxruntime-genai keeps its `KV_Cache` apart from the
-//! session): one [`State`] implementation per form of the state. The `past_*` values fed
-//! back every run, as [`HostArrays`] (tract) or as [`EngineValues`], the engine's own
-//! output values ([`CarriedState`]: ONNX Runtime's, fed back without a copy); [`Bound`]: a
-//! static state in buffers bound once to the session and written in place
-//! ([`StaticSession`]); [`Prefix`]: no state, every token fed so far re-run (a
-//! variable-length model). The decoder holds one of them and never asks which.
+//! What a decoder keeps between runs, as one [`State`] of its storage forms, each with the
+//! engine it runs on: [`Carried`], the `past_*` values carried from run to run
+//! ([`Runtime::run_carrying`]: ONNX Runtime's own values, on the host or the CUDA device,
+//! or host arrays on tract); [`BoundState`], a static state in buffers bound once to an
+//! engine's session and written in place (bound.rs); [`Prefix`], no state: every token fed
+//! so far re-run (a variable-length model). A new form is a variant here, its file, and
+//! its choice in the decoder ([`crate::generation::Decoder`]).
 
 use ndarray::{s, Array1, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::StateTensor;
+use crate::generation::bound::BoundState;
+use crate::generation::sampling::argmax;
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{missing_output, CarriedState, Runtime, StaticSession};
+use crate::runtime::{CarriedState, Carry, Runtime};
 use crate::tensor::{NamedTensor, TensorValue};
 
-/// A model's runs and the state they keep, in one form.
-pub trait State {
+/// A model's runs and the state they keep, in one of its storage forms.
+pub(crate) enum State {
+    /// Carried from run to run.
+    Carried(Carried),
+    /// Bound once to a session, written in place.
+    Bound(BoundState),
+    /// None: the prefix re-run.
+    Prefix(Prefix),
+}
+
+impl State {
     /// The runtime's name.
-    fn runtime_name(&self) -> &str;
-    /// What the runtime does differently from running the file as it is
-    /// ([`Runtime::note`], [`StaticSession::note`]).
-    fn note(&self) -> Option<String>;
-    /// Whether runs write the state in place.
-    fn in_place(&self) -> bool;
+    pub(crate) fn runtime_name(&self) -> &str {
+        match self {
+            State::Carried(c) => c.runtime.name(),
+            State::Bound(b) => b.runtime_name(),
+            State::Prefix(p) => p.runtime.name(),
+        }
+    }
+
+    /// What the runtime does differently from running the file as it is.
+    pub(crate) fn note(&self) -> Option<String> {
+        match self {
+            State::Carried(c) => c.runtime.note(),
+            State::Bound(b) => b.note(),
+            State::Prefix(p) => p.runtime.note(),
+        }
+    }
+
     /// Forgets every token: zeros for a static state, no rows for a growing one.
-    fn reset(&mut self) -> Result<()>;
+    pub(crate) fn reset(&mut self) -> Result<()> {
+        match self {
+            State::Carried(c) => c.reset(),
+            State::Bound(b) => b.reset()?,
+            State::Prefix(p) => p.reset(),
+        }
+        Ok(())
+    }
+
     /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
     /// decoder), keeping the logits of the T new positions.
-    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()>;
+    pub(crate) fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
+        match self {
+            State::Carried(c) => c.run(ids, positions),
+            State::Bound(b) => b.run(ids, positions),
+            State::Prefix(p) => p.run(ids),
+        }
+    }
+
     /// The last run's logits [batch, T, vocab].
-    fn logits(&mut self) -> Result<Array3<f32>>;
+    pub(crate) fn logits(&mut self) -> Result<Array3<f32>> {
+        match self {
+            State::Carried(c) => c.last.all(c.runtime.name()),
+            State::Bound(b) => b.logits(),
+            State::Prefix(p) => p.last.all(p.runtime.name()),
+        }
+    }
+
     /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab].
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>>;
-    /// The greedy next ids picked by the run itself where the logits are; `None` where
-    /// the caller picks from [`State::logits_at`].
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>>;
+    pub(crate) fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
+        match self {
+            State::Carried(c) => c.last.at(rows, c.runtime.name()),
+            State::Bound(b) => b.logits_at(rows),
+            State::Prefix(p) => p.last.at(rows, p.runtime.name()),
+        }
+    }
+
+    /// The greedy next token of each sequence after row `rows[b]` of the last run, picked
+    /// where the logits are (a bound state's step picks them on its device).
+    pub(crate) fn greedy(&mut self, rows: &[usize]) -> Result<Vec<i64>> {
+        if let State::Bound(b) = self {
+            return b.greedy(rows);
+        }
+        let logits = self.logits_at(rows)?;
+        Ok(logits
+            .outer_iter()
+            .map(|row| argmax(&row.to_vec()) as i64)
+            .collect())
+    }
+
     /// A host copy of the state (`past_*` tensors); empty without state.
-    fn tensors(&mut self) -> Result<Vec<NamedTensor>>;
+    pub(crate) fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
+        match self {
+            State::Carried(c) => c.state.to_host(),
+            State::Bound(b) => b.tensors(),
+            State::Prefix(_) => Ok(Vec::new()),
+        }
+    }
 }
 
 /// A step's inputs besides the state: the ids, and each sequence's position for a
@@ -73,229 +138,58 @@ fn empty_past(info: &DecodingInfo, batch: usize) -> Vec<NamedTensor> {
         .collect()
 }
 
-/// A with-past model's state carried from run to run as host arrays (tract: a runtime
-/// without values of its own): each run's `present_*` outputs become the next run's
-/// `past_*` inputs (a growing state gains the run's rows; a static state is copied whole
-/// by the graph's scatter).
-pub struct HostArrays {
+/// A with-past model's state carried from run to run ([`Runtime::run_carrying`]): each
+/// run's `present_*` outputs become the next run's `past_*` inputs, kept by the engine (a
+/// growing state gains the run's rows; a static state is copied whole by the graph's
+/// scatter).
+pub(crate) struct Carried {
     runtime: Box<dyn Runtime>,
     info: DecodingInfo,
     batch: usize,
-    /// `past_*` values to feed next, in model order.
-    past: Vec<NamedTensor>,
-    last: LastLogits,
-}
-
-impl HostArrays {
-    /// An empty state of the model `info` describes, for `batch` sequences on `runtime`.
-    pub fn new(runtime: Box<dyn Runtime>, info: DecodingInfo, batch: usize) -> HostArrays {
-        HostArrays {
-            past: empty_past(&info, batch),
-            runtime,
-            info,
-            batch,
-            last: LastLogits::default(),
-        }
-    }
-}
-
-impl State for HostArrays {
-    fn runtime_name(&self) -> &str {
-        self.runtime.name()
-    }
-
-    fn note(&self) -> Option<String> {
-        self.runtime.note()
-    }
-
-    fn in_place(&self) -> bool {
-        false
-    }
-
-    fn reset(&mut self) -> Result<()> {
-        self.past = empty_past(&self.info, self.batch);
-        self.last.clear();
-        Ok(())
-    }
-
-    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
-        let mut feed = step_inputs(&self.info, ids, positions);
-        let given = feed.len();
-        feed.append(&mut self.past);
-        let name = self.runtime.name().to_string();
-        let rest = match self
-            .runtime
-            .run(&feed)
-            .and_then(|outputs| split_carried(&name, outputs, &self.info.state))
-        {
-            Ok((past, rest)) => {
-                self.past = past;
-                rest
-            }
-            Err(e) => {
-                // The state is unchanged: the values fed go back.
-                self.past = feed.split_off(given);
-                return Err(e);
-            }
-        };
-        self.last.keep(rest, self.batch, ids.ncols(), &name)?;
-        Ok(())
-    }
-
-    fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last.all(self.runtime.name())
-    }
-
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        self.last.at(rows, self.runtime.name())
-    }
-
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
-        Ok(None)
-    }
-
-    fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
-        Ok(self.past.clone())
-    }
-}
-
-/// Splits a run's `outputs` into the carried ones (renamed present → past, in `carry`
-/// order) and the rest (in their order).
-fn split_carried(
-    runtime: &str,
-    outputs: Vec<NamedTensor>,
-    carry: &[StateTensor],
-) -> Result<(Vec<NamedTensor>, Vec<NamedTensor>)> {
-    let mut rest = outputs;
-    let mut kept = Vec::with_capacity(carry.len());
-    for s in carry {
-        let k = rest
-            .iter()
-            .position(|o| o.name == s.present)
-            .ok_or_else(|| missing_output(runtime, &s.present))?;
-        kept.push(NamedTensor {
-            name: s.past.clone(),
-            value: rest.remove(k).value,
-        });
-    }
-    Ok((kept, rest))
-}
-
-/// A with-past model's state carried from run to run in the engine's own values
-/// ([`Runtime::run_carrying`]: ONNX Runtime's output values, on the host or the CUDA
-/// device, fed back without a copy).
-pub struct EngineValues {
-    runtime: Box<dyn Runtime>,
-    info: DecodingInfo,
-    batch: usize,
+    /// Each state tensor's output and the input it is fed back as.
+    carry: Vec<Carry>,
     /// `past_*` values to feed next.
     state: CarriedState,
     last: LastLogits,
 }
 
-impl EngineValues {
-    /// An empty state of the model `info` describes, for `batch` sequences on `runtime`
-    /// (one that [carries its own values](Runtime::carries_own_values)).
-    pub fn new(runtime: Box<dyn Runtime>, info: DecodingInfo, batch: usize) -> EngineValues {
-        EngineValues {
-            state: CarriedState::host(empty_past(&info, batch)),
+impl Carried {
+    /// An empty state of the model `info` describes, for `batch` sequences on `runtime`.
+    pub(crate) fn new(runtime: Box<dyn Runtime>, info: &DecodingInfo, batch: usize) -> Carried {
+        Carried {
+            state: CarriedState::host(empty_past(info, batch)),
+            carry: info
+                .state
+                .iter()
+                .map(|s| Carry {
+                    input: s.past.clone(),
+                    output: s.present.clone(),
+                })
+                .collect(),
             runtime,
-            info,
+            info: info.clone(),
             batch,
             last: LastLogits::default(),
         }
     }
-}
 
-impl State for EngineValues {
-    fn runtime_name(&self) -> &str {
-        self.runtime.name()
-    }
-
-    fn note(&self) -> Option<String> {
-        self.runtime.note()
-    }
-
-    fn in_place(&self) -> bool {
-        false
-    }
-
-    fn reset(&mut self) -> Result<()> {
+    fn reset(&mut self) {
         self.state = CarriedState::host(empty_past(&self.info, self.batch));
         self.last.clear();
-        Ok(())
     }
 
     fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
         let inputs = step_inputs(&self.info, ids, positions);
         let outputs = self
             .runtime
-            .run_carrying(&inputs, &mut self.state, &self.info.state)?;
+            .run_carrying(&inputs, &mut self.state, &self.carry)?;
         self.last
-            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())?;
-        Ok(())
-    }
-
-    fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last.all(self.runtime.name())
-    }
-
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        self.last.at(rows, self.runtime.name())
-    }
-
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
-        Ok(None)
-    }
-
-    fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
-        self.state.to_host()
-    }
-}
-
-/// A static state in buffers bound once to an engine's session, written in place.
-pub struct Bound(pub Box<dyn StaticSession>);
-
-impl State for Bound {
-    fn runtime_name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn note(&self) -> Option<String> {
-        self.0.note()
-    }
-
-    fn in_place(&self) -> bool {
-        true
-    }
-
-    fn reset(&mut self) -> Result<()> {
-        self.0.reset()
-    }
-
-    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
-        self.0.run(ids, positions)
-    }
-
-    fn logits(&mut self) -> Result<Array3<f32>> {
-        self.0.logits()
-    }
-
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        self.0.logits_at(rows)
-    }
-
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
-        self.0.greedy()
-    }
-
-    fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
-        self.0.state()
+            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())
     }
 }
 
 /// No state: a variable-length model re-run on every token fed so far.
-pub struct Prefix {
+pub(crate) struct Prefix {
     runtime: Box<dyn Runtime>,
     batch: usize,
     /// Every token fed so far, [batch, P].
@@ -305,7 +199,7 @@ pub struct Prefix {
 
 impl Prefix {
     /// No tokens yet, for `batch` sequences on `runtime`.
-    pub fn new(runtime: Box<dyn Runtime>, batch: usize) -> Prefix {
+    pub(crate) fn new(runtime: Box<dyn Runtime>, batch: usize) -> Prefix {
         Prefix {
             runtime,
             batch,
@@ -313,28 +207,13 @@ impl Prefix {
             last: LastLogits::default(),
         }
     }
-}
 
-impl State for Prefix {
-    fn runtime_name(&self) -> &str {
-        self.runtime.name()
-    }
-
-    fn note(&self) -> Option<String> {
-        self.runtime.note()
-    }
-
-    fn in_place(&self) -> bool {
-        false
-    }
-
-    fn reset(&mut self) -> Result<()> {
+    fn reset(&mut self) {
         self.history = Array2::zeros((self.batch, 0));
         self.last.clear();
-        Ok(())
     }
 
-    fn run(&mut self, ids: ArrayView2<i64>, _positions: &[i64]) -> Result<()> {
+    fn run(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         let mut all = self.history.clone();
         all.append(Axis(1), ids)
             .map_err(|e| Error::Internal(e.to_string()))?;
@@ -347,26 +226,10 @@ impl State for Prefix {
         self.history = all;
         Ok(())
     }
-
-    fn logits(&mut self) -> Result<Array3<f32>> {
-        self.last.all(self.runtime.name())
-    }
-
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
-        self.last.at(rows, self.runtime.name())
-    }
-
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>> {
-        Ok(None)
-    }
-
-    fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
-        Ok(Vec::new())
-    }
 }
 
 /// The logits of the last run's new tokens [batch, T, vocab], kept on the host by the forms
-/// whose runs return them (all but [`Bound`], whose session keeps its own).
+/// whose runs return them (all but [`BoundState`], whose session keeps its own).
 #[derive(Default)]
 struct LastLogits(Option<Array3<f32>>);
 
@@ -438,17 +301,16 @@ mod tests {
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
 
-    /// Host arrays grow by the rows of each run, and a run the runtime refuses leaves them
-    /// as they were (what `Runtime::run_carrying` promises of the engine's own values).
+    /// A carried state on tract (host arrays) grows by the rows of each run, and a run the
+    /// runtime refuses leaves it as it was (what `Runtime::run_carrying` promises).
     #[test]
-    fn host_arrays_grow_by_each_run_and_survive_a_failed_one() {
+    fn a_carried_state_grows_by_each_run_and_survives_a_failed_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Growing);
         let model = DecodingModel::read(&path).unwrap();
         let runtime = open(RuntimeKind::Tract, &path, &RuntimeOptions::default()).unwrap();
-        assert!(!runtime.carries_own_values());
-        let mut state = HostArrays::new(runtime, model.info.clone(), 1);
-        let rows = |state: &mut HostArrays| -> Vec<usize> {
+        let mut state = State::Carried(Carried::new(runtime, &model.info, 1));
+        let rows = |state: &mut State| -> Vec<usize> {
             state
                 .tensors()
                 .unwrap()

@@ -1,10 +1,11 @@
 //! The engine layer: runtimes that execute an ONNX file, tract (CPU) and ONNX Runtime
 //! through `ort` (CPU or CUDA execution provider). [`open`] gives a [`Runtime`], the trait
-//! every engine implements (runs, runs into owned arrays, runs carrying a state);
-//! [`open_static`] a [`StaticSession`] where the engine binds a static state (ONNX
-//! Runtime); [`discovery`] says where ONNX Runtime's library comes from, and
-//! [`RuntimeOptions`] holds each engine's settings. It knows no model's tensor names (a
-//! caller passes them, as [`StaticLayout`]) and nothing of the decoding layer above it
+//! every engine implements (runs, runs into owned arrays, runs carrying values from one run
+//! to the next); [`open_bound`] a [`BoundSession`] where the engine binds buffers to a
+//! session (ONNX Runtime): named buffers bound once as inputs and outputs, runs (replayed as
+//! CUDA graphs where asked) and reads of a buffer. [`discovery`] says where ONNX Runtime's
+//! library comes from, and [`RuntimeOptions`] holds each engine's settings. It knows no
+//! model (a caller names every tensor) and nothing of the decoding layer above it
 //! (src/generation/, which `tests/suite/layers.rs` keeps out of here).
 //!
 //! No `unsafe` here but in ONNX Runtime's buffer module (onnxruntime/buffer.rs), which
@@ -14,20 +15,21 @@
 use std::path::Path;
 
 use clap::ValueEnum;
-use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::StateTensor;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
+mod bound;
 pub mod discovery;
 pub mod onnxruntime;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tract;
+
+pub use bound::{BindingId, BoundSession, BufferId, Element, Replay};
 
 /// Which runtime to use (`--runtimes`, `--runtime`, `--compare`; each variant's first doc
 /// paragraph is its `--help` line).
@@ -48,10 +50,10 @@ impl RuntimeKind {
         spelling(&self)
     }
 
-    /// Whether the runtime keeps a static-state model's state in buffers bound to its
-    /// session ([`StaticSession`]); otherwise the state is carried
-    /// ([`Runtime::run_carrying`]).
-    pub fn binds_static_state(self) -> bool {
+    /// Whether the runtime binds buffers to a session ([`open_bound`]: ONNX Runtime);
+    /// otherwise every run takes and returns values ([`Runtime::run`],
+    /// [`Runtime::run_carrying`]).
+    pub fn binds_buffers(self) -> bool {
         match self {
             RuntimeKind::Tract => false,
             RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => true,
@@ -103,7 +105,7 @@ pub struct CudaOptions {
     /// provider (ONNX Runtime's `session.disable_cpu_ep_fallback`).
     pub no_cpu_fallback: bool,
     /// Enable ONNX Runtime's CUDA graphs (`enable_cuda_graph`), for a session whose every
-    /// run goes through buffers bound on the device ([`StaticSession`]); the session then
+    /// run goes through buffers bound on the device ([`BoundSession`]); the session then
     /// refuses a graph with any node outside the CUDA execution provider.
     pub graphs: bool,
 }
@@ -150,28 +152,108 @@ pub trait Runtime {
     fn note(&self) -> Option<String> {
         None
     }
-    /// Whether the runtime keeps a carried state in values of its own
-    /// ([`Runtime::run_carrying`]: ONNX Runtime's output values, fed back without a copy);
-    /// otherwise a caller carries the state as host arrays through [`Runtime::run`].
-    fn carries_own_values(&self) -> bool {
-        false
-    }
-    /// One run of a model with state, where [`Runtime::carries_own_values`]: `inputs` plus
-    /// the values held in `state`, matched by name. Each output named as the `present` of
-    /// a tensor in `carry` is not returned: it becomes `state`'s value under its `past`
-    /// name, in the runtime's own form, fed by the next call. On error `state` is
-    /// unchanged. This default refuses (a runtime without values of its own).
+    /// One run carrying values to the next: `inputs` plus the values held in `state`,
+    /// matched by name. Each output named as the `output` of a pair in `carry` is not
+    /// returned: it becomes `state`'s value under the pair's `input` name, fed by the next
+    /// call; the other outputs come back in graph order. On error `state` is unchanged.
+    /// ONNX Runtime keeps the carried values as its own (on the device for ort-cuda: no
+    /// copy between runs); this default carries them as host arrays through
+    /// [`Runtime::run`] (tract).
     fn run_carrying(
         &mut self,
-        _inputs: &[NamedTensor],
-        _state: &mut CarriedState,
-        _carry: &[StateTensor],
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[Carry],
     ) -> Result<Vec<NamedTensor>> {
-        Err(Error::Internal(format!(
-            "{} keeps no values of its own to carry a state in",
-            self.name()
-        )))
+        let name = self.name().to_string();
+        carry_on_host(&name, inputs, state, carry, |feed| self.run(feed))
     }
+}
+
+/// [`Runtime::run_carrying`] through host arrays: the held values move into the run's
+/// inputs (ONNX Runtime's own values copied to the host first) and come back on error.
+fn carry_on_host(
+    runtime: &str,
+    inputs: &[NamedTensor],
+    state: &mut CarriedState,
+    carry: &[Carry],
+    run: impl FnOnce(&[NamedTensor]) -> Result<Vec<NamedTensor>>,
+) -> Result<Vec<NamedTensor>> {
+    for (_, value) in &mut state.values {
+        if let StateValue::Ort(v) = value {
+            *value = StateValue::Host(v.to_host()?);
+        }
+    }
+    let mut feed = inputs.to_vec();
+    let given = feed.len();
+    feed.extend(std::mem::take(&mut state.values).into_iter().filter_map(
+        |(name, value)| match value {
+            StateValue::Host(value) => Some(NamedTensor { name, value }),
+            StateValue::Ort(_) => None,
+        },
+    ));
+    let split = run(&feed).and_then(|outputs| split_carried(runtime, outputs, carry));
+    match split {
+        Ok((kept, rest)) => {
+            if !carry.is_empty() {
+                state.values = kept;
+            }
+            Ok(rest)
+        }
+        Err(e) => {
+            // The state is unchanged: the values fed go back.
+            state.values = feed
+                .split_off(given)
+                .into_iter()
+                .map(|t| (t.name, StateValue::Host(t.value)))
+                .collect();
+            Err(e)
+        }
+    }
+}
+
+/// Splits a run's `outputs` into the carried ones (as host values under their input
+/// names, in `carry` order) and the rest (in their order).
+fn split_carried(
+    runtime: &str,
+    outputs: Vec<NamedTensor>,
+    carry: &[Carry],
+) -> Result<(StateValues, Vec<NamedTensor>)> {
+    let mut rest = outputs;
+    let mut kept = Vec::with_capacity(carry.len());
+    for pair in carry {
+        let k = rest
+            .iter()
+            .position(|o| o.name == pair.output)
+            .ok_or_else(|| missing_output(runtime, &pair.output))?;
+        kept.push((pair.input.clone(), StateValue::Host(rest.remove(k).value)));
+    }
+    Ok((kept, rest))
+}
+
+/// One value a run carries to the next ([`Runtime::run_carrying`]): the output `output`,
+/// fed back as the input `input`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Carry {
+    /// The input the value is fed as.
+    pub input: String,
+    /// The output it comes from.
+    pub output: String,
+}
+
+/// What a session is made from.
+#[derive(Clone, Copy)]
+pub enum ModelSource<'a> {
+    /// The file as it is.
+    File(&'a Path),
+    /// `bytes`, an edited copy of the file `path` (its external data, if any, is still
+    /// read from beside `path`).
+    Edited {
+        /// The file edited.
+        path: &'a Path,
+        /// The edited model, encoded.
+        bytes: &'a [u8],
+    },
 }
 
 /// An ONNX file as runtimes open it: its path, and the model the tool decoded from it if
@@ -222,74 +304,6 @@ impl<'a, P: AsRef<Path> + ?Sized> From<&'a P> for ModelFile<'a> {
             decoded: None,
         }
     }
-}
-
-/// What a static-state session needs to know of the model.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StaticLayout {
-    /// Sequences decoded at once.
-    pub batch: usize,
-    /// Positions n: every state tensor is [batch, n, width].
-    pub positions: usize,
-    /// Vocabulary size (the last axis of `logits`).
-    pub vocab: usize,
-    /// Every state tensor (its past input, present output and width), in model order.
-    pub state: Vec<StateTensor>,
-    /// The names of a run's other inputs and its output, which the model's decoding
-    /// description gives (the engine knows no model's names).
-    pub names: StepNames,
-}
-
-/// The names of a static-state run's inputs and output besides its state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StepNames {
-    /// The token ids, [batch, T], int64.
-    pub ids: &'static str,
-    /// Each sequence's position, \[batch\], int64.
-    pub position: &'static str,
-    /// The logits, [batch, T, vocab], float32.
-    pub logits: &'static str,
-}
-
-/// [`open_static`]'s answer.
-pub enum Bound {
-    /// The runtime as a static-state session.
-    Static(Box<dyn StaticSession>),
-    /// The runtime, which has no static-state session.
-    Unbound(Box<dyn Runtime>),
-}
-
-/// A static-state model (docs/static-state.md) whose state lives in buffers bound once to
-/// the session, both as each `past_*` input and as its `present_*` output, so that a run
-/// writes only its new rows and copies nothing; a step's ids, positions and logits have
-/// buffers of their own, bound once too (ONNX Runtime's I/O binding, on the host or the
-/// CUDA device, where a step may be captured as a CUDA graph and replayed).
-pub trait StaticSession {
-    /// Runtime name for reports.
-    fn name(&self) -> &str;
-    /// What the session does beyond running the file as it is (e.g. CUDA graphs), for
-    /// reports; `None` when nothing.
-    fn note(&self) -> Option<String>;
-    /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
-    /// caller: within the vocabulary, P + T ≤ n), writing the T new rows of every state
-    /// tensor in place and keeping the logits where the runtime put them. If a run fails,
-    /// rows after the sequences' positions may have been written; no run reads a row
-    /// before writing it, so the state stays valid for the positions fed so far.
-    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()>;
-    /// The last run's logits [batch, T, vocab], copied to the host.
-    fn logits(&mut self) -> Result<Array3<f32>>;
-    /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab] (one
-    /// copy of those rows only).
-    fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>>;
-    /// The argmax of the last run's logits at its last row, per sequence, computed by the
-    /// run itself where the logits are (an `ArgMax` in the session's graph, on the CUDA
-    /// device for ort-cuda, so that only \[batch\] ids come back); `None` when the last run
-    /// was not a single step (the caller then picks from [`StaticSession::logits_at`]).
-    fn greedy(&mut self) -> Result<Option<Vec<i64>>>;
-    /// A host copy of every state tensor, by `past_*` name, in model order.
-    fn state(&mut self) -> Result<Vec<NamedTensor>>;
-    /// Sets the state to zeros (a new set of sequences).
-    fn reset(&mut self) -> Result<()>;
 }
 
 /// Runs of fixed inputs kept on a runtime's device ([`Runtime::on_device`]).
@@ -360,26 +374,17 @@ pub fn missing_output(runtime: &str, name: &str) -> Error {
     }
 }
 
-/// Loads the static-state model `model` (whose graph writes each `present_*` output by a
-/// scatter that is its `past_*` input's only reader; the caller checks this) in the
-/// runtime `kind` as a [`StaticSession`] laid out as `layout` where the runtime has one
-/// (ONNX Runtime), else as it is (tract: its caller then carries the state as host
-/// arrays). The one road to a static-state session.
-pub fn open_static<'a>(
+/// Loads `source` in the runtime `kind` as a [`BoundSession`], where the runtime binds
+/// buffers ([`RuntimeKind::binds_buffers`]: ONNX Runtime); tract refuses.
+pub fn open_bound(
     kind: RuntimeKind,
-    model: impl Into<ModelFile<'a>>,
+    source: ModelSource,
     options: &RuntimeOptions,
-    layout: &StaticLayout,
-) -> Result<Bound> {
-    let model = model.into();
-    if !kind.binds_static_state() {
-        return Ok(Bound::Unbound(open(kind, model, options)?));
-    }
-    Ok(Bound::Static(onnxruntime::open_static(
-        model,
+) -> Result<Box<dyn BoundSession>> {
+    Ok(Box::new(onnxruntime::OrtBound::open(
+        source,
         provider(kind, options)?,
         options,
-        layout,
     )?))
 }
 

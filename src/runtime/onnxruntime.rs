@@ -16,20 +16,20 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, TensorRef};
 
 use crate::error::{contain_panic, one_line, Error, Remedy, Result};
-use crate::gmlp::decoding::StateTensor;
 use crate::runtime::discovery::{discover, SearchContext};
 use crate::runtime::{
-    missing_output, CarriedState, DeviceRun, ModelFile, Placement, Runtime, RuntimeKind,
-    RuntimeOptions, StateValue, StaticLayout,
+    missing_output, CarriedState, Carry, DeviceRun, ModelSource, Placement, Runtime, RuntimeKind,
+    RuntimeOptions, StateValue,
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
-mod static_session;
+mod bound;
 // The runtime layer's only `unsafe` (runtime/mod.rs denies it elsewhere).
 #[allow(unsafe_code)]
 mod buffer;
 mod outputs;
-mod step_model;
+
+pub(crate) use bound::OrtBound;
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";
@@ -170,28 +170,6 @@ pub struct OrtRuntime {
     shapes: Option<outputs::RunShapes>,
     profiling: bool,
     _environment: Environment,
-}
-
-/// What a session is made from.
-pub(crate) enum ModelSource<'a> {
-    /// The file as it is.
-    File(&'a Path),
-    /// `bytes`, an edited copy of the file `path` (its external data, if any, is still
-    /// read from beside `path`).
-    Edited { path: &'a Path, bytes: &'a [u8] },
-}
-
-/// The static-state model `path` on the CPU execution provider or on CUDA, as a
-/// [`StaticSession`](crate::runtime::StaticSession) for `layout` (static_session.rs).
-pub(crate) fn open_static(
-    model: ModelFile,
-    provider: Provider,
-    options: &RuntimeOptions,
-    layout: &StaticLayout,
-) -> Result<Box<dyn crate::runtime::StaticSession>> {
-    Ok(Box::new(static_session::BoundStatic::open(
-        model, provider, options, layout,
-    )?))
 }
 
 /// ONNX Runtime's session option naming the folder of the external data files of a model
@@ -433,15 +411,11 @@ impl Runtime for OrtRuntime {
         contain_panic(name, move || self.on_device_unguarded(inputs))
     }
 
-    fn carries_own_values(&self) -> bool {
-        true
-    }
-
     fn run_carrying(
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[StateTensor],
+        carry: &[Carry],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         contain_panic(name, || self.run_carrying_unguarded(inputs, state, carry))
@@ -497,7 +471,7 @@ impl OrtRuntime {
         &mut self,
         inputs: &[NamedTensor],
         state: &mut CarriedState,
-        carry: &[StateTensor],
+        carry: &[Carry],
     ) -> Result<Vec<NamedTensor>> {
         let name = self.name;
         let mut feed: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::new();
@@ -525,12 +499,12 @@ impl OrtRuntime {
             .collect();
         let mut outputs = self.session.run(feed).map_err(|e| failed(name, e))?;
         let mut kept = Vec::with_capacity(carry.len());
-        for s in carry {
+        for pair in carry {
             let v = outputs
-                .remove(s.present.as_str())
-                .ok_or_else(|| missing_output(name, &s.present))?;
+                .remove(pair.output.as_str())
+                .ok_or_else(|| missing_output(name, &pair.output))?;
             kept.push((
-                s.past.clone(),
+                pair.input.clone(),
                 StateValue::Ort(OrtValue {
                     value: v,
                     runtime: name,
@@ -539,7 +513,7 @@ impl OrtRuntime {
         }
         let rest = output_names
             .iter()
-            .filter(|n| !carry.iter().any(|s| s.present == **n))
+            .filter(|n| !carry.iter().any(|pair| pair.output == **n))
             .map(|out_name| {
                 let v = outputs.get(out_name.as_str()).ok_or_else(|| {
                     failed(name, format!("the run returned no output named {out_name}"))

@@ -4,8 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::gmlp::decoding::{DecodingInfo, POSITION};
-use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::decoding::DecodingInfo;
 use crate::gmlp::export::export_for;
 use crate::gmlp::init::{InitScheme, SeededInit};
 use crate::gmlp::metadata::DECODING_KEY;
@@ -13,7 +12,6 @@ use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};
 use crate::onnx::reader::{metadata_value, read_model};
 use crate::onnx::writer::write_model;
-use crate::runtime::{StaticLayout, StepNames};
 
 /// A small causal aMLP (n = 12, vocabulary 50) with spread seeded weights, so that its
 /// greedy continuations vary.
@@ -64,28 +62,6 @@ pub(crate) fn write_tiny(dir: &Path, mode: SequenceMode) -> PathBuf {
 pub(crate) fn tiny_info(path: &Path) -> DecodingInfo {
     let model = read_model(path).unwrap();
     DecodingInfo::parse(metadata_value(&model, DECODING_KEY).unwrap()).unwrap()
-}
-
-/// The names of a step of [`tiny`]'s static-state form.
-pub(crate) const TINY_STEP_NAMES: StepNames = StepNames {
-    ids: INPUT_IDS,
-    position: POSITION,
-    logits: LOGITS,
-};
-
-/// The static-state layout of the model [`write_tiny`] wrote at `path`, for `batch`.
-pub(crate) fn tiny_layout(path: &Path, batch: usize) -> StaticLayout {
-    let info = tiny_info(path);
-    let Task::Tokens { vocab_size, .. } = tiny().task else {
-        unreachable!("tiny is a token model")
-    };
-    StaticLayout {
-        batch,
-        positions: info.max_sequence,
-        vocab: vocab_size,
-        state: info.state,
-        names: TINY_STEP_NAMES,
-    }
 }
 
 /// The index of the first largest value of `row` (the greedy pick, computed here

@@ -1,5 +1,5 @@
-//! The model a static-state session of ONNX Runtime runs: the file's graph with two more
-//! outputs, so that a step's run leaves the next step's inputs where they are read, with
+//! The model a static state bound to an engine's session runs (bound.rs): the file's graph
+//! with two more outputs, so that a step's run leaves the next step's inputs where they are read, with
 //! no work on the host in between (the way onnxruntime-genai picks tokens on the device
 //! and advances its positions by a kernel rather than from the host):
 //!
@@ -8,12 +8,14 @@
 //! - `next_position` = `position + 1`, [batch]: where a single-token step goes next.
 //!
 //! A step's binding writes them into the `input_ids` and `position` buffers of the step
-//! after it (two sets of buffers used in turn, see static_session.rs); a prompt's run leaves them
+//! after it (two sets of buffers used in turn, see bound.rs); a prompt's run leaves them
 //! unbound. The file itself is not changed: the edited copy is loaded from memory.
 
 use crate::error::{Error, Result};
+use crate::gmlp::decoding::POSITION;
+use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
-use crate::runtime::{ModelFile, StepNames};
+use crate::runtime::ModelFile;
 
 /// The greedy tokens of a run, [batch, T].
 pub(crate) const STEP_NEXT_IDS: &str = "next_input_ids";
@@ -24,13 +26,9 @@ const ONE: &str = "next_position/one";
 
 /// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
 /// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
-pub(crate) fn step_model(file: ModelFile, names: StepNames) -> Result<Vec<u8>> {
+pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
     let path = file.path;
-    let StepNames {
-        ids: input_ids,
-        position,
-        logits,
-    } = names;
+    let (input_ids, position, logits) = (INPUT_IDS, POSITION, LOGITS);
     let mut model = file.model()?.into_owned();
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let mut edit =
@@ -72,16 +70,12 @@ mod tests {
     use ndarray::{Array1, Array2, ArrayD, IxDyn};
 
     use super::*;
-    use crate::gmlp::decoding::POSITION;
-    use crate::gmlp::emit::{INPUT_IDS, LOGITS};
     use crate::gmlp::SequenceMode;
     use crate::onnx::proto::{GraphProto, ModelProto};
     use crate::onnx::reader::read_model;
-    use crate::runtime::testing::{first_largest, tiny_info, write_tiny, TINY_STEP_NAMES};
+    use crate::runtime::testing::{first_largest, tiny_info, write_tiny};
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
     use crate::tensor::{NamedTensor, TensorValue};
-
-    const NAMES: StepNames = TINY_STEP_NAMES;
 
     fn output_names(g: &GraphProto) -> Vec<String> {
         g.output.iter().map(|o| o.name().to_string()).collect()
@@ -94,7 +88,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let before = read_model(&path).unwrap().graph.unwrap();
-        let bytes = step_model(ModelFile::from(&path), NAMES).unwrap();
+        let bytes = step_graph(ModelFile::from(&path)).unwrap();
         let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
         let after = after.graph.unwrap();
         let mut expected = output_names(&before);
@@ -127,7 +121,7 @@ mod tests {
         // Editing twice is refused: the names are taken.
         let twice = dir.path().join("twice.onnx");
         std::fs::write(&twice, &bytes).unwrap();
-        let err = step_model(ModelFile::from(&twice), NAMES).unwrap_err();
+        let err = step_graph(ModelFile::from(&twice)).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     }
 
@@ -138,7 +132,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny(dir.path(), SequenceMode::Static);
         let edited = dir.path().join("step.onnx");
-        std::fs::write(&edited, step_model(ModelFile::from(&path), NAMES).unwrap()).unwrap();
+        std::fs::write(&edited, step_graph(ModelFile::from(&path)).unwrap()).unwrap();
         let info = tiny_info(&path);
         let ids = Array2::from_shape_vec((2, 3), vec![3i64, 17, 5, 40, 2, 9]).unwrap();
         let mut inputs = vec![
