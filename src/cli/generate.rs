@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::generation::SamplingError;
-use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel, StateWrites};
+use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel, LoadedModel, StateWrites};
 use gmlp_onnx::generation::{Generator, Sampling, StopReason};
 use gmlp_onnx::onnx::reader::read_model;
 use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
@@ -219,18 +219,18 @@ pub(crate) fn generate_on(
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<GenerationReport> {
-    let decoder = Decoder::open_described(
+    let mut loaded = LoadedModel::open(
         kind,
         file,
         model.clone(),
         &runtime_options(a),
-        prompts.len(),
         if a.copy_state {
             StateWrites::Copied
         } else {
             StateWrites::InPlace
         },
     )?;
+    let decoder = Decoder::new(&mut loaded, prompts.len())?;
     let note = announce_note(&decoder);
     let (mode, state_in_place) = (decoder.model().info.mode.as_str(), decoder.in_place());
     let mut generator = Generator::new(decoder, sampling(a))?;

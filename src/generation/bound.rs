@@ -12,22 +12,21 @@
 //! step finds its inputs already written by the run before it, and only the [batch] ids
 //! come back to the host (as onnxruntime-genai samples on the device and advances its
 //! positions by a kernel). A sampled token, or any other input, is written over them first.
-//! The two step bindings are CUDA graphs 0 and 1 where the session captures them
-//! ([`Replay::Graph`]; a graph replays fixed addresses), while runs of other lengths (the
-//! prompts) run uncaptured. A step is then one graph replay and one copy of [batch] ids.
+//! The two step bindings are CUDA graphs where the session captures them
+//! ([`Replay::Captured`]; a graph replays fixed addresses), while runs of other lengths
+//! (the prompts) run uncaptured. A step is then one graph replay and one copy of [batch]
+//! ids. The session is the loaded model's ([`LoadedModel`](crate::generation::LoadedModel)),
+//! lent to each run: the buffers here are one decoder's, released when it is dropped.
 
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 
-use crate::error::{one_line, Error, Result};
+use crate::error::{Error, Result};
 use crate::generation::model::DecodingModel;
 use crate::generation::sampling::argmax;
-use crate::generation::step_graph::{step_graph, STEP_NEXT_IDS, STEP_NEXT_POSITION};
+use crate::generation::step_graph::{STEP_NEXT_IDS, STEP_NEXT_POSITION};
 use crate::gmlp::decoding::{StateTensor, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{
-    open_bound, BindingId, BoundSession, BufferId, Element, ModelFile, ModelSource, Replay,
-    RuntimeKind, RuntimeOptions,
-};
+use crate::runtime::{BindingId, BoundSession, BufferId, Element, Replay};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// The buffers of a prompt's run of T tokens and the binding that names them.
@@ -70,7 +69,6 @@ enum LastRun {
 /// A static state in buffers bound once to an engine's session, written in place (see the
 /// module documentation).
 pub(crate) struct BoundState {
-    session: Box<dyn BoundSession>,
     batch: usize,
     vocab: usize,
     /// n: every state tensor is [batch, n, width].
@@ -81,47 +79,13 @@ pub(crate) struct BoundState {
     /// The last run of another length (a prompt).
     prompt: Option<PromptRun>,
     last: LastRun,
-    /// What opening changed from what was asked (CUDA graphs refused).
-    open_note: Option<String>,
 }
 
 impl BoundState {
-    /// Opens the static-state model `file` (described by `model`, whose graph writes each
-    /// `present_*` by a scatter that is its `past_*` input's only reader) with its step
-    /// outputs in `kind`, its state zeroed for `batch` sequences. On ort-cuda the steps are
-    /// CUDA graphs: every node of such a graph runs on the GPU (docs/static-state.md); if
-    /// ONNX Runtime refuses them, the session opens without them and the note says why.
-    pub(crate) fn open(
-        kind: RuntimeKind,
-        file: ModelFile,
-        model: &DecodingModel,
-        options: &RuntimeOptions,
-        batch: usize,
-    ) -> Result<BoundState> {
-        let bytes = step_graph(file)?;
-        let source = ModelSource::Edited {
-            path: file.path,
-            bytes: &bytes,
-        };
-        let open = |options: &RuntimeOptions| {
-            BoundState::new(open_bound(kind, source, options)?, model, batch)
-        };
-        let mut graphs = options.clone();
-        graphs.cuda.graphs = kind == RuntimeKind::OrtCuda;
-        match open(&graphs) {
-            Ok(state) => Ok(state),
-            Err(e) if graphs.cuda.graphs => {
-                let mut state = open(options)?;
-                state.open_note = Some(format!("CUDA graphs off: {}", one_line(&e)));
-                Ok(state)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The state buffers of `model` for `batch` sequences and the step's, bound in `session`.
-    fn new(
-        mut session: Box<dyn BoundSession>,
+    /// The state buffers of `model` for `batch` sequences, zeroed, and the step's, bound
+    /// in `session` (which runs the file with its step graph's outputs).
+    pub(crate) fn new(
+        session: &mut dyn BoundSession,
         model: &DecodingModel,
         batch: usize,
     ) -> Result<BoundState> {
@@ -137,9 +101,8 @@ impl BoundState {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let step = step_buffers(session.as_mut(), &state, batch, model.vocab_size)?;
+        let step = step_buffers(session, &state, batch, model.vocab_size)?;
         Ok(BoundState {
-            session,
             batch,
             vocab: model.vocab_size,
             positions: n,
@@ -147,25 +110,34 @@ impl BoundState {
             step,
             prompt: None,
             last: LastRun::Nothing,
-            open_note: None,
         })
     }
 
-    /// The runtime's name.
-    pub(crate) fn runtime_name(&self) -> &str {
-        self.session.name()
+    /// Frees every buffer and binding of this state in `session`.
+    pub(crate) fn release(&mut self, session: &mut dyn BoundSession) {
+        self.release_prompt(session);
+        for binding in self.step.bindings {
+            session.unbind(binding);
+        }
+        let step_buffers = self
+            .step
+            .inputs
+            .iter()
+            .flat_map(|set| [set.ids, set.position])
+            .chain([self.step.logits]);
+        for buffer in step_buffers.chain(self.state.iter().map(|&(_, b)| b)) {
+            session.release(buffer);
+        }
     }
 
-    /// Where the state, ids and logits live and how steps run; and what opening changed.
-    pub(crate) fn note(&self) -> Option<String> {
-        let graphs = self.session.captures().then(|| {
-            format!(
-                "state, ids, positions and logits on the device; each step of {} sequences replays a CUDA graph that also picks the greedy tokens",
-                self.batch
-            )
-        });
-        let notes: Vec<String> = graphs.into_iter().chain(self.open_note.clone()).collect();
-        (!notes.is_empty()).then(|| notes.join("; "))
+    /// Frees the prompt's buffers and binding, if any.
+    fn release_prompt(&mut self, session: &mut dyn BoundSession) {
+        if let Some(prompt) = self.prompt.take() {
+            session.unbind(prompt.binding);
+            for buffer in [prompt.ids, prompt.position, prompt.logits] {
+                session.release(buffer);
+            }
+        }
     }
 
     /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
@@ -173,15 +145,20 @@ impl BoundState {
     /// tensor in place and keeping the logits where the runtime put them. If a run fails,
     /// rows after the sequences' positions may have been written; no run reads a row
     /// before writing it, so the state stays valid for the positions fed so far.
-    pub(crate) fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
+    pub(crate) fn run(
+        &mut self,
+        session: &mut dyn BoundSession,
+        ids: ArrayView2<i64>,
+        positions: &[i64],
+    ) -> Result<()> {
         let t = ids.ncols();
         let ids: Vec<i64> = ids.iter().copied().collect();
         self.last = LastRun::Nothing;
         if t == 1 {
-            self.run_step(ids, positions)?;
+            self.run_step(session, ids, positions)?;
             self.last = LastRun::Step;
         } else {
-            self.run_prompt(&ids, t, positions)?;
+            self.run_prompt(session, &ids, t, positions)?;
             self.last = LastRun::Prompt;
         }
         Ok(())
@@ -189,7 +166,12 @@ impl BoundState {
 
     /// A single-token step of `ids` [batch] at `positions`: what its inputs do not already
     /// hold is written, then its binding runs.
-    fn run_step(&mut self, ids: Vec<i64>, positions: &[i64]) -> Result<()> {
+    fn run_step(
+        &mut self,
+        session: &mut dyn BoundSession,
+        ids: Vec<i64>,
+        positions: &[i64],
+    ) -> Result<()> {
         let step = &mut self.step;
         let k = step.turn;
         let [first, second] = &mut step.inputs;
@@ -200,49 +182,48 @@ impl BoundState {
         };
         if read.ids_held.as_ref() != Some(&ids) {
             read.ids_held = None;
-            self.session.write_i64(read.ids, &ids)?;
+            session.write_i64(read.ids, &ids)?;
             read.ids_held = Some(ids);
         }
         if read.positions_held.as_deref() != Some(positions) {
             read.positions_held = None;
-            self.session.write_i64(read.position, positions)?;
+            session.write_i64(read.position, positions)?;
             read.positions_held = Some(positions.to_vec());
         }
         written.ids_held = None;
         written.positions_held = None;
-        self.session.run(step.bindings[k])?;
+        session.run(step.bindings[k])?;
         written.positions_held = Some(positions.iter().map(|p| p + 1).collect());
         step.turn = 1 - k;
         Ok(())
     }
 
     /// A prompt's run of `ids` [batch, T] at `positions`.
-    fn run_prompt(&mut self, ids: &[i64], tokens: usize, positions: &[i64]) -> Result<()> {
+    fn run_prompt(
+        &mut self,
+        session: &mut dyn BoundSession,
+        ids: &[i64],
+        tokens: usize,
+        positions: &[i64],
+    ) -> Result<()> {
+        if self.prompt.as_ref().is_some_and(|p| p.tokens != tokens) {
+            self.release_prompt(session);
+        }
         let prompt = match self.prompt.take() {
-            Some(prompt) if prompt.tokens == tokens => prompt,
-            earlier => {
-                if let Some(earlier) = earlier {
-                    self.session.unbind(earlier.binding);
-                    for buffer in [earlier.ids, earlier.position, earlier.logits] {
-                        self.session.release(buffer);
-                    }
-                }
-                self.prompt_run(tokens)?
-            }
+            Some(prompt) => prompt,
+            None => self.prompt_run(session, tokens)?,
         };
-        let ran = self
-            .session
+        let ran = session
             .write_i64(prompt.ids, ids)
-            .and_then(|()| self.session.write_i64(prompt.position, positions))
-            .and_then(|()| self.session.run(prompt.binding));
+            .and_then(|()| session.write_i64(prompt.position, positions))
+            .and_then(|()| session.run(prompt.binding));
         self.prompt = Some(prompt);
         ran
     }
 
     /// Buffers and a binding for a prompt of `tokens` tokens.
-    fn prompt_run(&mut self, tokens: usize) -> Result<PromptRun> {
+    fn prompt_run(&self, session: &mut dyn BoundSession, tokens: usize) -> Result<PromptRun> {
         let (b, v) = (self.batch, self.vocab);
-        let session = self.session.as_mut();
         let ids = session.buffer(Element::I64, &[b, tokens])?;
         let position = session.buffer(Element::I64, &[b])?;
         let logits = session.buffer(Element::F32, &[b, tokens, v])?;
@@ -269,19 +250,23 @@ impl BoundState {
     }
 
     /// The last run's logits [batch, T, vocab], copied to the host.
-    pub(crate) fn logits(&mut self) -> Result<Array3<f32>> {
+    pub(crate) fn logits(&self, session: &dyn BoundSession) -> Result<Array3<f32>> {
         let (logits, t) = self.last_logits()?;
         let mut out = Array3::zeros((self.batch, t, self.vocab));
         let slice = out
             .as_slice_mut()
             .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-        self.session.read_f32(logits, 0, slice)?;
+        session.read_f32(logits, 0, slice)?;
         Ok(out)
     }
 
     /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab] (one
     /// copy of those rows only).
-    pub(crate) fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
+    pub(crate) fn logits_at(
+        &self,
+        session: &dyn BoundSession,
+        rows: &[usize],
+    ) -> Result<Array2<f32>> {
         let (logits, t) = self.last_logits()?;
         let v = self.vocab;
         if rows.len() != self.batch || rows.iter().any(|&r| r >= t) {
@@ -294,7 +279,7 @@ impl BoundState {
             let slice = row
                 .as_slice_mut()
                 .ok_or_else(|| Error::Internal("logits not contiguous".into()))?;
-            self.session.read_f32(logits, (k * t + r) * v, slice)?;
+            session.read_f32(logits, (k * t + r) * v, slice)?;
         }
         Ok(out)
     }
@@ -302,9 +287,13 @@ impl BoundState {
     /// The greedy next token of each sequence after row `rows[b]`: after a step, the ids
     /// its run picked (on the CUDA device for ort-cuda: only they come back); after a
     /// prompt, picked on the host from those rows.
-    pub(crate) fn greedy(&mut self, rows: &[usize]) -> Result<Vec<i64>> {
+    pub(crate) fn greedy(
+        &mut self,
+        session: &dyn BoundSession,
+        rows: &[usize],
+    ) -> Result<Vec<i64>> {
         if self.last != LastRun::Step {
-            let logits = self.logits_at(rows)?;
+            let logits = self.logits_at(session, rows)?;
             return Ok(logits
                 .outer_iter()
                 .map(|row| argmax(&row.to_vec()) as i64)
@@ -315,13 +304,13 @@ impl BoundState {
             return Ok(ids.clone());
         }
         let mut ids = vec![0i64; self.batch];
-        self.session.read_i64(next.ids, 0, &mut ids)?;
+        session.read_i64(next.ids, 0, &mut ids)?;
         next.ids_held = Some(ids.clone());
         Ok(ids)
     }
 
     /// A host copy of every state tensor, by `past_*` name, in model order.
-    pub(crate) fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
+    pub(crate) fn tensors(&self, session: &dyn BoundSession) -> Result<Vec<NamedTensor>> {
         let (b, n) = (self.batch, self.positions);
         self.state
             .iter()
@@ -330,7 +319,7 @@ impl BoundState {
                 let slice = out
                     .as_slice_mut()
                     .ok_or_else(|| Error::Internal("state not contiguous".into()))?;
-                self.session.read_f32(*buffer, 0, slice)?;
+                session.read_f32(*buffer, 0, slice)?;
                 Ok(NamedTensor {
                     name: tensor.past.clone(),
                     value: TensorValue::F32(out),
@@ -340,9 +329,9 @@ impl BoundState {
     }
 
     /// Sets the state to zeros (a new set of sequences).
-    pub(crate) fn reset(&mut self) -> Result<()> {
+    pub(crate) fn reset(&mut self, session: &mut dyn BoundSession) -> Result<()> {
         for &(_, buffer) in &self.state {
-            self.session.zero(buffer)?;
+            session.zero(buffer)?;
         }
         self.last = LastRun::Nothing;
         Ok(())
@@ -363,7 +352,8 @@ fn state_bindings(state: &[(StateTensor, BufferId)]) -> (Names<'_>, Names<'_>) {
     )
 }
 
-/// The step's two sets of inputs, its logits and its two bindings (graphs 0 and 1).
+/// The step's two sets of inputs, its logits and its two bindings (two CUDA graphs where
+/// the session captures them).
 fn step_buffers(
     session: &mut dyn BoundSession,
     state: &[(StateTensor, BufferId)],
@@ -389,7 +379,7 @@ fn step_buffers(
             (STEP_NEXT_IDS, written.ids),
             (STEP_NEXT_POSITION, written.position),
         ]);
-        session.bind(&ins, &outs, Replay::Graph(k as i64))
+        session.bind(&ins, &outs, Replay::Captured)
     };
     let bindings = [bind(0)?, bind(1)?];
     Ok(Step {

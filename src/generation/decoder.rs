@@ -16,29 +16,42 @@
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Remedy, Result};
-use crate::generation::bound::BoundState;
+use crate::generation::loaded::{LoadedModel, StateWrites};
 use crate::generation::model::{check_vocabulary, DecodingModel};
-use crate::generation::state::{Carried, Prefix, State};
+use crate::generation::state::State;
 use crate::gmlp::decoding::SequenceMode;
-use crate::runtime::{open, ModelFile, Runtime, RuntimeKind, RuntimeOptions};
+use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 
-/// Where a static-state model's runs write its state ([`Decoder::open_with`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateWrites {
-    /// In buffers bound once, written in place by each run where the runtime and the file
-    /// allow it (the default).
-    InPlace,
-    /// A new state every run, copied as a plain loop over the file does (to measure what
-    /// writing in place saves).
-    Copied,
+/// The loaded model a decoder runs on: its own, or one lent by the caller (shared by the
+/// decoders over it, one at a time).
+enum ModelHandle<'m> {
+    Owned(Box<LoadedModel>),
+    Lent(&'m mut LoadedModel),
+}
+
+impl ModelHandle<'_> {
+    fn get(&self) -> &LoadedModel {
+        match self {
+            ModelHandle::Owned(model) => model,
+            ModelHandle::Lent(model) => model,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut LoadedModel {
+        match self {
+            ModelHandle::Owned(model) => model,
+            ModelHandle::Lent(model) => model,
+        }
+    }
 }
 
 /// Feeds tokens to a causal token model and keeps its state between calls.
-pub struct Decoder {
-    /// Where the model runs and what it keeps between runs, in its one form.
+pub struct Decoder<'m> {
+    /// The loaded model: its description and the engine it runs on.
+    model: ModelHandle<'m>,
+    /// What this decoder keeps between runs, in its one form.
     state: State,
-    model: DecodingModel,
     batch: usize,
     /// Tokens fed so far to each sequence (the position of its next token).
     positions: Vec<usize>,
@@ -47,7 +60,7 @@ pub struct Decoder {
     last_rows: Vec<usize>,
 }
 
-impl Decoder {
+impl Decoder<'static> {
     /// Opens `path` in `kind` for decoding `batch` sequences at once, a static-state
     /// model's state written in place where the runtime can (on ort-cuda with CUDA graphs).
     pub fn open<'a>(
@@ -55,115 +68,61 @@ impl Decoder {
         model: impl Into<ModelFile<'a>>,
         options: &RuntimeOptions,
         batch: usize,
-    ) -> Result<Decoder> {
+    ) -> Result<Decoder<'static>> {
         Decoder::open_with(kind, model, options, batch, StateWrites::InPlace)
     }
 
     /// [`Decoder::open`], with [`StateWrites::Copied`] letting the runtime copy a
     /// static-state model's state every run, as a plain loop over the file does (for
-    /// measuring what writing in place saves). The file is decoded here only if the caller
-    /// has not ([`ModelFile`]).
+    /// measuring what writing in place saves): a decoder over a [`LoadedModel`] of its own.
+    /// The file is decoded here only if the caller has not ([`ModelFile`]).
     pub fn open_with<'a>(
         kind: RuntimeKind,
         file: impl Into<ModelFile<'a>>,
         options: &RuntimeOptions,
         batch: usize,
         writes: StateWrites,
-    ) -> Result<Decoder> {
+    ) -> Result<Decoder<'static>> {
         // Decoded once here if the caller has not: the model's description, tract's
         // dequantized nodes and a bound state's step graph all read it.
-        file.into().with_decoded(|file| {
-            let model = DecodingModel::of_file(file)?;
-            Decoder::open_described(kind, file, model, options, batch, writes)
-        })
+        let model = file.into().with_decoded(|file| {
+            let description = DecodingModel::of_file(file)?;
+            LoadedModel::open(kind, file, description, options, writes)
+        })?;
+        Decoder::with_model(ModelHandle::Owned(Box::new(model)), batch)
+    }
+}
+
+impl<'m> Decoder<'m> {
+    /// A decoder of `batch` sequences over `model`, lent for the decoder's life (the
+    /// model's engine is loaded once and shared by the decoders over it, one at a time).
+    pub fn new(model: &'m mut LoadedModel, batch: usize) -> Result<Decoder<'m>> {
+        Decoder::with_model(ModelHandle::Lent(model), batch)
     }
 
-    /// [`Decoder::open_with`] with the decoding description `model` the caller derived from
-    /// `file` already (`generate` checks its prompts against it first): described once. The
-    /// file is decoded here only if the caller has not. The one road to a decoder's state:
-    /// bound where [`Decoder::binds`], else carried, or a prefix without state.
-    pub fn open_described(
-        kind: RuntimeKind,
-        file: ModelFile,
-        model: DecodingModel,
-        options: &RuntimeOptions,
-        batch: usize,
-        writes: StateWrites,
-    ) -> Result<Decoder> {
-        file.with_decoded(|file| {
-            let state = if writes == StateWrites::InPlace && Decoder::binds(kind, &model) {
-                State::Bound(BoundState::open(kind, file, &model, options, batch)?)
-            } else {
-                Decoder::carried(open(kind, file, options)?, &model, batch)
-            };
-            Ok(Decoder::with_state(state, model, batch))
-        })
-    }
-
-    /// Whether a decoder of `model` on `kind` binds its state in place: a static state the
-    /// graph updates in place, on a runtime that binds buffers.
-    pub fn binds(kind: RuntimeKind, model: &DecodingModel) -> bool {
-        model.in_place && kind.binds_buffers()
-    }
-
-    /// A decoder over `runtime`, of `kind`, already loaded from `file` (described by
-    /// `model`) with `options`: kept where it carries the state itself; where the state is
-    /// bound instead ([`Decoder::binds`]), `runtime` is dropped (one copy of the weights at
-    /// a time) and the file opened again with the step graph's outputs.
-    pub fn over(
-        runtime: Box<dyn Runtime>,
-        kind: RuntimeKind,
-        (file, model): (ModelFile, &DecodingModel),
-        options: &RuntimeOptions,
-        batch: usize,
-    ) -> Result<Decoder> {
-        if !Decoder::binds(kind, model) {
-            let state = Decoder::carried(runtime, model, batch);
-            return Ok(Decoder::with_state(state, model.clone(), batch));
-        }
-        drop(runtime);
-        Decoder::open_described(
-            kind,
-            file,
-            model.clone(),
-            options,
-            batch,
-            StateWrites::InPlace,
-        )
-    }
-
-    /// The state of `model` over `runtime` carried from run to run (in the runtime's own
-    /// values where it has them, else as host arrays); a variable-length model re-runs its
-    /// prefix instead.
-    fn carried(runtime: Box<dyn Runtime>, model: &DecodingModel, batch: usize) -> State {
-        match model.info.mode {
-            SequenceMode::Variable => State::Prefix(Prefix::new(runtime, batch)),
-            SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed => {
-                State::Carried(Carried::new(runtime, &model.info, batch))
-            }
-        }
-    }
-
-    fn with_state(state: State, model: DecodingModel, batch: usize) -> Decoder {
-        Decoder {
-            state,
+    fn with_model(mut model: ModelHandle<'m>, batch: usize) -> Result<Decoder<'m>> {
+        let (description, engine) = model.get_mut().parts();
+        let state = State::new(engine, description, batch)?;
+        Ok(Decoder {
             model,
+            state,
             batch,
             positions: vec![0; batch],
             last_rows: Vec::new(),
-        }
+        })
     }
 
     /// Forgets every token: the next [`Decoder::feed`] is a prompt (empty or zero state).
     pub fn reset(&mut self) -> Result<()> {
         self.positions = vec![0; self.batch];
         self.last_rows.clear();
-        self.state.reset()
+        let engine = self.model.get_mut().parts().1;
+        self.state.reset(engine)
     }
 
     /// Whether runs write the state in place (a static-state model in buffers bound once).
     pub fn in_place(&self) -> bool {
-        matches!(self.state, State::Bound(_))
+        self.model.get().binds_state()
     }
 
     /// Tokens fed so far to each sequence.
@@ -178,31 +137,32 @@ impl Decoder {
 
     /// The model's description.
     pub fn model(&self) -> &DecodingModel {
-        &self.model
+        self.model.get().description()
     }
 
     /// The runtime's name.
     pub fn runtime_name(&self) -> &str {
-        self.state.runtime_name()
+        self.model.get().runtime_name()
     }
 
     /// What the runtime does differently from running the file as it is (e.g. tract's
     /// dequantized nodes, CUDA graphs or why they are off).
     pub fn runtime_note(&self) -> Option<String> {
-        self.state.note()
+        self.model.get().note(self.batch)
     }
 
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
     /// for models without state.
     pub fn state(&mut self) -> Result<Vec<NamedTensor>> {
-        self.state.tensors()
+        let engine = self.model.get_mut().parts().1;
+        self.state.tensors(engine)
     }
 
     /// Checks `ids` [batch, T] against the batch, the vocabulary and the n − P positions
     /// left to each sequence.
     pub fn check(&self, ids: ArrayView2<i64>) -> Result<()> {
         let (b, t) = ids.dim();
-        let n = self.model.info.max_sequence;
+        let n = self.model().info.max_sequence;
         if b != self.batch || t == 0 {
             return Err(Error::InvalidArgument(format!(
                 "expected token ids of shape [{}, T ≥ 1], got [{b}, {t}]",
@@ -214,14 +174,15 @@ impl Decoder {
                 "{t} tokens after the {p} already fed would pass the model's {n} positions"
             )));
         }
-        check_vocabulary(ids, self.model.vocab_size, "token id")
+        check_vocabulary(ids, self.model().vocab_size, "token id")
     }
 
     /// Feeds `ids` [batch, T], T tokens to every sequence at its own position, and returns
     /// the logits of those T positions [batch, T, vocab].
     pub fn feed(&mut self, ids: ArrayView2<i64>) -> Result<Array3<f32>> {
         self.advance(ids)?;
-        self.state.logits()
+        let engine = self.model.get_mut().parts().1;
+        self.state.logits(engine)
     }
 
     /// Feeds `ids` [batch, T] like [`Decoder::feed`], keeping the logits where the runtime
@@ -229,7 +190,7 @@ impl Decoder {
     pub fn advance(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         self.check(ids)?;
         let t = ids.ncols();
-        if self.model.info.mode != SequenceMode::Static
+        if self.model().info.mode != SequenceMode::Static
             && self.positions.windows(2).any(|w| w[0] != w[1])
         {
             return Err(Error::Internal(
@@ -237,7 +198,8 @@ impl Decoder {
             ));
         }
         let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
-        self.state.run(ids, &positions)?;
+        let engine = self.model.get_mut().parts().1;
+        self.state.run(engine, ids, &positions)?;
         for p in &mut self.positions {
             *p += t;
         }
@@ -278,11 +240,11 @@ impl Decoder {
         if shortest == 0 {
             return Err(Error::InvalidArgument("a prompt is empty".into()));
         }
-        if shortest != longest && self.model.info.mode != SequenceMode::Static {
+        if shortest != longest && self.model().info.mode != SequenceMode::Static {
             return Err(Error::NeedsRebuild {
                 reason: format!(
                     "prompts of different lengths ({shortest} and {longest} tokens) need a static-state model; in a {} model every sequence of a batch is at the same position",
-                    match self.model.info.mode {
+                    match self.model().info.mode {
                         SequenceMode::Growing => "growing-state",
                         _ => "variable-length",
                     }
@@ -305,7 +267,8 @@ impl Decoder {
         if self.last_rows.len() != self.batch {
             return Err(Error::Internal("logits asked before any run".into()));
         }
-        self.state.logits_at(&self.last_rows)
+        let engine = self.model.get_mut().parts().1;
+        self.state.logits_at(engine, &self.last_rows)
     }
 
     /// The greedy next token of each sequence (the first largest logit after its last
@@ -316,7 +279,16 @@ impl Decoder {
         if self.last_rows.len() != self.batch {
             return Err(Error::Internal("a pick asked before any run".into()));
         }
-        self.state.greedy(&self.last_rows)
+        let engine = self.model.get_mut().parts().1;
+        self.state.greedy(engine, &self.last_rows)
+    }
+}
+
+impl Drop for Decoder<'_> {
+    /// Frees what this decoder holds in the shared engine (a bound state's buffers).
+    fn drop(&mut self) {
+        let engine = self.model.get_mut().parts().1;
+        self.state.release(engine);
     }
 }
 

@@ -94,16 +94,16 @@ impl Generation {
 type Observer<'a> = &'a mut dyn FnMut(ArrayView2<f32>);
 
 /// Generates tokens with a [`Decoder`].
-pub struct Generator {
-    decoder: Decoder,
+pub struct Generator<'m> {
+    decoder: Decoder<'m>,
     sampling: Sampling,
     end_token: Option<i64>,
 }
 
-impl Generator {
+impl<'m> Generator<'m> {
     /// A generator over `decoder` picking as `sampling` says (checked here), stopping each
     /// sequence at the model's end token if it names one.
-    pub fn new(decoder: Decoder, sampling: Sampling) -> Result<Generator> {
+    pub fn new(decoder: Decoder<'m>, sampling: Sampling) -> Result<Generator<'m>> {
         sampling.sampler()?;
         let end_token = decoder.model().end_token;
         Ok(Generator {
@@ -115,7 +115,7 @@ impl Generator {
 
     /// Stops each sequence at `end_token` instead of the model's own (`None`: never stops
     /// early); refuses an id outside the vocabulary.
-    pub fn with_end_token(mut self, end_token: Option<i64>) -> Result<Generator> {
+    pub fn with_end_token(mut self, end_token: Option<i64>) -> Result<Generator<'m>> {
         check_vocabulary(&end_token, self.decoder.model().vocab_size, "end token")?;
         self.end_token = end_token;
         Ok(self)
@@ -127,7 +127,7 @@ impl Generator {
     }
 
     /// The decoder (its runtime, model and state).
-    pub fn decoder(&mut self) -> &mut Decoder {
+    pub fn decoder(&mut self) -> &mut Decoder<'m> {
         &mut self.decoder
     }
 

@@ -1,55 +1,56 @@
-//! What a decoder keeps between runs, as one [`State`] of its storage forms, each with the
-//! engine it runs on: [`Carried`], the `past_*` values carried from run to run
-//! ([`Runtime::run_carrying`]: ONNX Runtime's own values, on the host or the CUDA device,
-//! or host arrays on tract); [`BoundState`], a static state in buffers bound once to an
-//! engine's session and written in place (bound.rs); [`Prefix`], no state: every token fed
-//! so far re-run (a variable-length model). A new form is a variant here, its file, and
-//! its choice in the decoder ([`crate::generation::Decoder`]).
+//! What one decoder keeps between runs, apart from the loaded model it runs on
+//! ([`LoadedModel`](crate::generation::LoadedModel)), as one [`State`] of its storage forms:
+//! [`Carried`], the `past_*` values carried from run to run ([`Runtime::run_carrying`]:
+//! ONNX Runtime's own values, on the host or the CUDA device, or host arrays on tract);
+//! [`BoundState`], a static state in buffers bound once to the model's session and written
+//! in place (bound.rs); [`Prefix`], no state: every token fed so far re-run (a
+//! variable-length model). Each form runs on its engine ([`Engine::runs`],
+//! [`Engine::session`]). A new form is a variant here, its file, and its choice in
+//! [`State::new`].
 
 use ndarray::{s, Array1, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
 use crate::generation::bound::BoundState;
+use crate::generation::loaded::Engine;
+use crate::generation::model::DecodingModel;
 use crate::generation::sampling::argmax;
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
 use crate::runtime::{CarriedState, Carry, Runtime};
 use crate::tensor::{NamedTensor, TensorValue};
 
-/// A model's runs and the state they keep, in one of its storage forms.
+/// What one decoder keeps between runs, in one of its storage forms.
 pub(crate) enum State {
     /// Carried from run to run.
     Carried(Carried),
-    /// Bound once to a session, written in place.
+    /// Bound once to the model's session, written in place.
     Bound(BoundState),
     /// None: the prefix re-run.
     Prefix(Prefix),
 }
 
 impl State {
-    /// The runtime's name.
-    pub(crate) fn runtime_name(&self) -> &str {
-        match self {
-            State::Carried(c) => c.runtime.name(),
-            State::Bound(b) => b.runtime_name(),
-            State::Prefix(p) => p.runtime.name(),
-        }
-    }
-
-    /// What the runtime does differently from running the file as it is.
-    pub(crate) fn note(&self) -> Option<String> {
-        match self {
-            State::Carried(c) => c.runtime.note(),
-            State::Bound(b) => b.note(),
-            State::Prefix(p) => p.runtime.note(),
-        }
+    /// The empty state of `model` for `batch` sequences on `engine`: bound where the engine
+    /// is a session of bound buffers, else carried, or a prefix without state.
+    pub(crate) fn new(engine: &mut Engine, model: &DecodingModel, batch: usize) -> Result<State> {
+        Ok(match (engine, model.info.mode) {
+            (Engine::Bound { session, .. }, _) => {
+                State::Bound(BoundState::new(session.as_mut(), model, batch)?)
+            }
+            (Engine::Runs(_), SequenceMode::Variable) => State::Prefix(Prefix::new(batch)),
+            (
+                Engine::Runs(_),
+                SequenceMode::Static | SequenceMode::Growing | SequenceMode::Fixed,
+            ) => State::Carried(Carried::new(&model.info, batch)),
+        })
     }
 
     /// Forgets every token: zeros for a static state, no rows for a growing one.
-    pub(crate) fn reset(&mut self) -> Result<()> {
+    pub(crate) fn reset(&mut self, engine: &mut Engine) -> Result<()> {
         match self {
             State::Carried(c) => c.reset(),
-            State::Bound(b) => b.reset()?,
+            State::Bound(b) => b.reset(engine.session()?)?,
             State::Prefix(p) => p.reset(),
         }
         Ok(())
@@ -57,39 +58,44 @@ impl State {
 
     /// Runs `ids` [batch, T] at each sequence's `positions` \[batch\] (checked by the
     /// decoder), keeping the logits of the T new positions.
-    pub(crate) fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
+    pub(crate) fn run(
+        &mut self,
+        engine: &mut Engine,
+        ids: ArrayView2<i64>,
+        positions: &[i64],
+    ) -> Result<()> {
         match self {
-            State::Carried(c) => c.run(ids, positions),
-            State::Bound(b) => b.run(ids, positions),
-            State::Prefix(p) => p.run(ids),
+            State::Carried(c) => c.run(engine.runs()?, ids, positions),
+            State::Bound(b) => b.run(engine.session()?, ids, positions),
+            State::Prefix(p) => p.run(engine.runs()?, ids),
         }
     }
 
     /// The last run's logits [batch, T, vocab].
-    pub(crate) fn logits(&mut self) -> Result<Array3<f32>> {
+    pub(crate) fn logits(&mut self, engine: &mut Engine) -> Result<Array3<f32>> {
         match self {
-            State::Carried(c) => c.last.all(c.runtime.name()),
-            State::Bound(b) => b.logits(),
-            State::Prefix(p) => p.last.all(p.runtime.name()),
+            State::Carried(Carried { last, .. }) | State::Prefix(Prefix { last, .. }) => last.all(),
+            State::Bound(b) => b.logits(engine.session()?),
         }
     }
 
     /// The last run's logits at row `rows[b]` of each sequence b, [batch, vocab].
-    pub(crate) fn logits_at(&mut self, rows: &[usize]) -> Result<Array2<f32>> {
+    pub(crate) fn logits_at(&mut self, engine: &mut Engine, rows: &[usize]) -> Result<Array2<f32>> {
         match self {
-            State::Carried(c) => c.last.at(rows, c.runtime.name()),
-            State::Bound(b) => b.logits_at(rows),
-            State::Prefix(p) => p.last.at(rows, p.runtime.name()),
+            State::Carried(Carried { last, .. }) | State::Prefix(Prefix { last, .. }) => {
+                last.at(rows)
+            }
+            State::Bound(b) => b.logits_at(engine.session()?, rows),
         }
     }
 
     /// The greedy next token of each sequence after row `rows[b]` of the last run, picked
     /// where the logits are (a bound state's step picks them on its device).
-    pub(crate) fn greedy(&mut self, rows: &[usize]) -> Result<Vec<i64>> {
+    pub(crate) fn greedy(&mut self, engine: &mut Engine, rows: &[usize]) -> Result<Vec<i64>> {
         if let State::Bound(b) = self {
-            return b.greedy(rows);
+            return b.greedy(engine.session()?, rows);
         }
-        let logits = self.logits_at(rows)?;
+        let logits = self.logits_at(engine, rows)?;
         Ok(logits
             .outer_iter()
             .map(|row| argmax(&row.to_vec()) as i64)
@@ -97,11 +103,18 @@ impl State {
     }
 
     /// A host copy of the state (`past_*` tensors); empty without state.
-    pub(crate) fn tensors(&mut self) -> Result<Vec<NamedTensor>> {
+    pub(crate) fn tensors(&mut self, engine: &mut Engine) -> Result<Vec<NamedTensor>> {
         match self {
             State::Carried(c) => c.state.to_host(),
-            State::Bound(b) => b.tensors(),
+            State::Bound(b) => b.tensors(engine.session()?),
             State::Prefix(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Frees what the state holds in the engine (a bound state's buffers).
+    pub(crate) fn release(&mut self, engine: &mut Engine) {
+        if let (State::Bound(b), Ok(session)) = (self, engine.session()) {
+            b.release(session);
         }
     }
 }
@@ -143,7 +156,6 @@ fn empty_past(info: &DecodingInfo, batch: usize) -> Vec<NamedTensor> {
 /// growing state gains the run's rows; a static state is copied whole by the graph's
 /// scatter).
 pub(crate) struct Carried {
-    runtime: Box<dyn Runtime>,
     info: DecodingInfo,
     batch: usize,
     /// Each state tensor's output and the input it is fed back as.
@@ -154,8 +166,8 @@ pub(crate) struct Carried {
 }
 
 impl Carried {
-    /// An empty state of the model `info` describes, for `batch` sequences on `runtime`.
-    pub(crate) fn new(runtime: Box<dyn Runtime>, info: &DecodingInfo, batch: usize) -> Carried {
+    /// An empty state of the model `info` describes, for `batch` sequences.
+    fn new(info: &DecodingInfo, batch: usize) -> Carried {
         Carried {
             state: CarriedState::host(empty_past(info, batch)),
             carry: info
@@ -166,7 +178,6 @@ impl Carried {
                     output: s.present.clone(),
                 })
                 .collect(),
-            runtime,
             info: info.clone(),
             batch,
             last: LastLogits::default(),
@@ -178,19 +189,21 @@ impl Carried {
         self.last.clear();
     }
 
-    fn run(&mut self, ids: ArrayView2<i64>, positions: &[i64]) -> Result<()> {
+    fn run(
+        &mut self,
+        runtime: &mut dyn Runtime,
+        ids: ArrayView2<i64>,
+        positions: &[i64],
+    ) -> Result<()> {
         let inputs = step_inputs(&self.info, ids, positions);
-        let outputs = self
-            .runtime
-            .run_carrying(&inputs, &mut self.state, &self.carry)?;
+        let outputs = runtime.run_carrying(&inputs, &mut self.state, &self.carry)?;
         self.last
-            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())
+            .keep(outputs, self.batch, ids.ncols(), runtime.name())
     }
 }
 
 /// No state: a variable-length model re-run on every token fed so far.
 pub(crate) struct Prefix {
-    runtime: Box<dyn Runtime>,
     batch: usize,
     /// Every token fed so far, [batch, P].
     history: Array2<i64>,
@@ -198,10 +211,9 @@ pub(crate) struct Prefix {
 }
 
 impl Prefix {
-    /// No tokens yet, for `batch` sequences on `runtime`.
-    pub(crate) fn new(runtime: Box<dyn Runtime>, batch: usize) -> Prefix {
+    /// No tokens yet, for `batch` sequences.
+    fn new(batch: usize) -> Prefix {
         Prefix {
-            runtime,
             batch,
             history: Array2::zeros((batch, 0)),
             last: LastLogits::default(),
@@ -213,16 +225,16 @@ impl Prefix {
         self.last.clear();
     }
 
-    fn run(&mut self, ids: ArrayView2<i64>) -> Result<()> {
+    fn run(&mut self, runtime: &mut dyn Runtime, ids: ArrayView2<i64>) -> Result<()> {
         let mut all = self.history.clone();
         all.append(Axis(1), ids)
             .map_err(|e| Error::Internal(e.to_string()))?;
-        let outputs = self.runtime.run(&[NamedTensor {
+        let outputs = runtime.run(&[NamedTensor {
             name: INPUT_IDS.into(),
             value: TensorValue::I64(all.clone().into_dyn()),
         }])?;
         self.last
-            .keep(outputs, self.batch, ids.ncols(), self.runtime.name())?;
+            .keep(outputs, self.batch, ids.ncols(), runtime.name())?;
         self.history = all;
         Ok(())
     }
@@ -252,14 +264,13 @@ impl LastLogits {
     }
 
     /// All of them, [batch, T, vocab].
-    fn all(&self, runtime: &str) -> Result<Array3<f32>> {
-        self.0.clone().ok_or_else(|| missing_logits(runtime))
+    fn all(&self) -> Result<Array3<f32>> {
+        self.0.clone().ok_or_else(no_run)
     }
 
     /// Row `rows[b]` of each sequence b, [batch, vocab].
-    fn at(&self, rows: &[usize], runtime: &str) -> Result<Array2<f32>> {
-        let last = self.0.as_ref().ok_or_else(|| missing_logits(runtime))?;
-        Ok(rows_of(last, rows))
+    fn at(&self, rows: &[usize]) -> Result<Array2<f32>> {
+        Ok(rows_of(self.0.as_ref().ok_or_else(no_run)?, rows))
     }
 }
 
@@ -287,6 +298,11 @@ fn new_logits(outputs: Vec<NamedTensor>, batch: usize, t: usize) -> Option<Array
     })
 }
 
+/// Logits asked before any run.
+fn no_run() -> Error {
+    Error::Internal("logits read before any run".into())
+}
+
 fn missing_logits(runtime: &str) -> Error {
     Error::RuntimeFailed {
         runtime: runtime.to_string(),
@@ -309,30 +325,33 @@ mod tests {
         let path = write_tiny(dir.path(), SequenceMode::Growing);
         let model = DecodingModel::read(&path).unwrap();
         let runtime = open(RuntimeKind::Tract, &path, &RuntimeOptions::default()).unwrap();
-        let mut state = State::Carried(Carried::new(runtime, &model.info, 1));
-        let rows = |state: &mut State| -> Vec<usize> {
+        let mut engine = Engine::Runs(runtime);
+        let mut state = State::new(&mut engine, &model, 1).unwrap();
+        assert!(matches!(state, State::Carried(_)));
+        let rows = |state: &mut State, engine: &mut Engine| -> Vec<usize> {
             state
-                .tensors()
+                .tensors(engine)
                 .unwrap()
                 .iter()
                 .map(|t| t.value.shape()[1])
                 .collect()
         };
-        assert!(rows(&mut state).iter().all(|&r| r == 0));
+        let e = &mut engine;
+        assert!(rows(&mut state, e).iter().all(|&r| r == 0));
         state
-            .run(ndarray::array![[1i64, 2, 3]].view(), &[0])
+            .run(e, ndarray::array![[1i64, 2, 3]].view(), &[0])
             .unwrap();
-        assert_eq!(state.logits().unwrap().dim(), (1, 3, model.vocab_size));
-        let after_prompt = state.tensors().unwrap();
-        assert!(rows(&mut state).iter().all(|&r| r == 3));
+        assert_eq!(state.logits(e).unwrap().dim(), (1, 3, model.vocab_size));
+        let after_prompt = state.tensors(e).unwrap();
+        assert!(rows(&mut state, e).iter().all(|&r| r == 3));
         // Two sequences where the state holds one: tract refuses the run.
         assert!(state
-            .run(ndarray::array![[4i64], [5]].view(), &[3, 3])
+            .run(e, ndarray::array![[4i64], [5]].view(), &[3, 3])
             .is_err());
-        assert_eq!(state.tensors().unwrap(), after_prompt);
-        state.run(ndarray::array![[4i64]].view(), &[3]).unwrap();
-        assert!(rows(&mut state).iter().all(|&r| r == 4));
-        state.reset().unwrap();
-        assert!(rows(&mut state).iter().all(|&r| r == 0));
+        assert_eq!(state.tensors(e).unwrap(), after_prompt);
+        state.run(e, ndarray::array![[4i64]].view(), &[3]).unwrap();
+        assert!(rows(&mut state, e).iter().all(|&r| r == 4));
+        state.reset(e).unwrap();
+        assert!(rows(&mut state, e).iter().all(|&r| r == 0));
     }
 }

@@ -18,11 +18,11 @@ pub enum Element {
 }
 
 /// A buffer of one [`BoundSession`] ([`BoundSession::buffer`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BufferId(pub(crate) usize);
 
 /// A binding of one [`BoundSession`] ([`BoundSession::bind`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BindingId(pub(crate) usize);
 
 /// How a binding's runs go on a session with CUDA graphs on
@@ -31,9 +31,10 @@ pub struct BindingId(pub(crate) usize);
 pub enum Replay {
     /// Every run as it is (ONNX Runtime's `gpu_graph_id` −1).
     Uncaptured,
-    /// Captured as the CUDA graph `id` (≥ 0) after a warm-up run, then replayed: every
-    /// buffer of the binding stays at its address, so the host writes its inputs in place.
-    Graph(i64),
+    /// Captured as a CUDA graph of its own (the session numbers them) after a warm-up
+    /// run, then replayed: every buffer of the binding stays at its address, so the host
+    /// writes its inputs in place.
+    Captured,
 }
 
 /// A session whose runs go through buffers bound once (ONNX Runtime's I/O binding, on the
@@ -42,12 +43,12 @@ pub enum Replay {
 /// An input bound from a buffer is read where the buffer is only if the session wants it
 /// in that memory; otherwise ONNX Runtime copies it at bind time. Such an input is bound
 /// again before every run, and [`BoundSession::bind`] refuses it where that cannot work:
-/// bound also as an output (it would not be updated in place) or in a captured binding
-/// (a CUDA graph replays fixed addresses).
+/// bound also as an output (it would not be updated in place). A session with CUDA graphs
+/// refuses to open where any input is read elsewhere (a graph replays fixed addresses).
 pub trait BoundSession {
     /// Runtime name for reports.
     fn name(&self) -> &str;
-    /// Whether bindings of [`Replay::Graph`] are captured and replayed as CUDA graphs.
+    /// Whether bindings of [`Replay::Captured`] are captured and replayed as CUDA graphs.
     fn captures(&self) -> bool;
     /// A new buffer of `shape`, zeroed, in the session's memory.
     fn buffer(&mut self, element: Element, shape: &[usize]) -> Result<BufferId>;

@@ -13,7 +13,7 @@ use ndarray::{s, Array2, Array3};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::generation::{Decoder, DecodingModel};
+use crate::generation::{Decoder, DecodingModel, LoadedModel};
 use crate::generation::{Generator, Sampling};
 use crate::rng::SplitMix64;
 use crate::runtime::{ModelFile, Runtime, RuntimeKind, RuntimeOptions};
@@ -129,8 +129,9 @@ fn f32_tensor(name: String, a: Array3<f32>) -> NamedTensor {
 }
 
 /// Runs the decoding check on the loaded `runtimes` of one with-past model, loaded from
-/// `file` with `options` (the runtimes that bind a static state open it again by the
-/// decoder's road, [`Decoder::over`]).
+/// `file` with `options` (the runtimes that bind a static state open it again with its
+/// step graph, [`LoadedModel::over`]); each runtime's model serves both the check's decoder
+/// and the generator after it.
 #[allow(clippy::too_many_arguments)]
 pub fn check_decoding(
     runtimes: Vec<(RuntimeKind, Box<dyn Runtime>)>,
@@ -152,7 +153,8 @@ pub fn check_decoding(
     for (kind, rt) in runtimes {
         let name = rt.name().to_string();
         progress(&format!("decoding {name}"));
-        let mut decoder = Decoder::over(rt, kind, (file, model), options, batch)?;
+        let mut loaded = LoadedModel::over(rt, kind, file, model.clone(), options)?;
+        let mut decoder = Decoder::new(&mut loaded, batch)?;
         let state_in_place = decoder.in_place();
         let whole = decoder.feed(ids.view())?;
         let whole_state = decoder.state()?;
@@ -197,7 +199,8 @@ pub fn check_decoding(
             .outer_iter()
             .map(|row| row.iter().take(plan.prefill).copied().collect())
             .collect();
-        let greedy_tokens = Generator::new(decoder, Sampling::GREEDY)?
+        drop(decoder);
+        let greedy_tokens = Generator::new(Decoder::new(&mut loaded, batch)?, Sampling::GREEDY)?
             .generate(&prompts, plan.steps + plan.chunk, &mut |_| {})?
             .tokens;
         reports.push(DecodingRuntimeReport {

@@ -12,9 +12,10 @@
 //! locations are read when it opens; an input read elsewhere is bound again before every
 //! run of its binding, or refused where that cannot work ([`input_binding`]).
 //!
-//! With CUDA graphs on (`CudaOptions::graphs`), a binding of [`Replay::Graph`] `k` runs
-//! with ONNX Runtime's `gpu_graph_id` k: captured after its warm-up run and replayed
-//! after; [`Replay::Uncaptured`] runs with −1.
+//! With CUDA graphs on (`CudaOptions::graphs`), the session opens only where it reads every
+//! input where its buffers are, and each binding of [`Replay::Captured`] runs with a
+//! `gpu_graph_id` of its own (0, 1, … in the order bound): captured after its warm-up run
+//! and replayed after; [`Replay::Uncaptured`] runs with −1.
 
 use ort::session::{IoBinding, RunOptions};
 
@@ -37,13 +38,13 @@ enum InputBinding {
 
 /// How the input `name`, wanted by the session in `wanted`, is bound from a buffer in
 /// `held`, given whether the same buffer is also an output of the binding (written in
-/// place) and whether the binding is captured as a CUDA graph; or why it cannot be.
+/// place) and whether the session captures CUDA graphs; or why it cannot be.
 fn input_binding(
     runtime: &str,
     name: &str,
     (wanted, held): (Location, Location),
     in_place: bool,
-    captured: bool,
+    graphs: bool,
 ) -> Result<InputBinding> {
     if stays_bound(wanted, held) {
         return Ok(InputBinding::Once);
@@ -55,7 +56,7 @@ fn input_binding(
             reason: format!("{elsewhere}, so its buffer cannot be written in place"),
         });
     }
-    if captured {
+    if graphs {
         return Err(Error::RuntimeFailed {
             runtime: runtime.into(),
             reason: format!("{elsewhere}, and a CUDA graph replays fixed input addresses"),
@@ -90,6 +91,8 @@ pub(crate) struct OrtBound {
     /// Whether the host wrote a buffer since the last run (device memory is synchronized
     /// before the next one).
     written: bool,
+    /// The CUDA graph id of the next captured binding.
+    next_graph: i64,
 }
 
 impl OrtBound {
@@ -106,13 +109,18 @@ impl OrtBound {
             Provider::Cpu => (Memory::host(), false),
         };
         let locations = input_locations(&runtime.session).map_err(|e| failed(name, e))?;
-        let wanted = runtime
+        let wanted: Vec<(String, Location)> = runtime
             .session
             .inputs()
             .iter()
             .map(|i| i.name().to_string())
             .zip(locations)
             .collect();
+        if graphs {
+            for (input, location) in &wanted {
+                input_binding(name, input, (*location, memory.location()), false, true)?;
+            }
+        }
         Ok(OrtBound {
             runtime,
             memory,
@@ -121,6 +129,7 @@ impl OrtBound {
             buffers: Vec::new(),
             bindings: Vec::new(),
             written: false,
+            next_graph: 0,
         })
     }
 
@@ -153,7 +162,6 @@ impl OrtBound {
         name: &str,
         buffer: BufferId,
         outputs: &[(&str, BufferId)],
-        replay: Replay,
     ) -> Result<InputBinding> {
         let wanted = self
             .wanted
@@ -166,7 +174,7 @@ impl OrtBound {
             name,
             (wanted, self.memory.location()),
             outputs.iter().any(|&(_, b)| b == buffer),
-            self.graphs && matches!(replay, Replay::Graph(_)),
+            self.graphs,
         )
     }
 }
@@ -220,7 +228,7 @@ impl BoundSession for OrtBound {
             .map_err(|e| failed(name, e))?;
         let mut each_run = Vec::new();
         for &(input, buffer) in inputs {
-            if self.input_binding(input, buffer, outputs, replay)? == InputBinding::EachRun {
+            if self.input_binding(input, buffer, outputs)? == InputBinding::EachRun {
                 each_run.push((input.to_string(), buffer));
             }
             self.bind_input(&mut io, input, buffer)?;
@@ -232,13 +240,15 @@ impl BoundSession for OrtBound {
             };
             bound.map_err(|e| failed(name, e))?;
         }
-        let options = run_options(
-            name,
-            self.graphs.then_some(match replay {
-                Replay::Uncaptured => -1,
-                Replay::Graph(id) => id,
-            }),
-        )?;
+        let graph = match replay {
+            _ if !self.graphs => None,
+            Replay::Uncaptured => Some(-1),
+            Replay::Captured => {
+                self.next_graph += 1;
+                Some(self.next_graph - 1)
+            }
+        };
+        let options = run_options(name, graph)?;
         self.bindings.push(Some(Binding {
             io,
             options,

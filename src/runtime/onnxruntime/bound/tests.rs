@@ -11,16 +11,16 @@ use crate::runtime::ModelSource;
 #[test]
 fn inputs_read_elsewhere_are_bound_again_before_each_run_or_refused() {
     let (host, gpu) = (Location::Host, Location::Cuda { device: 0 });
-    let check = |wanted, in_place, captured| {
-        input_binding("ort-cuda", "position", (wanted, gpu), in_place, captured)
+    let check = |wanted, in_place, graphs| {
+        input_binding("ort-cuda", "position", (wanted, gpu), in_place, graphs)
     };
     assert_eq!(check(gpu, true, true).unwrap(), InputBinding::Once);
     // The CUDA-graph fallback: a graph whose position feeds a node on the CPU.
     assert_eq!(check(host, false, false).unwrap(), InputBinding::EachRun);
-    // A captured binding replays fixed addresses; a buffer written in place must be read
-    // where it is: both refused, as the runtime's failure.
-    for (in_place, captured) in [(false, true), (true, false)] {
-        let err = check(host, in_place, captured).unwrap_err();
+    // A CUDA graph replays fixed addresses; a buffer written in place must be read where
+    // it is: both refused, as the runtime's failure.
+    for (in_place, graphs) in [(false, true), (true, false)] {
+        let err = check(host, in_place, graphs).unwrap_err();
         assert!(matches!(err, Error::RuntimeFailed { .. }), "{err:?}");
     }
     assert_eq!(
