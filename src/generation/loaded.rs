@@ -293,8 +293,7 @@ mod tests {
             let description = DecodingModel::read(&path).unwrap();
             let file = ModelFile::from(&path);
             let opened =
-                LoadedModel::open(kind, file, description, &options, StateWrites::InPlace)
-                    .unwrap();
+                LoadedModel::open(kind, file, description, &options, StateWrites::InPlace).unwrap();
             assert_eq!(opened.binds_state(), kind.binds_buffers(), "{kind:?}");
             let alive = Rc::new(RefCell::new(Alive::default()));
             let LoadedModel {
@@ -316,8 +315,16 @@ mod tests {
                 engine,
             };
             assert_eq!(greedy(&mut model, &prompts), alone, "{kind:?} together");
-            assert_eq!(greedy(&mut model, &prompts[1..]), alone[1..], "{kind:?} one");
-            assert_eq!(greedy(&mut model, &prompts[..1]), alone[..1], "{kind:?} other");
+            assert_eq!(
+                greedy(&mut model, &prompts[1..]),
+                alone[1..],
+                "{kind:?} one"
+            );
+            assert_eq!(
+                greedy(&mut model, &prompts[..1]),
+                alone[..1],
+                "{kind:?} other"
+            );
             let decoder = Decoder::new(&mut model, 2).unwrap();
             let made = alive.borrow().buffers.len();
             drop(decoder);

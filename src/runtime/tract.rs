@@ -1,4 +1,7 @@
-//! tract (pure Rust, CPU): `model_for_path` → optimized typed plan, symbolic batch kept.
+//! tract (pure Rust, CPU): the file (`model_for_path`), or the model the tool decoded from
+//! it (handed over in memory: tract-onnx parses its own protobuf types, so the decoded
+//! model is encoded once for it rather than the file read and decoded again) → optimized
+//! typed plan, symbolic batch kept.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -96,16 +99,22 @@ impl TractRuntime {
             return Err(no_tensor_scatter());
         }
         let path = file.path;
-        let model = if dequantize_nbits {
-            Some(file.model()?)
-        } else {
-            None
-        };
-        let (model, dequantized) = match model {
-            Some(model) if needs_dequantizing(&model) => {
-                Self::parse_dequantized(model.into_owned(), path)?
+        let (model, dequantized) = match file.decoded {
+            // The decoded model, handed to tract (dequantized first where asked and needed).
+            Some(decoded) if dequantize_nbits && needs_dequantizing(decoded) => {
+                Self::parse_dequantized(decoded.clone(), path)?
             }
-            _ => (
+            Some(decoded) => (Self::parse_proto(decoded, path)?, 0),
+            // Not decoded yet: decoded here only if it may need dequantizing.
+            None if dequantize_nbits => {
+                let decoded = crate::onnx::reader::read_model(path)?;
+                if needs_dequantizing(&decoded) {
+                    Self::parse_dequantized(decoded, path)?
+                } else {
+                    (Self::parse_proto(&decoded, path)?, 0)
+                }
+            }
+            None => (
                 tract_onnx::onnx()
                     .model_for_path(path)
                     .map_err(|e| failed_to_load(file, e))?,
@@ -149,18 +158,24 @@ impl TractRuntime {
         mut proto: crate::onnx::proto::ModelProto,
         path: &Path,
     ) -> Result<(InferenceModel, usize)> {
-        let dir = path.parent().unwrap_or(Path::new("."));
         let n = crate::onnx::dequantize::dequantize_matmul_nbits(&mut proto, path, |bits| {
             TRACT_NBITS.contains(&bits)
         })?;
-        let bytes = prost::Message::encode_to_vec(&proto);
-        let tensor_scatter = has_tensor_scatter(&proto);
-        drop(proto);
-        let onnx = tract_onnx::onnx();
-        let pb = onnx
-            .proto_model_for_read(&mut bytes.as_slice())
-            .map_err(failed)?;
-        let parsed = onnx
+        Ok((Self::parse_proto(&proto, path)?, n))
+    }
+
+    /// `proto`, the model of `path`, parsed by tract (external data still resolved beside
+    /// `path`).
+    fn parse_proto(proto: &crate::onnx::proto::ModelProto, path: &Path) -> Result<InferenceModel> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        // tract-onnx's `pb` types are prost's of the same version as ours, from its own
+        // copy of onnx.proto: the bytes are the one way across.
+        let bytes = prost::Message::encode_to_vec(proto);
+        let pb: tract_onnx::pb::ModelProto =
+            prost::Message::decode(bytes.as_slice()).map_err(failed)?;
+        drop(bytes);
+        let tensor_scatter = has_tensor_scatter(proto);
+        let parsed = tract_onnx::onnx()
             .parse(&pb, dir.to_str())
             .map_err(|e| refused(tensor_scatter, e))?;
         if !parsed.unresolved_inputs.is_empty() {
@@ -169,7 +184,7 @@ impl TractRuntime {
                 parsed.unresolved_inputs
             )));
         }
-        Ok((parsed.model, n))
+        Ok(parsed.model)
     }
 }
 
@@ -330,5 +345,30 @@ mod tests {
             TractRuntime::load(&other),
             Err(Error::RuntimeFailed { .. })
         ));
+    }
+
+    /// A model the caller decoded is what tract parses: the file is not read again (here
+    /// it is gone by then), and the runtime runs as one loaded from the file does.
+    #[test]
+    fn tract_is_given_the_decoded_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let path =
+            crate::runtime::testing::write_tiny(dir.path(), crate::gmlp::SequenceMode::Variable);
+        let ids = NamedTensor {
+            name: "input_ids".into(),
+            value: TensorValue::I64(ndarray::array![[3i64, 17, 5]].into_dyn()),
+        };
+        let from_file = TractRuntime::load(&path)
+            .unwrap()
+            .run(std::slice::from_ref(&ids))
+            .unwrap();
+        let model = crate::onnx::reader::read_model(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for dequantize in [false, true] {
+            let mut rt =
+                TractRuntime::load_file(ModelFile::decoded(&path, &model), dequantize).unwrap();
+            assert_eq!(rt.run(std::slice::from_ref(&ids)).unwrap(), from_file);
+        }
+        assert!(TractRuntime::load(&path).is_err(), "the file is gone");
     }
 }
