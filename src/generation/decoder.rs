@@ -189,14 +189,21 @@ impl<'m> Decoder<'m> {
     /// put them (read them with [`Decoder::next_logits`] or [`Decoder::greedy_next`]).
     pub fn advance(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         self.check(ids)?;
+        self.run(ids)
+    }
+
+    /// Feeds each sequence its pick of the last run: a token of the vocabulary (picked from
+    /// the model's own logits), at a position the caller has room for (the generator
+    /// checks its request once, [`Generator`](crate::generation::Generator)).
+    pub(crate) fn step(&mut self, picks: &[i64]) -> Result<()> {
+        let ids = Array2::from_shape_vec((self.batch, 1), picks.to_vec())
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        self.run(ids.view())
+    }
+
+    /// Runs `ids` [batch, T], checked by the caller, at each sequence's position.
+    fn run(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         let t = ids.ncols();
-        if self.model().info.mode != SequenceMode::Static
-            && self.positions.windows(2).any(|w| w[0] != w[1])
-        {
-            return Err(Error::Internal(
-                "sequences at different positions in a model whose state is one length".into(),
-            ));
-        }
         let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
         let engine = self.model.get_mut().parts().1;
         self.state.run(engine, ids, &positions)?;

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::ArrayView2;
 
 use crate::error::{Error, Result};
 use crate::generation::decoder::Decoder;
@@ -191,9 +191,7 @@ impl<'m> Generator<'m> {
             }
             let step = Instant::now();
             if k > 0 {
-                let ids = Array2::from_shape_vec((batch, 1), last.clone())
-                    .map_err(|e| Error::Internal(e.to_string()))?;
-                self.decoder.advance(ids.view())?;
+                self.decoder.step(&last)?;
             }
             let next = match observe.as_mut() {
                 None if greedy => self.decoder.greedy_next()?,
