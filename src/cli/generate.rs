@@ -14,10 +14,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::generation::SamplingError;
-use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingModel, LoadedModel, StateWrites};
+use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingFile, StateWrites};
 use gmlp_onnx::generation::{Generator, Sampling, StopReason};
-use gmlp_onnx::onnx::reader::read_model;
-use gmlp_onnx::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::flags::OrtFlags;
@@ -215,21 +214,16 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
 pub(crate) fn generate_on(
     kind: RuntimeKind,
     a: &GenerateArgs,
-    (file, model): (ModelFile, &DecodingModel),
+    file: &DecodingFile,
     prompts: &[Vec<i64>],
     new_tokens: usize,
 ) -> anyhow::Result<GenerationReport> {
-    let mut loaded = LoadedModel::open(
-        kind,
-        file,
-        model.clone(),
-        &runtime_options(a),
-        if a.copy_state {
-            StateWrites::Copied
-        } else {
-            StateWrites::InPlace
-        },
-    )?;
+    let writes = if a.copy_state {
+        StateWrites::Copied
+    } else {
+        StateWrites::InPlace
+    };
+    let mut loaded = file.load(kind, &runtime_options(a), writes)?;
     let decoder = Decoder::new(&mut loaded, prompts.len())?;
     let note = announce_note(&decoder);
     let (mode, state_in_place) = (decoder.model().info.mode.as_str(), decoder.in_place());
@@ -317,7 +311,7 @@ fn show_tokens(tokens: &[i64], vocab: usize) -> String {
     s
 }
 
-/// Runs `generate`. The file is decoded once, here, for every runtime that needs it.
+/// Runs `generate`. The file is read once, here ([`DecodingFile`]), for every runtime.
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let path = match (&a.server, &a.model) {
         (Some(url), _) => return server::run(&a, url),
@@ -326,11 +320,10 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             "give a model file or --server".into()
         )),
     };
-    let decoded = read_model(path)?;
-    let file = ModelFile::decoded(path, &decoded);
-    let model = DecodingModel::of_file(file)?;
+    let file = DecodingFile::read(path)?;
+    let model = file.description();
     if let Some(prompts) = &a.prompts_file {
-        return batch::run(&a, file, prompts, &model);
+        return batch::run(&a, &file, prompts);
     }
     let n = model.info.max_sequence;
     let prompt = parse_prompt(&a, model.vocab_size)?;
@@ -356,7 +349,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         results.push(generate_on(
             kind,
             &a,
-            (file, &model),
+            &file,
             std::slice::from_ref(&prompt),
             new_tokens,
         )?);

@@ -5,8 +5,13 @@
 //! and copies nothing; a run's ids, positions and logits have buffers of their own, bound
 //! once too.
 //!
-//! The session runs the file with two more outputs (step_graph.rs): the greedy tokens
-//! (`ArgMax` of the logits) and `position + 1`. A single-token step has two sets of
+//! The session runs the file with two more outputs ([`step_graph`]), so that a step's run
+//! leaves the next step's inputs where they are read, with no work on the host in between
+//! (the way onnxruntime-genai picks tokens on the device and advances its positions by a
+//! kernel rather than from the host): the greedy tokens `next_input_ids` = `ArgMax(logits)`
+//! over the vocabulary, [batch, T] (every row's first largest logit, as the host's pick),
+//! and `next_position` = `position + 1`, [batch]. The file itself is not changed: the
+//! edited copy is loaded from memory. A single-token step has two sets of
 //! `input_ids` [batch, 1] and `position` [batch] buffers used in turn: the step that reads
 //! one set writes its greedy tokens and next positions into the other, so that a greedy
 //! step finds its inputs already written by the run before it, and only the [batch] ids
@@ -21,12 +26,11 @@
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 
 use crate::error::{Error, Result};
-use crate::generation::model::DecodingModel;
 use crate::generation::sampling::argmax;
-use crate::generation::step_graph::{STEP_NEXT_IDS, STEP_NEXT_POSITION};
-use crate::gmlp::decoding::{StateTensor, POSITION};
+use crate::gmlp::decoding::{DecodingInfo, StateTensor, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::runtime::{BindingId, BoundSession, BufferId, Element, Replay};
+use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
+use crate::runtime::{BindingId, BoundSession, BufferId, Element, ModelFile, Replay};
 use crate::tensor::{NamedTensor, TensorValue};
 
 /// The buffers of a prompt's run of T tokens and the binding that names them.
@@ -82,16 +86,16 @@ pub(crate) struct BoundState {
 }
 
 impl BoundState {
-    /// The state buffers of `model` for `batch` sequences, zeroed, and the step's, bound
-    /// in `session` (which runs the file with its step graph's outputs).
+    /// The state buffers of the model `info` describes (its vocabulary `vocab`) for `batch`
+    /// sequences, zeroed, and the step's, bound in `session` (which runs the file with its
+    /// step graph's outputs).
     pub(crate) fn new(
         session: &mut dyn BoundSession,
-        model: &DecodingModel,
+        (info, vocab): (&DecodingInfo, usize),
         batch: usize,
     ) -> Result<BoundState> {
-        let n = model.info.max_sequence;
-        let state = model
-            .info
+        let n = info.max_sequence;
+        let state = info
             .state
             .iter()
             .map(|s| {
@@ -101,10 +105,10 @@ impl BoundState {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let step = step_buffers(session, &state, batch, model.vocab_size)?;
+        let step = step_buffers(session, &state, batch, vocab)?;
         Ok(BoundState {
             batch,
-            vocab: model.vocab_size,
+            vocab,
             positions: n,
             state,
             step,
@@ -389,3 +393,54 @@ fn step_buffers(
         turn: 0,
     })
 }
+
+/// The greedy tokens of a run, [batch, T].
+const STEP_NEXT_IDS: &str = "next_input_ids";
+/// `position + 1`, [batch].
+const STEP_NEXT_POSITION: &str = "next_position";
+/// The constant 1 of [`STEP_NEXT_POSITION`].
+const ONE: &str = "next_position/one";
+
+/// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
+/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
+pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
+    let path = file.path;
+    let (input_ids, position, logits) = (INPUT_IDS, POSITION, LOGITS);
+    let mut model = file.model()?.into_owned();
+    let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
+    let mut edit =
+        ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
+    let taken = edit.value_names();
+    if let Some(name) = [STEP_NEXT_IDS, STEP_NEXT_POSITION, ONE]
+        .into_iter()
+        .find(|n| taken.contains(*n))
+    {
+        return Err(bad(format!(
+            "the graph already has a value named {name}, which static-state decoding adds"
+        )));
+    }
+    for needed in [input_ids, position] {
+        if !taken.contains(needed) {
+            return Err(bad(format!("the graph has no input {needed}")));
+        }
+    }
+    edit.add_i64_initializer(ONE, &[1]);
+    edit.wrap_nodes(
+        &[],
+        &[
+            arg_max_node("next_input_ids/argmax", logits, -1, STEP_NEXT_IDS),
+            add_node("next_position/add", position, ONE, STEP_NEXT_POSITION),
+        ],
+    );
+    if !(edit.add_output_like(STEP_NEXT_IDS, input_ids)
+        && edit.add_output_like(STEP_NEXT_POSITION, position))
+    {
+        return Err(bad(format!(
+            "the graph does not declare {input_ids} and {position} as inputs"
+        )));
+    }
+    Ok(prost::Message::encode_to_vec(&model))
+}
+
+#[cfg(test)]
+mod tests;

@@ -16,8 +16,8 @@
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Remedy, Result};
-use crate::generation::loaded::{LoadedModel, StateWrites};
 use crate::generation::model::{check_vocabulary, DecodingModel};
+use crate::generation::model::{LoadedModel, StateWrites};
 use crate::generation::state::State;
 use crate::gmlp::decoding::SequenceMode;
 use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};

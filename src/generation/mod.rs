@@ -11,14 +11,11 @@
 mod bound;
 pub mod decoder;
 pub mod generator;
-mod loaded;
 pub mod model;
 pub mod sampling;
 mod state;
-mod step_graph;
 
 pub use decoder::Decoder;
 pub use generator::{Generator, Sampling, StopReason};
-pub use loaded::{LoadedModel, StateWrites};
-pub use model::{check_vocabulary, DecodingModel};
+pub use model::{check_vocabulary, DecodingFile, DecodingModel, LoadedModel, StateWrites};
 pub use sampling::SamplingError;

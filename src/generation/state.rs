@@ -12,8 +12,8 @@ use ndarray::{s, Array1, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
 use crate::generation::bound::BoundState;
-use crate::generation::loaded::Engine;
 use crate::generation::model::DecodingModel;
+use crate::generation::model::Engine;
 use crate::generation::sampling::argmax;
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
@@ -35,9 +35,11 @@ impl State {
     /// is a session of bound buffers, else carried, or a prefix without state.
     pub(crate) fn new(engine: &mut Engine, model: &DecodingModel, batch: usize) -> Result<State> {
         Ok(match (engine, model.info.mode) {
-            (Engine::Bound { session, .. }, _) => {
-                State::Bound(BoundState::new(session.as_mut(), model, batch)?)
-            }
+            (Engine::Bound { session, .. }, _) => State::Bound(BoundState::new(
+                session.as_mut(),
+                (&model.info, model.vocab_size),
+                batch,
+            )?),
             (Engine::Runs(_), SequenceMode::Variable) => State::Prefix(Prefix::new(batch)),
             (
                 Engine::Runs(_),

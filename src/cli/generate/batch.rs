@@ -9,8 +9,7 @@
 use std::path::Path;
 
 use gmlp_onnx::generation::StopReason;
-use gmlp_onnx::generation::{check_vocabulary, DecodingModel};
-use gmlp_onnx::runtime::ModelFile;
+use gmlp_onnx::generation::{check_vocabulary, DecodingFile};
 use gmlp_onnx::Error;
 
 use super::{
@@ -64,12 +63,8 @@ pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Resul
 }
 
 /// Runs `generate --prompts-file`.
-pub fn run(
-    a: &GenerateArgs,
-    model_file: ModelFile,
-    prompts_file: &Path,
-    model: &DecodingModel,
-) -> anyhow::Result<()> {
+pub fn run(a: &GenerateArgs, file: &DecodingFile, prompts_file: &Path) -> anyhow::Result<()> {
+    let model = file.description();
     let n = model.info.max_sequence;
     let prompts = read_prompts(prompts_file, model.vocab_size, n)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
@@ -85,13 +80,7 @@ pub fn run(
     check_sampling(a)?;
     let mut results = Vec::new();
     for kind in kinds {
-        results.push(generate_on(
-            kind,
-            a,
-            (model_file, model),
-            &prompts,
-            new_tokens,
-        )?);
+        results.push(generate_on(kind, a, file, &prompts, new_tokens)?);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
