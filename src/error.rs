@@ -51,6 +51,17 @@ pub enum Error {
     /// `max_sequence`): the message says how many, after how many.
     #[error("invalid argument: {0}")]
     PastPositions(String),
+    /// A token id outside the model's vocabulary: `what` names the id (`token id`,
+    /// `prompt token id`, `end token`, …).
+    #[error("invalid argument: {what} {id} is outside the vocabulary 0..{vocab}")]
+    OutsideVocabulary {
+        /// What the id is.
+        what: String,
+        /// The first id outside.
+        id: i64,
+        /// The vocabulary size.
+        vocab: usize,
+    },
     /// A requested runtime (library, execution provider) is not usable on this machine.
     #[error("runtime {runtime} is unavailable: {reason}{}", remedy_clause(*remedy))]
     RuntimeUnavailable {

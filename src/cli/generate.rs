@@ -437,46 +437,31 @@ mod tests {
         Wrapper::parse_from(all).args
     }
 
-    /// A small causal static-state token model (n = 12, vocabulary 50) in `dir`.
+    /// A small causal static-state token model (n = 12) in `dir`, built by `build` as a
+    /// user builds one.
     fn tiny_static(dir: &std::path::Path) -> PathBuf {
-        use gmlp_onnx::gmlp::{
-            export::export_for, init::SeededInit, targets::BuildTarget, GmlpConfig, Precision,
-            SequenceMode, SpatialForm, Task,
-        };
-        let cfg = GmlpConfig {
-            task: Task::Tokens {
-                vocab_size: 50,
-                seq_len: 12,
-                tied_embedding: false,
-            },
-            layers: 2,
-            d_model: 16,
-            d_ffn: 32,
-            attn_dim: Some(8),
-            causal: true,
-            heads: 1,
-            shift_tokens: 0,
-            spatial: SpatialForm::ToeplitzGather,
-            norm_eps: 1e-5,
-            sgu_norm_eps: 1e-5,
-            dtype: Precision::F32,
-            block: Default::default(),
-        };
-        let source = std::sync::Arc::new(SeededInit {
-            seed: 3,
-            scheme: gmlp_onnx::gmlp::init::InitScheme::Spread,
-        });
-        let model = export_for(
-            &cfg,
-            source,
-            "test",
-            None,
-            &BuildTarget::at_opset(17),
-            SequenceMode::Static,
-        )
-        .unwrap();
+        #[derive(Parser)]
+        struct Build {
+            #[command(flatten)]
+            args: crate::cli::build::BuildArgs,
+        }
         let path = dir.join("static.onnx");
-        gmlp_onnx::onnx::writer::write_model(&model.graph, &model.info, &path, |_, _| {}).unwrap();
+        let out = path.to_string_lossy().into_owned();
+        let build = Build::parse_from([
+            "x",
+            "--preset",
+            "amlp-base",
+            "--layers",
+            "1",
+            "--seq-len",
+            "12",
+            "--causal",
+            "--with-past",
+            "-q",
+            "-o",
+            &out,
+        ]);
+        crate::cli::build::run(build.args).unwrap();
         path
     }
 
@@ -508,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn prompts_parse_as_ids_or_bytes_within_the_vocabulary() {
+    fn prompts_parse_as_ids_or_bytes_within_the_vocabulary_and_refusals_name_the_flag() {
         assert_eq!(
             parse_prompt(&args(&["--prompt-ids", "1, 2,3"]), 10).unwrap(),
             [1, 2, 3]
@@ -517,12 +502,30 @@ mod tests {
             parse_prompt(&args(&["--prompt-text", "Hi"]), 256).unwrap(),
             [72, 105]
         );
-        let err =
-            |extra: &[&str], vocab| parse_prompt(&args(extra), vocab).unwrap_err().to_string();
-        assert!(err(&["--prompt-ids", "1,x"], 10).contains("'x' is not a token id"));
-        assert!(err(&["--prompt-ids", "1,10"], 10).contains("outside the vocabulary 0..10"));
-        assert!(err(&["--prompt-ids=-1"], 10).contains("outside the vocabulary"));
-        assert!(err(&["--prompt-text", "Hi"], 50).contains("256 tokens"));
-        assert!(err(&["--prompt-text", ""], 256).contains("empty"));
+        let err = |extra: &[&str], vocab| parse_prompt(&args(extra), vocab).unwrap_err();
+        let outside = |extra: &[&str], vocab| match err(extra, vocab).downcast::<Error>() {
+            Ok(Error::OutsideVocabulary { id, vocab, .. }) => Some((id, vocab)),
+            _ => None,
+        };
+        assert_eq!(outside(&["--prompt-ids", "1,10"], 10), Some((10, 10)));
+        assert_eq!(outside(&["--prompt-ids=-1"], 10), Some((-1, 10)));
+        // The refusals of the prompt's flags, in the words they are rendered in.
+        let said = |extra: &[&str], vocab| err(extra, vocab).to_string();
+        assert_eq!(
+            said(&["--prompt-ids", "1,x"], 10),
+            "invalid argument: --prompt-ids: 'x' is not a token id"
+        );
+        assert_eq!(
+            said(&["--prompt-text", "Hi"], 50),
+            "invalid argument: --prompt-text needs a byte-level vocabulary of 256 tokens; this model has 50 (use --prompt-ids)"
+        );
+        assert_eq!(
+            said(&["--prompt-text", ""], 256),
+            "invalid argument: the prompt is empty"
+        );
+        assert_eq!(
+            said(&["--prompt-ids", "1,10"], 10),
+            "invalid argument: prompt token id 10 is outside the vocabulary 0..10"
+        );
     }
 }

@@ -35,9 +35,11 @@ pub fn check_vocabulary<'a>(
         .into_iter()
         .find(|&&id| id < 0 || id as u64 >= vocab as u64)
     {
-        Some(bad) => Err(Error::InvalidArgument(format!(
-            "{what} {bad} is outside the vocabulary 0..{vocab}"
-        ))),
+        Some(&id) => Err(Error::OutsideVocabulary {
+            what: what.into(),
+            id,
+            vocab,
+        }),
         None => Ok(()),
     }
 }
