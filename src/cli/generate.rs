@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use gmlp_onnx::generation::SamplingError;
-use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingFile, StateWrites};
+use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingFile, DecodingModel, StateWrites};
 use gmlp_onnx::generation::{Generator, Sampling, StopReason};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
@@ -357,44 +357,50 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        for g in &results {
-            let Sequences::One {
-                prompt_tokens,
-                tokens,
-                stopped,
-                prefill_tokens_per_s,
-            } = &g.sequences
-            else {
-                anyhow::bail!(Error::Internal("a batch report of one prompt".into()));
-            };
-            println!("{} ({} model):", g.runtime, g.mode);
-            println!("{}", show_tokens(tokens, model.vocab_size));
-            if *stopped == StopReason::EndToken {
-                println!("stopped at the end token");
-            }
-            println!(
-                "prefill: {prompt_tokens} tokens in {:.1} ms ({prefill_tokens_per_s:.0} tokens/s)",
-                g.prefill_ms
-            );
-            match (g.step_median_ms, g.step_tokens_per_s) {
-                (Some(median), Some(rate)) => println!(
-                    "steps:   {} tokens in {:.1} ms ({rate:.1} tokens/s, median step {median:.2} ms{})",
-                    g.steps,
-                    g.steps_ms,
-                    if model.info.mode.has_state() {
-                        ""
-                    } else {
-                        "; no state: each step re-runs the whole prefix"
-                    }
-                ),
-                _ => println!("steps:   none"),
-            }
-        }
+        print_reports(&results, model)?;
         if new_tokens < a.max_new_tokens.unwrap_or(usize::MAX) && a.max_new_tokens.is_none() {
             println!("stopped at the model's {n} positions");
         }
     }
     same_tokens(&results, a.json)
+}
+
+/// The text report of one prompt's generation on each runtime.
+fn print_reports(results: &[GenerationReport], model: &DecodingModel) -> anyhow::Result<()> {
+    for g in results {
+        let Sequences::One {
+            prompt_tokens,
+            tokens,
+            stopped,
+            prefill_tokens_per_s,
+        } = &g.sequences
+        else {
+            anyhow::bail!(Error::Internal("a batch report of one prompt".into()));
+        };
+        println!("{} ({} model):", g.runtime, g.mode);
+        println!("{}", show_tokens(tokens, model.vocab_size));
+        if *stopped == StopReason::EndToken {
+            println!("stopped at the end token");
+        }
+        println!(
+            "prefill: {prompt_tokens} tokens in {:.1} ms ({prefill_tokens_per_s:.0} tokens/s)",
+            g.prefill_ms
+        );
+        match (g.step_median_ms, g.step_tokens_per_s) {
+            (Some(median), Some(rate)) => println!(
+                "steps:   {} tokens in {:.1} ms ({rate:.1} tokens/s, median step {median:.2} ms{})",
+                g.steps,
+                g.steps_ms,
+                if model.info.mode.has_state() {
+                    ""
+                } else {
+                    "; no state: each step re-runs the whole prefix"
+                }
+            ),
+            _ => println!("steps:   none"),
+        }
+    }
+    Ok(())
 }
 
 /// `--compare`: fails (exit 1) when two runtimes generated different tokens, else says

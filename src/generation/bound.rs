@@ -29,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::generation::sampling::argmax;
 use crate::gmlp::decoding::{DecodingInfo, StateTensor, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::onnx::edit::{add_node, arg_max_node, ModelEdit};
+use crate::onnx::edit::{add_node, arg_max_node, value_names, ModelEdit};
+use crate::onnx::proto::{GraphProto, ModelProto, ValueInfoProto};
 use crate::runtime::{BindingId, BoundSession, BufferId, Element, ModelFile, Replay};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -402,15 +403,21 @@ const STEP_NEXT_POSITION: &str = "next_position";
 const ONE: &str = "next_position/one";
 
 /// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
-/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not).
+/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not). The
+/// decoded model is not copied: the additions are a second, small model encoded after it,
+/// which protobuf's parsers merge into the first (a message field met twice is merged, its
+/// repeated fields appended), so they read as the graph's last initializer, nodes and
+/// outputs.
 pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
     let path = file.path;
     let (input_ids, position, logits) = (INPUT_IDS, POSITION, LOGITS);
-    let mut model = file.model()?.into_owned();
+    let model = file.model()?;
     let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
-    let mut edit =
-        ModelEdit::new(&mut model).ok_or_else(|| bad("the model has no graph".into()))?;
-    let taken = edit.value_names();
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| bad("the model has no graph".into()))?;
+    let taken = value_names(graph);
     if let Some(name) = [STEP_NEXT_IDS, STEP_NEXT_POSITION, ONE]
         .into_iter()
         .find(|n| taken.contains(*n))
@@ -419,11 +426,18 @@ pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
             "the graph already has a value named {name}, which static-state decoding adds"
         )));
     }
-    for needed in [input_ids, position] {
-        if !taken.contains(needed) {
-            return Err(bad(format!("the graph has no input {needed}")));
-        }
-    }
+    let declared = |name: &str| graph.input.iter().find(|v| v.name() == name);
+    let (Some(ids_input), Some(position_input)) = (declared(input_ids), declared(position)) else {
+        return Err(bad(format!(
+            "the graph does not declare {input_ids} and {position} as inputs"
+        )));
+    };
+    let mut additions = ModelProto {
+        graph: Some(GraphProto::default()),
+        ..Default::default()
+    };
+    let mut edit = ModelEdit::new(&mut additions)
+        .ok_or_else(|| Error::Internal("an edit of a model without a graph".into()))?;
     edit.add_i64_initializer(ONE, &[1]);
     edit.wrap_nodes(
         &[],
@@ -432,14 +446,21 @@ pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
             add_node("next_position/add", position, ONE, STEP_NEXT_POSITION),
         ],
     );
-    if !(edit.add_output_like(STEP_NEXT_IDS, input_ids)
-        && edit.add_output_like(STEP_NEXT_POSITION, position))
-    {
-        return Err(bad(format!(
-            "the graph does not declare {input_ids} and {position} as inputs"
-        )));
+    let output = |name: &str, like: &ValueInfoProto| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: like.r#type.clone(),
+        ..Default::default()
+    };
+    if let Some(g) = additions.graph.as_mut() {
+        g.output = vec![
+            output(STEP_NEXT_IDS, ids_input),
+            output(STEP_NEXT_POSITION, position_input),
+        ];
     }
-    Ok(prost::Message::encode_to_vec(&model))
+    let mut bytes = prost::Message::encode_to_vec(&*model);
+    prost::Message::encode(&additions, &mut bytes)
+        .map_err(|e| Error::Internal(format!("encoding the step graph: {e}")))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -35,13 +35,7 @@ impl<'m> ModelEdit<'m> {
     /// Every value name the graph reads or defines: node inputs and outputs, initializers
     /// and graph inputs (the names a value added by an edit must avoid).
     pub fn value_names(&self) -> HashSet<String> {
-        let g = &*self.graph;
-        g.node
-            .iter()
-            .flat_map(|n| n.input.iter().chain(&n.output).cloned())
-            .chain(g.initializer.iter().map(|t| t.name().to_string()))
-            .chain(g.input.iter().map(|v| v.name().to_string()))
-            .collect()
+        value_names(self.graph)
     }
 
     /// True when a node carries a subgraph (`If`, `Loop`, `Scan`), whose values the renames
@@ -430,6 +424,17 @@ pub fn reshape_node(name: &str, data: &str, shape: &str, output: &str) -> Node {
 /// The node `name` computing `output`, the i64 index of the first largest element of
 /// `data` along `axis`, that axis removed (`keepdims` 0, `select_last_index` 0).
 ///
+/// Every value name `g` reads or defines: node inputs and outputs, initializers and graph
+/// inputs (the names a value added by an edit must avoid).
+pub fn value_names(g: &onnx::GraphProto) -> HashSet<String> {
+    g.node
+        .iter()
+        .flat_map(|n| n.input.iter().chain(&n.output).cloned())
+        .chain(g.initializer.iter().map(|t| t.name().to_string()))
+        .chain(g.input.iter().map(|v| v.name().to_string()))
+        .collect()
+}
+
 /// [ArgMax](https://onnx.ai/onnx/operators/onnx__ArgMax.html): versions 1, 11 (negative axes), 12 (`select_last_index`), 13 (bfloat16); the same form in every opset here.
 pub fn arg_max_node(name: &str, data: &str, axis: i64, output: &str) -> Node {
     let attributes = vec![

@@ -145,9 +145,8 @@ pub fn check_decoding(
     progress: &mut dyn FnMut(&str),
 ) -> Result<DecodingReport> {
     let mut rng = SplitMix64::keyed(seed, "decoding");
-    let tokens = plan.tokens();
     let vocab = model.vocab_size as u64;
-    let ids = Array2::from_shape_fn((batch, tokens), |_| rng.below(vocab) as i64);
+    let ids = Array2::from_shape_fn((batch, plan.tokens()), |_| rng.below(vocab) as i64);
     let mut reports = Vec::new();
     let mut stepwise_results: Vec<(String, Vec<NamedTensor>)> = Vec::new();
     for (kind, rt) in runtimes {
@@ -155,76 +154,24 @@ pub fn check_decoding(
         progress(&format!("decoding {name}"));
         let mut loaded = LoadedModel::over(rt, kind, file, model.clone(), options)?;
         let mut decoder = Decoder::new(&mut loaded, batch)?;
-        let state_in_place = decoder.in_place();
-        let whole = decoder.feed(ids.view())?;
-        let whole_state = decoder.state()?;
-        decoder.reset()?;
-        let mut against_whole = Vec::new();
-        let mut all_logits = Vec::new();
-        let (mut prefill_ms, mut step_ms) = (0.0, Vec::new());
-        for (label, start, len) in plan.pieces() {
-            let started = Instant::now();
-            let logits = decoder.feed(ids.slice(s![.., start..start + len]))?;
-            let ms = started.elapsed().as_secs_f64() * 1e3;
-            if label == "prefill" {
-                prefill_ms = ms;
-            } else if len == 1 {
-                step_ms.push(ms);
-            }
-            let output = format!("logits[{label}]");
-            let expected = whole.slice(s![.., start..start + len, ..]).to_owned();
-            against_whole.push(compare(
-                &f32_tensor(output.clone(), expected),
-                &f32_tensor(output.clone(), logits.clone()),
-                tolerance,
-            )?);
-            all_logits.push(logits);
-        }
-        let final_state = decoder.state()?;
-        for (state, whole) in final_state.iter().zip(&whole_state) {
-            against_whole.push(compare(whole, state, tolerance)?);
-        }
-        step_ms.sort_by(f64::total_cmp);
-        let views: Vec<_> = all_logits.iter().map(|a| a.view()).collect();
-        let logits = ndarray::concatenate(ndarray::Axis(1), &views)
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        let mut results = vec![NamedTensor {
-            name: "logits[stepwise]".into(),
-            value: TensorValue::F32(logits.into_dyn()),
-        }];
-        results.extend(final_state);
+        let (report, results) = decode_in_pieces(&mut decoder, &ids, plan, tolerance)?;
+        drop(decoder);
         stepwise_results.push((name.clone(), results));
         progress(&format!("generating on {name}"));
         let prompts: Vec<Vec<i64>> = ids
             .outer_iter()
             .map(|row| row.iter().take(plan.prefill).copied().collect())
             .collect();
-        drop(decoder);
         let greedy_tokens = Generator::new(Decoder::new(&mut loaded, batch)?, Sampling::GREEDY)?
             .generate(&prompts, plan.steps + plan.chunk, &mut |_| {})?
             .tokens;
         reports.push(DecodingRuntimeReport {
             name,
-            prefill_ms,
-            step_median_ms: (!step_ms.is_empty()).then(|| step_ms[step_ms.len() / 2]),
-            state_in_place,
-            pass: against_whole.iter().all(|d| d.pass),
-            against_whole,
             greedy_tokens,
+            ..report
         });
     }
-    let mut pairs = Vec::new();
-    for i in 0..stepwise_results.len() {
-        for j in i + 1..stepwise_results.len() {
-            let diffs = stepwise_results[i]
-                .1
-                .iter()
-                .zip(&stepwise_results[j].1)
-                .map(|(a, b)| compare(a, b, tolerance))
-                .collect::<Result<Vec<_>>>()?;
-            pairs.push(pair(&stepwise_results[i].0, &stepwise_results[j].0, diffs));
-        }
-    }
+    let pairs = every_pair(&stepwise_results, tolerance)?;
     let pass = reports.iter().all(|r| r.pass) && pairs.iter().all(|p| p.pass);
     let greedy_tokens_agree = reports
         .windows(2)
@@ -237,6 +184,86 @@ pub fn check_decoding(
         pass,
         greedy_tokens_agree,
     })
+}
+
+/// One runtime's check: `ids` fed whole, then in the plan's pieces from a reset state,
+/// each piece's logits and the final state compared with the whole run's. Returns the
+/// runtime's report (its name and greedy tokens left for the caller) and its stepwise
+/// results (all the pieces' logits, then the final state) for the comparison across
+/// runtimes.
+fn decode_in_pieces(
+    decoder: &mut Decoder,
+    ids: &Array2<i64>,
+    plan: DecodingPlan,
+    tolerance: Tolerance,
+) -> Result<(DecodingRuntimeReport, Vec<NamedTensor>)> {
+    let state_in_place = decoder.in_place();
+    let whole = decoder.feed(ids.view())?;
+    let whole_state = decoder.state()?;
+    decoder.reset()?;
+    let mut against_whole = Vec::new();
+    let mut all_logits = Vec::new();
+    let (mut prefill_ms, mut step_ms) = (0.0, Vec::new());
+    for (label, start, len) in plan.pieces() {
+        let started = Instant::now();
+        let logits = decoder.feed(ids.slice(s![.., start..start + len]))?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        if label == "prefill" {
+            prefill_ms = ms;
+        } else if len == 1 {
+            step_ms.push(ms);
+        }
+        let output = format!("logits[{label}]");
+        let expected = whole.slice(s![.., start..start + len, ..]).to_owned();
+        against_whole.push(compare(
+            &f32_tensor(output.clone(), expected),
+            &f32_tensor(output.clone(), logits.clone()),
+            tolerance,
+        )?);
+        all_logits.push(logits);
+    }
+    let final_state = decoder.state()?;
+    for (state, whole) in final_state.iter().zip(&whole_state) {
+        against_whole.push(compare(whole, state, tolerance)?);
+    }
+    step_ms.sort_by(f64::total_cmp);
+    let views: Vec<_> = all_logits.iter().map(|a| a.view()).collect();
+    let logits = ndarray::concatenate(ndarray::Axis(1), &views)
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let mut results = vec![NamedTensor {
+        name: "logits[stepwise]".into(),
+        value: TensorValue::F32(logits.into_dyn()),
+    }];
+    results.extend(final_state);
+    let report = DecodingRuntimeReport {
+        name: String::new(),
+        prefill_ms,
+        step_median_ms: (!step_ms.is_empty()).then(|| step_ms[step_ms.len() / 2]),
+        state_in_place,
+        pass: against_whole.iter().all(|d| d.pass),
+        against_whole,
+        greedy_tokens: Vec::new(),
+    };
+    Ok((report, results))
+}
+
+/// The stepwise results of every pair of runtimes compared.
+fn every_pair(
+    results: &[(String, Vec<NamedTensor>)],
+    tolerance: Tolerance,
+) -> Result<Vec<PairReport>> {
+    let mut pairs = Vec::new();
+    for (i, (a, a_results)) in results.iter().enumerate() {
+        for (b, b_results) in &results[i + 1..] {
+            let diffs = a_results
+                .iter()
+                .zip(b_results)
+                .map(|(x, y)| compare(x, y, tolerance))
+                .collect::<Result<Vec<_>>>()?;
+            pairs.push(pair(a, b, diffs));
+        }
+    }
+    Ok(pairs)
 }
 
 impl DecodingReport {
