@@ -1,7 +1,7 @@
 //! Tests of the configuration plan and its names.
 
 use super::*;
-use crate::serve::triton::testing::{model, tensor};
+use crate::serve::triton::testing::{model, names_settings, tensor};
 
 #[test]
 fn variable_dimensions_become_minus_one() {
@@ -67,8 +67,8 @@ fn with_past_models_get_implicit_states_starting_empty() {
     assert!(text.contains("oldest {"), "{text}");
     let mut options = TritonOptions::new("lm");
     options.max_batch_size = Some(8);
-    let e = plan(&m, &options).unwrap_err().to_string();
-    assert!(e.contains("max_batch_size 1, not 8"), "{e}");
+    let e = plan(&m, &options).unwrap_err();
+    assert!(names_settings(&e, &[Setting::StaticState]), "{e:?}");
 }
 
 #[test]
@@ -88,8 +88,8 @@ fn a_past_input_without_its_present_output_is_refused() {
             &["batch", "sequence", "50"],
         )],
     );
-    let e = plan(&m, &TritonOptions::new("lm")).unwrap_err().to_string();
-    assert!(e.contains("no output present_sgu.0"), "{e}");
+    let e = plan(&m, &TritonOptions::new("lm")).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
 }
 
 #[test]
@@ -106,8 +106,11 @@ fn types_triton_cannot_carry_are_refused() {
             &[tensor("x", elem, &["batch", "4"])],
             &[tensor("y", DataType::Float, &["batch", "4"])],
         );
-        let e = plan(&m, &TritonOptions::new("m")).unwrap_err().to_string();
-        assert!(e.contains("cannot carry"), "{e}");
+        let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        // The one test of this family's words: the message names the refused type, on
+        // one line.
+        let e = e.to_string();
         assert!(e.contains(&format!("({name})")), "{e}");
         assert!(!e.contains('\n'));
     }
@@ -125,18 +128,7 @@ fn a_fixed_batch_dimension_needs_batching_off() {
         &[tensor("y", DataType::Float, &["1", "4"])],
     );
     let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("(use TritonOptions::max_batch_size 0)"),
-        "{e}"
-    );
-    let Error::Setting(phrase) = e else {
-        panic!("{e:?}")
-    };
-    assert_eq!(
-        phrase.settings().collect::<Vec<_>>(),
-        [Setting::TritonMaxBatchSize]
-    );
+    assert!(names_settings(&e, &[Setting::TritonMaxBatchSize]), "{e:?}");
     let mut options = TritonOptions::new("m");
     options.max_batch_size = Some(0);
     assert_eq!(plan(&m, &options).unwrap().inputs[0].dims, vec![1, 4]);
