@@ -215,89 +215,171 @@ fn central_records(cd: &[u8], count: u64) -> ZipResult<Vec<(Entry, u64)>> {
     let mut names = std::collections::HashSet::new();
     let mut pos = 0usize;
     for i in 0..count {
-        let record = cd
-            .get(pos..pos + CENTRAL_LEN)
-            .filter(|r| u32_at(r, 0) == CENTRAL_SIG)
-            .ok_or_else(|| {
-                damaged(format!(
-                    "central directory record {i} is missing or damaged"
-                ))
-            })?;
-        let flags = u16_at(record, 8);
-        let method = match u16_at(record, 10) {
-            0 => Method::Stored,
-            8 => Method::Deflated,
-            m => Method::Other(m),
-        };
-        let crc32 = u32_at(record, 16);
-        let mut compressed_size = u64::from(u32_at(record, 20));
-        let mut size = u64::from(u32_at(record, 24));
-        let name_len = usize::from(u16_at(record, 28));
-        let extra_len = usize::from(u16_at(record, 30));
-        let comment_len = usize::from(u16_at(record, 32));
-        let disk = u16_at(record, 34);
-        let mut offset = u64::from(u32_at(record, 42));
-        let name_at = pos + CENTRAL_LEN;
-        let end = name_at + name_len + extra_len + comment_len;
-        if end > cd.len() {
-            return Err(damaged(format!(
-                "central directory record {i} runs past the directory"
-            )));
+        let (entry, offset, end) = central_record(cd, pos, i)?;
+        if !names.insert(entry.name.clone()) {
+            return Err(damaged(format!("member '{}' appears twice", entry.name)));
         }
-        let name = std::str::from_utf8(&cd[name_at..name_at + name_len])
-            .map_err(|_| damaged(format!("member {i}'s name is not UTF-8")))?
-            .to_string();
-        let mut extra = &cd[name_at + name_len..name_at + name_len + extra_len];
-        // The zip64 extra field holds, in this order, each value whose 32-bit field is full.
-        while extra.len() >= 4 {
-            let (id, n) = (u16_at(extra, 0), usize::from(u16_at(extra, 2)));
-            let data = extra.get(4..4 + n).ok_or_else(|| {
-                damaged(format!(
-                    "member '{name}': an extra field runs past its record"
-                ))
-            })?;
-            if id == 1 {
-                let mut fields = data.chunks_exact(8).map(|c| u64_at(c, 0));
-                for value in [&mut size, &mut compressed_size, &mut offset] {
-                    if *value == u64::from(u32::MAX) {
-                        *value = fields.next().ok_or_else(|| {
-                            damaged(format!(
-                                "member '{name}': its zip64 extra field is too short"
-                            ))
-                        })?;
-                    }
-                }
-            }
-            extra = &extra[4 + n..];
-        }
-        if disk != 0 && disk != u16::MAX {
-            return Err(ZipError::Unsupported(
-                "multi-disk archives are not supported".into(),
-            ));
-        }
-        if [size, compressed_size, offset].contains(&u64::from(u32::MAX)) {
-            return Err(damaged(format!(
-                "member '{name}': zip64 sizes without a zip64 extra field"
-            )));
-        }
-        if !names.insert(name.clone()) {
-            return Err(damaged(format!("member '{name}' appears twice")));
-        }
-        out.push((
-            Entry {
-                name,
-                method,
-                compressed_size,
-                size,
-                crc32,
-                encrypted: flags & 0x41 != 0,
-                data_start: 0,
-            },
-            offset,
-        ));
+        out.push((entry, offset));
         pos = end;
     }
     Ok(out)
+}
+
+/// The central record `i`, at `pos` in `cd`: (entry without its data offset, local header
+/// offset, where the next record starts).
+fn central_record(cd: &[u8], pos: usize, i: u64) -> ZipResult<(Entry, u64, usize)> {
+    let record = cd
+        .get(pos..pos + CENTRAL_LEN)
+        .filter(|r| u32_at(r, 0) == CENTRAL_SIG)
+        .ok_or_else(|| {
+            damaged(format!(
+                "central directory record {i} is missing or damaged"
+            ))
+        })?;
+    let flags = u16_at(record, 8);
+    let method = match u16_at(record, 10) {
+        0 => Method::Stored,
+        8 => Method::Deflated,
+        m => Method::Other(m),
+    };
+    let crc32 = u32_at(record, 16);
+    let mut compressed_size = u64::from(u32_at(record, 20));
+    let mut size = u64::from(u32_at(record, 24));
+    let name_len = usize::from(u16_at(record, 28));
+    let extra_len = usize::from(u16_at(record, 30));
+    let comment_len = usize::from(u16_at(record, 32));
+    let disk = u16_at(record, 34);
+    let mut offset = u64::from(u32_at(record, 42));
+    let name_at = pos + CENTRAL_LEN;
+    let end = name_at + name_len + extra_len + comment_len;
+    if end > cd.len() {
+        return Err(damaged(format!(
+            "central directory record {i} runs past the directory"
+        )));
+    }
+    let name = std::str::from_utf8(&cd[name_at..name_at + name_len])
+        .map_err(|_| damaged(format!("member {i}'s name is not UTF-8")))?
+        .to_string();
+    let extra = &cd[name_at + name_len..name_at + name_len + extra_len];
+    apply_zip64_extra(extra, &name, [&mut size, &mut compressed_size, &mut offset])?;
+    if disk != 0 && disk != u16::MAX {
+        return Err(ZipError::Unsupported(
+            "multi-disk archives are not supported".into(),
+        ));
+    }
+    if [size, compressed_size, offset].contains(&u64::from(u32::MAX)) {
+        return Err(damaged(format!(
+            "member '{name}': zip64 sizes without a zip64 extra field"
+        )));
+    }
+    let entry = Entry {
+        name,
+        method,
+        compressed_size,
+        size,
+        crc32,
+        encrypted: flags & 0x41 != 0,
+        data_start: 0,
+    };
+    Ok((entry, offset, end))
+}
+
+/// Reads the zip64 extra field among the extra fields `extra` of member `name` into
+/// `values` (size, compressed size, local header offset): it holds, in this order, each
+/// value whose 32-bit field is full.
+fn apply_zip64_extra(mut extra: &[u8], name: &str, mut values: [&mut u64; 3]) -> ZipResult<()> {
+    while extra.len() >= 4 {
+        let (id, n) = (u16_at(extra, 0), usize::from(u16_at(extra, 2)));
+        let data = extra.get(4..4 + n).ok_or_else(|| {
+            damaged(format!(
+                "member '{name}': an extra field runs past its record"
+            ))
+        })?;
+        if id == 1 {
+            let mut fields = data.chunks_exact(8).map(|c| u64_at(c, 0));
+            for value in values.iter_mut() {
+                if **value == u64::from(u32::MAX) {
+                    **value = fields.next().ok_or_else(|| {
+                        damaged(format!(
+                            "member '{name}': its zip64 extra field is too short"
+                        ))
+                    })?;
+                }
+            }
+        }
+        extra = &extra[4 + n..];
+    }
+    Ok(())
+}
+
+/// Refuses a central directory of `cd_size` bytes at `cd_offset` listing `count` members
+/// that runs past its end record at `cd_end`, is too large, or has no room for them.
+fn check_directory_bounds(cd_offset: u64, cd_size: u64, count: u64, cd_end: u64) -> ZipResult<()> {
+    if cd_offset
+        .checked_add(cd_size)
+        .is_none_or(|end| end > cd_end)
+    {
+        return Err(damaged(format!(
+            "the central directory ({cd_size} bytes at {cd_offset}) runs past its end record at {cd_end}"
+        )));
+    }
+    if cd_size > MAX_CENTRAL_DIRECTORY {
+        return Err(ZipError::TooLarge(format!(
+            "a central directory of {cd_size} bytes is too large"
+        )));
+    }
+    if count > cd_size / CENTRAL_LEN as u64 {
+        return Err(damaged(format!(
+            "{count} members do not fit a central directory of {cd_size} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the local header of `entry` at `offset` and sets where its data starts; refuses
+/// a header that is missing, names another member, or whose data runs into the central
+/// directory at `cd_offset`. Returns where its data ends.
+fn locate_data<R: Read + Seek>(
+    reader: &mut R,
+    entry: &mut Entry,
+    offset: u64,
+    cd_offset: u64,
+) -> ZipResult<u64> {
+    let name = &entry.name;
+    let mut local = [0u8; LOCAL_LEN];
+    if offset
+        .checked_add(LOCAL_LEN as u64)
+        .is_none_or(|e| e > cd_offset)
+    {
+        return Err(damaged(format!(
+            "member '{name}' starts past the archive's data"
+        )));
+    }
+    read_at(reader, offset, &mut local)?;
+    if u32_at(&local, 0) != LOCAL_SIG {
+        return Err(damaged(format!(
+            "member '{name}' has no local header at {offset}"
+        )));
+    }
+    let name_len = u64::from(u16_at(&local, 26));
+    let extra_len = u64::from(u16_at(&local, 28));
+    let mut local_name = vec![0u8; name_len as usize];
+    reader.read_exact(&mut local_name).map_err(io)?;
+    if local_name != name.as_bytes() {
+        return Err(damaged(format!(
+            "member '{name}' is named '{}' in its local header",
+            String::from_utf8_lossy(&local_name)
+        )));
+    }
+    entry.data_start = offset + LOCAL_LEN as u64 + name_len + extra_len;
+    let data_end = entry.data_start.checked_add(entry.compressed_size);
+    match data_end {
+        Some(e) if e <= cd_offset => Ok(e),
+        _ => Err(damaged(format!(
+            "member '{}' ({} bytes at {}) runs into the central directory at {cd_offset}",
+            entry.name, entry.compressed_size, entry.data_start
+        ))),
+    }
 }
 
 impl<R: Read + Seek> ZipArchive<R> {
@@ -305,65 +387,15 @@ impl<R: Read + Seek> ZipArchive<R> {
     /// member's local header.
     pub fn new(mut reader: R, len: u64) -> ZipResult<Self> {
         let (cd_offset, cd_size, count, cd_end) = find_directory(&mut reader, len)?;
-        if cd_offset
-            .checked_add(cd_size)
-            .is_none_or(|end| end > cd_end)
-        {
-            return Err(damaged(format!(
-                "the central directory ({cd_size} bytes at {cd_offset}) runs past its end record at {cd_end}"
-            )));
-        }
-        if cd_size > MAX_CENTRAL_DIRECTORY {
-            return Err(ZipError::TooLarge(format!(
-                "a central directory of {cd_size} bytes is too large"
-            )));
-        }
-        if count > cd_size / CENTRAL_LEN as u64 {
-            return Err(damaged(format!(
-                "{count} members do not fit a central directory of {cd_size} bytes"
-            )));
-        }
+        check_directory_bounds(cd_offset, cd_size, count, cd_end)?;
         let mut cd = vec![0u8; cd_size as usize];
         read_at(&mut reader, cd_offset, &mut cd)?;
         let records = central_records(&cd, count)?;
         let mut entries = Vec::with_capacity(records.len());
         let mut spans = Vec::with_capacity(records.len());
         for (mut entry, offset) in records {
-            let name = &entry.name;
-            let mut local = [0u8; LOCAL_LEN];
-            if offset
-                .checked_add(LOCAL_LEN as u64)
-                .is_none_or(|e| e > cd_offset)
-            {
-                return Err(damaged(format!(
-                    "member '{name}' starts past the archive's data"
-                )));
-            }
-            read_at(&mut reader, offset, &mut local)?;
-            if u32_at(&local, 0) != LOCAL_SIG {
-                return Err(damaged(format!(
-                    "member '{name}' has no local header at {offset}"
-                )));
-            }
-            let name_len = u64::from(u16_at(&local, 26));
-            let extra_len = u64::from(u16_at(&local, 28));
-            let mut local_name = vec![0u8; name_len as usize];
-            reader.read_exact(&mut local_name).map_err(io)?;
-            if local_name != name.as_bytes() {
-                return Err(damaged(format!(
-                    "member '{name}' is named '{}' in its local header",
-                    String::from_utf8_lossy(&local_name)
-                )));
-            }
-            entry.data_start = offset + LOCAL_LEN as u64 + name_len + extra_len;
-            let data_end = entry.data_start.checked_add(entry.compressed_size);
-            if data_end.is_none_or(|e| e > cd_offset) {
-                return Err(damaged(format!(
-                    "member '{name}' ({} bytes at {}) runs into the central directory at {cd_offset}",
-                    entry.compressed_size, entry.data_start
-                )));
-            }
-            spans.push((offset, data_end.expect("checked"), entries.len()));
+            let data_end = locate_data(&mut reader, &mut entry, offset, cd_offset)?;
+            spans.push((offset, data_end, entries.len()));
             entries.push(entry);
         }
         spans.sort_unstable();

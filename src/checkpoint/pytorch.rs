@@ -173,8 +173,20 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
     }
     let pickle = next("object pickle")?;
     let keys = next("storage keys")?;
-    let keys: Vec<String> = keys
-        .items(&keys.root)
+    let keys = storage_keys(&keys, what)?;
+    let storages = legacy_storages(bytes, &mut pos, &pickle, keys, what)?;
+    if pos != bytes.len() {
+        return Err(bad(
+            what,
+            format!("{} bytes after the last storage", bytes.len() - pos),
+        ));
+    }
+    tensors_of(&pickle, &storages, what)
+}
+
+/// The storage keys of a legacy file, from the pickle `keys` (a list of strings).
+fn storage_keys(keys: &Pickle, what: &str) -> Result<Vec<String>> {
+    keys.items(&keys.root)
         .filter(|_| matches!(keys.root, Value::List(_)))
         .ok_or_else(|| bad(what, "the storage key list is not a list"))?
         .iter()
@@ -182,7 +194,19 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
             Value::Str(s) => Ok(s.to_string()),
             other => Err(bad(what, format!("a storage key is a {other:?}"))),
         })
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// The storages of a legacy file, one per key of `keys` in order from `pos` in `bytes`
+/// (which it advances past them): each an 8-byte element count, checked against what the
+/// tensors of `pickle` say, and its bytes.
+fn legacy_storages(
+    bytes: &[u8],
+    pos: &mut usize,
+    pickle: &Pickle,
+    keys: Vec<String>,
+    what: &str,
+) -> Result<HashMap<String, Vec<u8>>> {
     let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
     for key in keys {
         let reference = pickle
@@ -191,7 +215,7 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
             .find(|s| *s.key == *key)
             .ok_or_else(|| bad(what, format!("storage '{key}' is not used by any tensor")))?;
         let count = bytes
-            .get(pos..pos + 8)
+            .get(*pos..*pos + 8)
             .ok_or_else(|| bad(what, format!("storage '{key}' is missing (truncated file)")))?;
         let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
         if count != reference.numel {
@@ -203,10 +227,10 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
                 ),
             ));
         }
-        pos += 8;
+        *pos += 8;
         let size = storage_bytes(reference, what)?;
         let data = bytes
-            .get(pos..)
+            .get(*pos..)
             .and_then(|rest| rest.get(..size))
             .ok_or_else(|| {
                 bad(
@@ -214,18 +238,12 @@ pub fn read_legacy(bytes: &[u8], what: &str) -> Result<Vec<NamedTensor>> {
                     format!("storage '{key}' needs {size} bytes, the file ends first"),
                 )
             })?;
-        pos += size;
+        *pos += size;
         if storages.insert(key.clone(), data.to_vec()).is_some() {
             return Err(bad(what, format!("storage '{key}' appears twice")));
         }
     }
-    if pos != bytes.len() {
-        return Err(bad(
-            what,
-            format!("{} bytes after the last storage", bytes.len() - pos),
-        ));
-    }
-    tensors_of(&pickle, &storages, what)
+    Ok(storages)
 }
 
 /// Reads the member `name` whole (None if absent), refusing one that declares more than
@@ -513,84 +531,4 @@ fn materialize(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn view(offset: usize, shape: &[usize], stride: &[usize]) -> TensorView {
-        TensorView {
-            storage: 0,
-            offset,
-            shape: shape.to_vec(),
-            stride: stride.to_vec(),
-        }
-    }
-
-    #[test]
-    fn strided_views_visit_elements_in_row_major_order() {
-        let mut budget = 1000;
-        // x = arange(12).reshape(3, 4).t()[1:] : shape [3, 3], stride [1, 4], offset 1.
-        let got = element_indices(&view(1, &[3, 3], &[1, 4]), 12, &mut budget).unwrap();
-        assert_eq!(got, [1, 5, 9, 2, 6, 10, 3, 7, 11]);
-        assert_eq!(budget, 991);
-        let got = element_indices(&view(2, &[2, 1, 2], &[3, 0, 1]), 7, &mut budget).unwrap();
-        assert_eq!(got, [2, 3, 5, 6]);
-        assert_eq!(
-            element_indices(&view(0, &[], &[]), 1, &mut budget).unwrap(),
-            [0]
-        );
-        assert!(element_indices(&view(99, &[0, 5], &[5, 1]), 1, &mut budget)
-            .unwrap()
-            .is_empty());
-    }
-
-    #[test]
-    fn views_past_their_storage_or_over_budget_are_refused() {
-        let mut budget = 1000;
-        let e = element_indices(&view(1, &[3, 4], &[4, 1]), 12, &mut budget).unwrap_err();
-        assert!(
-            matches!(e, ViewError::PastStorage { offset: 1, .. }),
-            "{e:?}"
-        );
-        assert_eq!(
-            e.to_string(),
-            "size [3, 4], stride [4, 1] and offset 1 reach past its storage of 12 elements"
-        );
-        let e = element_indices(&view(0, &[usize::MAX, 2], &[1, 1]), 12, &mut budget).unwrap_err();
-        assert_eq!(e, ViewError::SizeOverflows(vec![usize::MAX, 2]));
-        let e = element_indices(&view(0, &[2, 2], &[usize::MAX, 1]), 12, &mut budget).unwrap_err();
-        assert!(matches!(e, ViewError::PastStorage { .. }), "{e:?}");
-        let e = element_indices(&view(0, &[2000], &[0]), 1, &mut budget).unwrap_err();
-        assert_eq!(e, ViewError::OverBudget);
-    }
-
-    #[test]
-    fn materialized_types() {
-        let storage = |dtype, numel| StorageRef {
-            dtype,
-            key: "0".into(),
-            numel,
-        };
-        let mut budget = 100;
-        let halves: Vec<u8> = [1.5f32, -2.0]
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-            .collect();
-        let v = materialize(
-            &view(0, &[2], &[1]),
-            &storage(StorageDtype::F16, 2),
-            &halves,
-            &mut budget,
-        )
-        .unwrap();
-        assert_eq!(v.to_f64(), [1.5, -2.0]);
-        let v = materialize(
-            &view(1, &[1], &[1]),
-            &storage(StorageDtype::I8, 2),
-            &[0, 0xff],
-            &mut budget,
-        )
-        .unwrap();
-        assert_eq!(v.dtype(), "int32");
-        assert_eq!(v.to_f64(), [-1.0]);
-    }
-}
+mod tests;

@@ -158,86 +158,32 @@ fn try_runtime(model: &Path, kind: RuntimeKind, ort: &OrtFlags) -> Verdict {
     }
 }
 
+/// Appends one line, `format!`-style, to the report `$out`.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        $out += &format!($($arg)*);
+        $out.push('\n');
+    }};
+}
+
 /// Runs `doctor`.
 pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
-    let ort_lib = ort.ort_lib.clone();
     // Everything is printed at the end, after the check model's folder is gone: printing
     // can end the process (SIGPIPE when the reader has gone away).
     let mut out = String::new();
-    macro_rules! say {
-        ($($arg:tt)*) => {{
-            out += &format!($($arg)*);
-            out.push('\n');
-        }};
-    }
     say!(
+        out,
         "gmlp-onnx {} at {}",
         super::VERSION,
         std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "?".into())
     );
-    let found = discover(&SearchContext::from_process(ort_lib.as_deref()));
-    say!("ONNX Runtime library, looked at in order:");
-    for look in &found.looked {
-        say!(
-            "  {}",
-            look.render_as(super::library_source_name(look.source))
-        );
-    }
-    let library = found.found().map(|(source, path)| {
-        say!(
-            "  -> ort-cpu and ort-cuda load {} (from {})",
-            path.display(),
-            super::library_source_name(source)
-        );
-        path.to_path_buf()
-    });
-    if library.is_none() {
-        say!(
-            "  -> not found; {HOW_TO_GET}; {}",
-            super::remedy_flags(Remedy::OrtLibrary)
-        );
-    }
-    if let Some(library) = &library {
-        let version = library
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("libonnxruntime.so."))
-            .map_or_else(String::new, |v| format!("version {v} (file name), "));
-        match build_info(library) {
-            Ok(info) => say!("ONNX Runtime: loads, {version}{info}"),
-            Err(Error::RuntimeUnavailable { reason, .. }) => {
-                say!("ONNX Runtime: cannot load it: {reason}")
-            }
-            Err(e) => say!("ONNX Runtime: cannot load it: {e}"),
-        }
-    }
-    say!("tract: tract-onnx {TRACT_VERSION} (built in)");
-    let mut cpu_ok = true;
-    let check = CheckModel::write()?;
-    for kind in [
-        RuntimeKind::Tract,
-        RuntimeKind::OrtCpu,
-        RuntimeKind::OrtCuda,
-    ] {
-        let verdict = if kind != RuntimeKind::Tract && library.is_none() {
-            Verdict::Unavailable("no ONNX Runtime library (above)".into())
-        } else {
-            let found = OrtFlags {
-                ort_lib: library.clone(),
-                ..ort.clone()
-            };
-            try_runtime(&check.path, kind, &found)
-        };
-        say!("{}", verdict.line(&kind.name()));
-        if kind != RuntimeKind::OrtCuda {
-            cpu_ok &= matches!(verdict, Verdict::Works(_));
-        }
-    }
-    drop(check);
+    let library = library_lines(&mut out, ort.ort_lib.as_deref());
+    say!(out, "tract: tract-onnx {TRACT_VERSION} (built in)");
+    let cpu_ok = runtime_lines(&mut out, ort, library.as_ref())?;
     if cpu_ok {
-        say!("the CPU runtimes work (ort-cuda is optional)");
+        say!(out, "the CPU runtimes work (ort-cuda is optional)");
     }
     print!("{out}");
     if cpu_ok {
@@ -250,6 +196,83 @@ pub fn run(ort: &OrtFlags) -> anyhow::Result<()> {
         }
         .into())
     }
+}
+
+/// The lines of the ONNX Runtime library search (`ort_lib` given, or none): where it
+/// looked, what it found, and whether that loads. Returns the library found.
+fn library_lines(out: &mut String, ort_lib: Option<&Path>) -> Option<PathBuf> {
+    let found = discover(&SearchContext::from_process(ort_lib));
+    say!(*out, "ONNX Runtime library, looked at in order:");
+    for look in &found.looked {
+        say!(
+            *out,
+            "  {}",
+            look.render_as(super::library_source_name(look.source))
+        );
+    }
+    let library = found.found().map(|(source, path)| {
+        say!(
+            *out,
+            "  -> ort-cpu and ort-cuda load {} (from {})",
+            path.display(),
+            super::library_source_name(source)
+        );
+        path.to_path_buf()
+    });
+    if library.is_none() {
+        say!(
+            *out,
+            "  -> not found; {HOW_TO_GET}; {}",
+            super::remedy_flags(Remedy::OrtLibrary)
+        );
+    }
+    if let Some(library) = &library {
+        let version = library
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("libonnxruntime.so."))
+            .map_or_else(String::new, |v| format!("version {v} (file name), "));
+        match build_info(library) {
+            Ok(info) => say!(*out, "ONNX Runtime: loads, {version}{info}"),
+            Err(Error::RuntimeUnavailable { reason, .. }) => {
+                say!(*out, "ONNX Runtime: cannot load it: {reason}")
+            }
+            Err(e) => say!(*out, "ONNX Runtime: cannot load it: {e}"),
+        }
+    }
+    library
+}
+
+/// A line per runtime's run of the check model (ONNX Runtime's from `library`, if one was
+/// found). True when the CPU runtimes (tract, ort-cpu) work.
+fn runtime_lines(
+    out: &mut String,
+    ort: &OrtFlags,
+    library: Option<&PathBuf>,
+) -> anyhow::Result<bool> {
+    let mut cpu_ok = true;
+    let check = CheckModel::write()?;
+    for kind in [
+        RuntimeKind::Tract,
+        RuntimeKind::OrtCpu,
+        RuntimeKind::OrtCuda,
+    ] {
+        let verdict = if kind != RuntimeKind::Tract && library.is_none() {
+            Verdict::Unavailable("no ONNX Runtime library (above)".into())
+        } else {
+            let found = OrtFlags {
+                ort_lib: library.cloned(),
+                ..ort.clone()
+            };
+            try_runtime(&check.path, kind, &found)
+        };
+        say!(*out, "{}", verdict.line(&kind.name()));
+        if kind != RuntimeKind::OrtCuda {
+            cpu_ok &= matches!(verdict, Verdict::Works(_));
+        }
+    }
+    drop(check);
+    Ok(cpu_ok)
 }
 
 #[cfg(test)]

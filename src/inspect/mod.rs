@@ -194,38 +194,8 @@ pub(crate) fn checked_onnx_path(path: &Path) -> Result<&Path> {
 pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     let empty = GraphProto::default();
     let graph = model.graph.as_ref().unwrap_or(&empty);
-    let mut initializer_bytes = 0u64;
-    let mut external: BTreeMap<String, usize> = BTreeMap::new();
-    let mut stored = Vec::with_capacity(graph.initializer.len());
-    for t in &graph.initializer {
-        let n = elements(t);
-        let bytes = n.saturating_mul(dtype::bits(t.data_type())).div_ceil(8);
-        initializer_bytes = initializer_bytes.saturating_add(bytes);
-        stored.push(params::Stored {
-            name: t.name(),
-            is_float: dtype::is_float(t.data_type()),
-            is_int8: [DataType::Int8, DataType::Uint8]
-                .map(|d| d as i32)
-                .contains(&t.data_type()),
-            elements: n,
-            bytes,
-        });
-        if t.data_location == Some(DataLocation::External as i32) {
-            let location =
-                external_reference(t).map_or_else(|_| "(no location)".to_string(), |r| r.location);
-            *external.entry(location).or_insert(0) += 1;
-        }
-    }
-    // Logical parameter sizes from the recorded configuration, when there is one.
-    let logical: BTreeMap<String, u64> = metadata_value(model, CONFIG_KEY)
-        .and_then(parse_config)
-        .map(|cfg| {
-            param_specs(&cfg)
-                .into_iter()
-                .map(|p| (p.name.clone(), p.len() as u64))
-                .collect()
-        })
-        .unwrap_or_default();
+    let (stored, initializer_bytes, external) = stored_initializers(graph);
+    let logical = logical_sizes(model);
     let counts = params::count(&stored, |p| logical.get(p).copied());
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut ops = BTreeMap::new();
@@ -239,14 +209,7 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     ModelSummary {
         model: path.to_path_buf(),
         ir_version: model.ir_version(),
-        opsets: model
-            .opset_import
-            .iter()
-            .map(|o| Opset {
-                domain: o.domain().to_string(),
-                version: o.version(),
-            })
-            .collect(),
+        opsets: opsets(model),
         producer: format!("{} {}", model.producer_name(), model.producer_version())
             .trim()
             .to_string(),
@@ -280,18 +243,79 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
             .iter()
             .map(|p| (p.key().to_string(), p.value().to_string()))
             .collect(),
-        external_data: external
-            .into_iter()
-            .map(|(location, tensors)| ExternalFile {
-                exists: dir.join(&location).is_file(),
-                location,
-                tensors,
-            })
-            .collect(),
+        external_data: external_files(external, dir),
         spatial,
         spatial_unavailable,
         plots: Vec::new(),
     }
+}
+
+/// The graph's initializers as the parameter counter sees them, their bytes in all, and
+/// how many tensors each external data location holds.
+fn stored_initializers(
+    graph: &GraphProto,
+) -> (Vec<params::Stored<'_>>, u64, BTreeMap<String, usize>) {
+    let mut initializer_bytes = 0u64;
+    let mut external: BTreeMap<String, usize> = BTreeMap::new();
+    let mut stored = Vec::with_capacity(graph.initializer.len());
+    for t in &graph.initializer {
+        let n = elements(t);
+        let bytes = n.saturating_mul(dtype::bits(t.data_type())).div_ceil(8);
+        initializer_bytes = initializer_bytes.saturating_add(bytes);
+        stored.push(params::Stored {
+            name: t.name(),
+            is_float: dtype::is_float(t.data_type()),
+            is_int8: [DataType::Int8, DataType::Uint8]
+                .map(|d| d as i32)
+                .contains(&t.data_type()),
+            elements: n,
+            bytes,
+        });
+        if t.data_location == Some(DataLocation::External as i32) {
+            let location =
+                external_reference(t).map_or_else(|_| "(no location)".to_string(), |r| r.location);
+            *external.entry(location).or_insert(0) += 1;
+        }
+    }
+    (stored, initializer_bytes, external)
+}
+
+/// Logical parameter sizes from the recorded configuration, when there is one (empty
+/// otherwise).
+fn logical_sizes(model: &ModelProto) -> BTreeMap<String, u64> {
+    metadata_value(model, CONFIG_KEY)
+        .and_then(parse_config)
+        .map(|cfg| {
+            param_specs(&cfg)
+                .into_iter()
+                .map(|p| (p.name.clone(), p.len() as u64))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The model's opset imports.
+fn opsets(model: &ModelProto) -> Vec<Opset> {
+    model
+        .opset_import
+        .iter()
+        .map(|o| Opset {
+            domain: o.domain().to_string(),
+            version: o.version(),
+        })
+        .collect()
+}
+
+/// The external data files (`location` → tensor count) and whether each is in `dir`.
+fn external_files(external: BTreeMap<String, usize>, dir: &Path) -> Vec<ExternalFile> {
+    external
+        .into_iter()
+        .map(|(location, tensors)| ExternalFile {
+            exists: dir.join(&location).is_file(),
+            location,
+            tensors,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -19,10 +19,13 @@ use crate::plot::Image;
 /// the sheet says how many it leaves out.
 pub const MAX_PANELS: usize = 64;
 
+/// A Toeplitz-ness score with three decimals, or `n/a`.
 fn score(s: Option<f64>) -> String {
     s.map_or("n/a".to_string(), |v| format!("{v:.3}"))
 }
 
+/// The panels of `w`'s heads (at most [`MAX_PANELS`]), labelled by `label`, with the
+/// entries the model reads marked when it does not read them all.
 fn matrices(w: &SpatialWeights, label: impl Fn(usize) -> String) -> Result<Vec<Matrix>> {
     w.check_expandable()?;
     let mask = w.read_mask();
@@ -86,58 +89,72 @@ pub fn pictures(weights: &[SpatialWeights], model: &Path) -> Result<Vec<(String,
     );
     let mut out = Vec::with_capacity(weights.len() + 1);
     for w in weights {
-        let s = w.summary();
-        let panels = matrices(w, |h| {
-            if w.heads > 1 {
-                format!("head {h}: Toeplitz-ness {}", score(s.head_toeplitz_ness[h]))
-            } else {
-                "W[i, j]".to_string()
-            }
-        })?;
-        let mut lines = vec![
-            format!(
-                "Toeplitz-ness ||T(W)||² / ||W||² = {} (1: shift-invariant; an i.i.d. random W ~{:.3}); max|W| = {}, mean {}",
-                score(s.toeplitz_ness),
-                s.random_level,
-                number(s.max_abs),
-                s.mean.map_or("n/a".into(), number)
-            ),
-            axes(w),
-            format!(
-                "{name}: {} ({}), reads {}",
-                s.initializer,
-                if s.stored == s.dtype {
-                    s.stored.clone()
-                } else {
-                    format!("{}, {}", s.stored, s.dtype)
-                },
-                s.reads
-            ),
-        ];
-        if w.heads > MAX_PANELS {
-            lines.push(format!("heads 0..{MAX_PANELS} of {} shown", w.heads));
-        }
-        let (panel_px, columns) = match w.heads {
-            1 => (512, 1),
-            2..=4 => (320, w.heads),
-            _ => (192, 4),
-        };
-        let shape = if w.heads > 1 {
-            format!("{} heads of [{} x {}]", w.heads, w.rows, w.cols)
-        } else {
-            format!("[{} x {}]", w.rows, w.cols)
-        };
-        let sheet = Sheet {
-            title: format!("block {}: spatial weight W {shape}", w.block),
-            lines,
-            panels,
-            columns,
-            panel_px,
-            scale: Scale::Shared,
-            bar_label: "W[i, j]".into(),
-        };
+        let sheet = block_sheet(w, &name)?;
         out.push((block_file(w.block, weights.len()), sheet.render()?));
     }
+    let sheet = overview_sheet(weights, &name)?;
+    out.push(("overview.png".to_string(), sheet.render()?));
+    Ok(out)
+}
+
+/// The sheet of one block of the model file `name`: its heads side by side on one scale,
+/// under its Toeplitz-ness, what the axes mean and where W is stored.
+fn block_sheet(w: &SpatialWeights, name: &str) -> Result<Sheet> {
+    let s = w.summary();
+    let panels = matrices(w, |h| {
+        if w.heads > 1 {
+            format!("head {h}: Toeplitz-ness {}", score(s.head_toeplitz_ness[h]))
+        } else {
+            "W[i, j]".to_string()
+        }
+    })?;
+    let mut lines = vec![
+        format!(
+            "Toeplitz-ness ||T(W)||² / ||W||² = {} (1: shift-invariant; an i.i.d. random W ~{:.3}); max|W| = {}, mean {}",
+            score(s.toeplitz_ness),
+            s.random_level,
+            number(s.max_abs),
+            s.mean.map_or("n/a".into(), number)
+        ),
+        axes(w),
+        format!(
+            "{name}: {} ({}), reads {}",
+            s.initializer,
+            if s.stored == s.dtype {
+                s.stored.clone()
+            } else {
+                format!("{}, {}", s.stored, s.dtype)
+            },
+            s.reads
+        ),
+    ];
+    if w.heads > MAX_PANELS {
+        lines.push(format!("heads 0..{MAX_PANELS} of {} shown", w.heads));
+    }
+    let (panel_px, columns) = match w.heads {
+        1 => (512, 1),
+        2..=4 => (320, w.heads),
+        _ => (192, 4),
+    };
+    let shape = if w.heads > 1 {
+        format!("{} heads of [{} x {}]", w.heads, w.rows, w.cols)
+    } else {
+        format!("[{} x {}]", w.rows, w.cols)
+    };
+    Ok(Sheet {
+        title: format!("block {}: spatial weight W {shape}", w.block),
+        lines,
+        panels,
+        columns,
+        panel_px,
+        scale: Scale::Shared,
+        bar_label: "W[i, j]".into(),
+    })
+}
+
+/// The overview sheet of every block of the model file `name`, each panel on its own
+/// scale (the first [`MAX_PANELS`] panels).
+fn overview_sheet(weights: &[SpatialWeights], name: &str) -> Result<Sheet> {
     let mut panels = Vec::new();
     let mut total = 0;
     for w in weights {
@@ -174,7 +191,7 @@ pub fn pictures(weights: &[SpatialWeights], model: &Path) -> Result<Vec<(String,
     if count < total {
         lines.push(format!("the first {count} of {total} panels"));
     }
-    let sheet = Sheet {
+    Ok(Sheet {
         title: format!("{name}: spatial weights W of {} blocks", weights.len()),
         lines,
         panels,
@@ -182,9 +199,7 @@ pub fn pictures(weights: &[SpatialWeights], model: &Path) -> Result<Vec<(String,
         panel_px,
         scale: Scale::PerPanel,
         bar_label: "W / max|W|".into(),
-    };
-    out.push(("overview.png".to_string(), sheet.render()?));
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

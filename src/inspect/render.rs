@@ -7,6 +7,7 @@ use super::*;
 use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart, StateTensor};
 use crate::gmlp::metadata::{CONFIG_KEY, QUANTIZATION_KEY};
 
+/// A declared shape as `[batch, 16]`.
 fn shape_text(shape: &[serde_json::Value]) -> String {
     let dims: Vec<String> = shape
         .iter()
@@ -33,6 +34,16 @@ pub fn human_flops(flops: u64) -> String {
 impl ModelSummary {
     /// Human-readable summary.
     pub fn render(&self) -> String {
+        let mut s = self.interface_lines();
+        s += &self.size_lines();
+        s += &self.model_lines();
+        s += &self.trailing_lines();
+        s
+    }
+
+    /// The file and its interface: model, ir_version and opsets, producer, target, inputs
+    /// and outputs.
+    fn interface_lines(&self) -> String {
         let mut s = format!("model       {}\n", self.model.display());
         let opsets: Vec<String> = self
             .opsets
@@ -73,6 +84,12 @@ impl ModelSummary {
                 shape_text(&o.shape)
             );
         }
+        s
+    }
+
+    /// The sizes: parameters, stored values of a quantized model, FLOPs and nodes.
+    fn size_lines(&self) -> String {
+        let mut s = String::new();
         s += &format!(
             "parameters  {} ({:.2}M) in {} initializers, {} bytes ({:.1} MB); all initializers {} bytes\n",
             self.parameters,
@@ -104,6 +121,13 @@ impl ModelSummary {
         }
         let ops: Vec<String> = self.ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!("nodes       {}: {}\n", self.nodes, ops.join(", "));
+        s
+    }
+
+    /// What the model is: its configuration and spatial weights, its decoding state and its
+    /// quantization.
+    fn model_lines(&self) -> String {
+        let mut s = String::new();
         if let Some(c) = &self.config {
             s += &format!("config      {c}\n");
             s += &spatial_lines(&self.spatial);
@@ -128,6 +152,12 @@ impl ModelSummary {
         if let Some(q) = &self.quantization {
             s += &quantization_line(q);
         }
+        s
+    }
+
+    /// The metadata not parsed above, the external data files and the pictures written.
+    fn trailing_lines(&self) -> String {
+        let mut s = String::new();
         for (key, value) in &self.metadata {
             // The configuration and the quantization are the lines above, parsed.
             let parsed = (key == CONFIG_KEY && self.config.is_some())

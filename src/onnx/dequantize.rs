@@ -15,10 +15,12 @@ use crate::onnx::values::tensor_f32;
 /// The op type and domain rewritten.
 const OP: (&str, &str) = ("MatMulNBits", "com.microsoft");
 
+/// A MatMulNBits node this cannot rewrite.
 fn bad(reason: String) -> Error {
     Error::BadTensor(format!("dequantizing MatMulNBits: {reason}"))
 }
 
+/// The integer attribute `name` of `node`, if it has one.
 fn attr_int(node: &onnx::NodeProto, name: &str) -> Option<i64> {
     node.attribute
         .iter()
@@ -63,80 +65,120 @@ pub fn dequantize_matmul_nbits(
             nodes.push(node);
             continue;
         }
-        let name = node.name().to_string();
-        let input = |k: usize| node.input.get(k).filter(|s| !s.is_empty());
-        if input(3).is_some() || input(4).is_some() {
-            return Err(bad(format!(
-                "{name}: zero points and g_idx are not supported"
-            )));
-        }
-        let (Some(a), Some(b), Some(s)) = (input(0), input(1), input(2)) else {
-            return Err(bad(format!("{name}: needs inputs A, B and scales")));
-        };
-        let dims = |key: &str| {
-            attr_int(&node, key)
-                .filter(|&v| v > 0)
-                .map(|v| v as usize)
-                .ok_or_else(|| bad(format!("{name}: no positive {key} attribute")))
-        };
-        let (k, n, block) = (dims("K")?, dims("N")?, dims("block_size")?);
-        let find = |value: &str| {
-            graph
-                .initializer
-                .iter()
-                .find(|t| t.name() == value)
-                .ok_or_else(|| bad(format!("{name}: {value} is not a constant initializer")))
-        };
-        let (b_t, s_t) = (find(b)?, find(s)?);
-        let float = onnx::tensor_proto::DataType::Float as i32;
-        if b_t.data_type() != onnx::tensor_proto::DataType::Uint8 as i32 || s_t.data_type() != float
-        {
-            return Err(bad(format!(
-                "{name}: B is not uint8 or scales are not float32"
-            )));
-        }
-        let packed: Vec<u8> = tensor_f32(b_t, model_path)?
-            .into_iter()
-            .map(|v| v as u8)
-            .collect();
-        let scales = tensor_f32(s_t, model_path)?;
-        let w = dequantize_packed(&packed, &scales, k, n, bits as usize, block)?;
-        replaced.extend([b.clone(), s.clone()]);
-        let w_name = format!("{b}.dequantized");
-        graph.initializer.push(onnx::TensorProto {
-            name: Some(w_name.clone()),
+        let Dequantized { a, packed, weight } =
+            dequantized_weight(&node, bits, &graph.initializer, model_path)?;
+        replaced.extend(packed);
+        let w_name = weight.name().to_string();
+        graph.initializer.push(weight);
+        nodes.extend(matmul_nodes(&node, a, w_name));
+        rewritten += 1;
+    }
+    graph.node = nodes;
+    drop_unread(graph, &replaced);
+    Ok(rewritten)
+}
+
+/// A MatMulNBits node's weight, dequantized.
+struct Dequantized {
+    /// The node's input `A`.
+    a: String,
+    /// Its inputs `B` and `scales`, the packed initializers the weight replaces.
+    packed: [String; 2],
+    /// The f32 `[K, N]` initializer `{B}.dequantized`.
+    weight: onnx::TensorProto,
+}
+
+/// Dequantizes the weight of the MatMulNBits `node` of width `bits` from its `B` and
+/// `scales` among `initializers`; refuses a node not of the form this tool writes.
+fn dequantized_weight(
+    node: &onnx::NodeProto,
+    bits: i64,
+    initializers: &[onnx::TensorProto],
+    model_path: &Path,
+) -> Result<Dequantized> {
+    let name = node.name();
+    let input = |k: usize| node.input.get(k).filter(|s| !s.is_empty());
+    if input(3).is_some() || input(4).is_some() {
+        return Err(bad(format!(
+            "{name}: zero points and g_idx are not supported"
+        )));
+    }
+    let (Some(a), Some(b), Some(s)) = (input(0), input(1), input(2)) else {
+        return Err(bad(format!("{name}: needs inputs A, B and scales")));
+    };
+    let dims = |key: &str| {
+        attr_int(node, key)
+            .filter(|&v| v > 0)
+            .map(|v| v as usize)
+            .ok_or_else(|| bad(format!("{name}: no positive {key} attribute")))
+    };
+    let (k, n, block) = (dims("K")?, dims("N")?, dims("block_size")?);
+    let find = |value: &str| {
+        initializers
+            .iter()
+            .find(|t| t.name() == value)
+            .ok_or_else(|| bad(format!("{name}: {value} is not a constant initializer")))
+    };
+    let (b_t, s_t) = (find(b)?, find(s)?);
+    let float = onnx::tensor_proto::DataType::Float as i32;
+    if b_t.data_type() != onnx::tensor_proto::DataType::Uint8 as i32 || s_t.data_type() != float {
+        return Err(bad(format!(
+            "{name}: B is not uint8 or scales are not float32"
+        )));
+    }
+    let packed: Vec<u8> = tensor_f32(b_t, model_path)?
+        .into_iter()
+        .map(|v| v as u8)
+        .collect();
+    let scales = tensor_f32(s_t, model_path)?;
+    let w = dequantize_packed(&packed, &scales, k, n, bits as usize, block)?;
+    Ok(Dequantized {
+        a: a.clone(),
+        packed: [b.clone(), s.clone()],
+        weight: onnx::TensorProto {
+            name: Some(format!("{b}.dequantized")),
             dims: vec![k as i64, n as i64],
             data_type: Some(onnx::tensor_proto::DataType::Float as i32),
             raw_data: Some(w.iter().flat_map(|x| x.to_le_bytes()).collect()),
             ..Default::default()
-        });
-        let output = node.output.first().cloned().unwrap_or_default();
-        let bias = input(5).cloned();
-        let product = match bias {
-            Some(_) => format!("{output}_before_bias"),
-            None => output.clone(),
-        };
+        },
+    })
+}
+
+/// What replaces the MatMulNBits `node`: `MatMul(a, w_name)`, then `Add` of its bias (the
+/// sixth input) if it has one.
+fn matmul_nodes(node: &onnx::NodeProto, a: String, w_name: String) -> Vec<onnx::NodeProto> {
+    let name = node.name().to_string();
+    let output = node.output.first().cloned().unwrap_or_default();
+    let bias = node.input.get(5).filter(|s| !s.is_empty()).cloned();
+    let product = match bias {
+        Some(_) => format!("{output}_before_bias"),
+        None => output.clone(),
+    };
+    let mut nodes = vec![onnx::NodeProto {
+        name: Some(name.clone()),
+        op_type: Some("MatMul".into()),
+        domain: Some(String::new()),
+        input: vec![a, w_name],
+        output: vec![product.clone()],
+        ..Default::default()
+    }];
+    if let Some(bias) = bias {
         nodes.push(onnx::NodeProto {
-            name: Some(name.clone()),
-            op_type: Some("MatMul".into()),
+            name: Some(format!("{name}_bias")),
+            op_type: Some("Add".into()),
             domain: Some(String::new()),
-            input: vec![a.clone(), w_name],
-            output: vec![product.clone()],
+            input: vec![product, bias],
+            output: vec![output],
             ..Default::default()
         });
-        if let Some(bias) = bias {
-            nodes.push(onnx::NodeProto {
-                name: Some(format!("{name}_bias")),
-                op_type: Some("Add".into()),
-                domain: Some(String::new()),
-                input: vec![product, bias],
-                output: vec![output],
-                ..Default::default()
-            });
-        }
-        rewritten += 1;
     }
-    graph.node = nodes;
+    nodes
+}
+
+/// Drops the `replaced` initializers (the rewritten nodes' packed weights and scales)
+/// that nothing in the graph reads any more.
+fn drop_unread(graph: &mut onnx::GraphProto, replaced: &[String]) {
     // The packed weights and scales of the rewritten nodes, where nothing else reads them.
     let read: std::collections::HashSet<String> = graph
         .node
@@ -147,7 +189,6 @@ pub fn dequantize_matmul_nbits(
     graph
         .initializer
         .retain(|t| read.contains(t.name()) || !replaced.iter().any(|r| r == t.name()));
-    Ok(rewritten)
 }
 
 #[cfg(test)]

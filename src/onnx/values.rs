@@ -63,23 +63,7 @@ pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> 
                 t.dims
             )));
         }
-        let chunks = raw.chunks_exact(width);
-        return Ok(match dtype {
-            DataType::Float => chunks
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            DataType::Float16 => chunks
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DataType::Bfloat16 => chunks
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DataType::Double => chunks
-                .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
-                .collect(),
-            DataType::Int8 => raw.iter().map(|&b| f32::from(b as i8)).collect(),
-            _ => raw.iter().map(|&b| f32::from(b)).collect(),
-        });
+        return Ok(raw_f32(dtype, width, &raw));
     }
     let typed_len = match dtype {
         DataType::Float => t.float_data.len(),
@@ -92,9 +76,36 @@ pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> 
             t.dims
         )));
     }
+    Ok(typed_f32(t, dtype))
+}
+
+/// The little-endian `raw` bytes of elements of `dtype`, `width` bytes each, as f32.
+fn raw_f32(dtype: DataType, width: usize, raw: &[u8]) -> Vec<f32> {
+    let chunks = raw.chunks_exact(width);
+    match dtype {
+        DataType::Float => chunks
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DataType::Float16 => chunks
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        DataType::Bfloat16 => chunks
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        DataType::Double => chunks
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f32)
+            .collect(),
+        DataType::Int8 => raw.iter().map(|&b| f32::from(b as i8)).collect(),
+        _ => raw.iter().map(|&b| f32::from(b)).collect(),
+    }
+}
+
+/// The values of `t`, of `dtype`, held in the typed field the spec assigns to the type,
+/// as f32.
+fn typed_f32(t: &onnx::TensorProto, dtype: DataType) -> Vec<f32> {
     // int32_data holds float16 / bfloat16 as their 16 bits, int8 / uint8 as the integer.
     let bits16 = |v: i32| v as u16;
-    Ok(match dtype {
+    match dtype {
         DataType::Float => t.float_data.clone(),
         DataType::Double => t.double_data.iter().map(|&v| v as f32).collect(),
         DataType::Float16 => t
@@ -108,7 +119,7 @@ pub fn tensor_f32(t: &onnx::TensorProto, model_path: &Path) -> Result<Vec<f32>> 
             .map(|&v| half::bf16::from_bits(bits16(v)).to_f32())
             .collect(),
         _ => t.int32_data.iter().map(|&v| v as f32).collect(),
-    })
+    }
 }
 
 /// Why an initializer's external bytes cannot be read.

@@ -183,13 +183,48 @@ impl Sheet {
             .iter()
             .map(|m| raster(m, self.panel_px))
             .collect();
-        let limits: Vec<f64> = match self.scale {
+        let limits = self.limits();
+        let l = self.layout(&rasters);
+        let masked = rasters.iter().any(|r| r.pixels.contains(&Pixel::Masked));
+        let not_finite = rasters.iter().any(|r| {
+            r.pixels
+                .iter()
+                .any(|p| matches!(p, Pixel::Value(v) if !v.is_finite()))
+        });
+        Image::draw(l.width as u32, l.height as u32, |area| {
+            self.draw_header(area)?;
+            for (p, (m, r)) in self.panels.iter().zip(&rasters).enumerate() {
+                let (gr, gc) = ((p / l.columns) as i32, (p % l.columns) as i32);
+                let x0 = MARGIN + gc * (Y_TICKS + l.slot_w + GAP) + Y_TICKS;
+                let y0 = l.top + gr * (l.row_h + GAP) + LABEL;
+                draw_panel(area, m, r, limits[p], (x0, y0))?;
+            }
+            let bar_x = MARGIN + l.grid_w + 24;
+            draw_bar(
+                area,
+                (bar_x, l.top + LABEL),
+                l.bar_h,
+                limits_for_bar(self, &limits),
+                &self.bar_label,
+            )?;
+            let legend_y = l.height - MARGIN - LEGEND + 8;
+            draw_legend(area, legend_y, masked, not_finite)
+        })
+    }
+
+    /// Each panel's colour limit: its own, or the largest of all on a shared scale.
+    fn limits(&self) -> Vec<f64> {
+        match self.scale {
             Scale::PerPanel => self.panels.iter().map(Matrix::limit).collect(),
             Scale::Shared => {
                 let all = self.panels.iter().map(Matrix::limit).fold(0f64, f64::max);
                 vec![all; self.panels.len()]
             }
-        };
+        }
+    }
+
+    /// Where the parts of the sheet go, for panels drawn as `rasters`.
+    fn layout(&self, rasters: &[Raster]) -> Layout {
         let columns = self.columns.clamp(1, self.panels.len().max(1));
         let grid_rows = self.panels.len().div_ceil(columns).max(1);
         let label_w = self
@@ -220,56 +255,73 @@ impl Sheet {
         let width = (MARGIN + grid_w + BAR_BAND + MARGIN).max(2 * MARGIN + text_w);
         let grid_h = grid_rows as i32 * row_h + (grid_rows as i32 - 1) * GAP;
         let height = top + grid_h.max(LABEL + bar_h + X_TICKS) + LEGEND + MARGIN;
-        let masked = rasters.iter().any(|r| r.pixels.contains(&Pixel::Masked));
-        let not_finite = rasters.iter().any(|r| {
-            r.pixels
-                .iter()
-                .any(|p| matches!(p, Pixel::Value(v) if !v.is_finite()))
-        });
-        Image::draw(width as u32, height as u32, |area| {
-            let title = (FONT, 20).into_font().style(FontStyle::Bold);
-            area.draw(&Text::new(self.title.clone(), (MARGIN, MARGIN), title))
-                .map_err(drawing_error)?;
-            for (k, line) in self.lines.iter().enumerate() {
-                let y = MARGIN + TITLE + k as i32 * LINE;
-                area.draw(&Text::new(
-                    line.clone(),
-                    (MARGIN, y),
-                    (FONT, 14).into_font(),
-                ))
-                .map_err(drawing_error)?;
-            }
-            for (p, (m, r)) in self.panels.iter().zip(&rasters).enumerate() {
-                let (gr, gc) = ((p / columns) as i32, (p % columns) as i32);
-                let x0 = MARGIN + gc * (Y_TICKS + slot_w + GAP) + Y_TICKS;
-                let y0 = top + gr * (row_h + GAP) + LABEL;
-                draw_panel(area, m, r, limits[p], (x0, y0))?;
-            }
-            let bar_x = MARGIN + grid_w + 24;
-            draw_bar(
-                area,
-                (bar_x, top + LABEL),
-                bar_h,
-                limits_for_bar(self, &limits),
-                &self.bar_label,
-            )?;
-            let mut legend_x = MARGIN;
-            let legend_y = height - MARGIN - LEGEND + 8;
-            for (show, colour, text) in [
-                (
-                    masked,
-                    MASKED,
-                    "never read by the model (causal mask, window, fold)",
-                ),
-                (not_finite, NOT_FINITE, "not finite (NaN or infinite)"),
-            ] {
-                if show {
-                    legend_x = draw_swatch(area, (legend_x, legend_y), colour, text)? + 24;
-                }
-            }
-            Ok(())
-        })
+        Layout {
+            columns,
+            slot_w,
+            top,
+            row_h,
+            bar_h,
+            grid_w,
+            width,
+            height,
+        }
     }
+
+    /// The title, in bold, and the lines under it.
+    fn draw_header(&self, area: &Area<'_>) -> Result<()> {
+        let title = (FONT, 20).into_font().style(FontStyle::Bold);
+        area.draw(&Text::new(self.title.clone(), (MARGIN, MARGIN), title))
+            .map_err(drawing_error)?;
+        for (k, line) in self.lines.iter().enumerate() {
+            let y = MARGIN + TITLE + k as i32 * LINE;
+            area.draw(&Text::new(
+                line.clone(),
+                (MARGIN, y),
+                (FONT, 14).into_font(),
+            ))
+            .map_err(drawing_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the parts of a sheet go, in pixels.
+struct Layout {
+    /// Panels per grid row.
+    columns: usize,
+    /// Width of a panel's slot (its raster or its label, the wider).
+    slot_w: i32,
+    /// Top of the grid.
+    top: i32,
+    /// Height of a grid row: label, raster, ticks.
+    row_h: i32,
+    /// Height of the colour bar.
+    bar_h: i32,
+    /// Width of the grid.
+    grid_w: i32,
+    /// Width of the picture.
+    width: i32,
+    /// Height of the picture.
+    height: i32,
+}
+
+/// The legend at `legend_y`: a swatch for cells never read (if any are `masked`) and one
+/// for values `not_finite` (if any).
+fn draw_legend(area: &Area<'_>, legend_y: i32, masked: bool, not_finite: bool) -> Result<()> {
+    let mut legend_x = MARGIN;
+    for (show, colour, text) in [
+        (
+            masked,
+            MASKED,
+            "never read by the model (causal mask, window, fold)",
+        ),
+        (not_finite, NOT_FINITE, "not finite (NaN or infinite)"),
+    ] {
+        if show {
+            legend_x = draw_swatch(area, (legend_x, legend_y), colour, text)? + 24;
+        }
+    }
+    Ok(())
 }
 
 /// The bar's end value: the shared limit, or 1 (units of each panel's own limit).

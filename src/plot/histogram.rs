@@ -2,11 +2,16 @@
 //! an optional bound (a tolerance) as a vertical line: bars wholly below it blue, wholly
 //! above it red, the one that straddles it orange, so a near-miss shows where it lies.
 
-use plotters::prelude::{ChartBuilder, IntoFont, IntoLogRange, PathElement, Rectangle, Text};
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::{
+    BitMapBackend, Cartesian2d, ChartBuilder, ChartContext, IntoFont, IntoLogRange, PathElement,
+    Rectangle, Text,
+};
 use plotters::style::{Color, FontStyle, RGBColor, ShapeStyle, BLACK};
 
 use super::bins::LogHistogram;
-use super::{drawing_error, Image, FONT};
+use super::{drawing_error, Area, Image, FONT};
 use crate::error::Result;
 
 /// Width of a histogram picture in pixels.
@@ -50,8 +55,33 @@ impl HistogramPlot<'_> {
     /// Draws the picture ([`WIDTH`] × [`HEIGHT`]).
     pub fn render(&self) -> Result<Image> {
         let h = self.histogram;
+        let (lo, hi) = self.x_range();
+        let top_count = h.counts.iter().copied().max().unwrap_or(0).max(1) as f64;
+        let y_top = top_count * 3.0;
+        let header = 30 + 20 * self.lines.len() as i32 + 8;
+        Image::draw(WIDTH, HEIGHT, |area| {
+            self.draw_header(area)?;
+            let (_, lower) = area.split_vertically(16 + header);
+            let mut chart = ChartBuilder::on(&lower)
+                .margin(16)
+                .x_label_area_size(44)
+                .y_label_area_size(64)
+                .build_cartesian_2d(lo..hi, (0.8f64..y_top).log_scale())
+                .map_err(drawing_error)?;
+            self.draw_mesh(&mut chart, (hi - lo) as usize)?;
+            chart.draw_series(self.bars()).map_err(drawing_error)?;
+            if let Some(b) = self.bound.filter(|b| *b > 0.0 && b.is_finite()) {
+                draw_bound(&mut chart, b, y_top)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The horizontal axis, log10 of the value: whole decades around the counts and the
+    /// bound (decades −8 to 0 for no counts).
+    fn x_range(&self) -> (f64, f64) {
+        let h = self.histogram;
         let p = f64::from(h.per_decade);
-        // The horizontal axis is log10 of the value.
         let (mut lo, mut hi) = if h.counts.is_empty() {
             (-8.0, 0.0)
         } else {
@@ -66,83 +96,90 @@ impl HistogramPlot<'_> {
         }
         lo = lo.floor();
         hi = hi.ceil().max(lo + 1.0);
-        let top_count = h.counts.iter().copied().max().unwrap_or(0).max(1) as f64;
-        let y_top = top_count * 3.0;
-        let header = 30 + 20 * self.lines.len() as i32 + 8;
-        Image::draw(WIDTH, HEIGHT, |area| {
-            let title = (FONT, 20).into_font().style(FontStyle::Bold);
-            area.draw(&Text::new(self.title.clone(), (16, 16), title))
-                .map_err(drawing_error)?;
-            for (k, line) in self.lines.iter().enumerate() {
-                let y = 46 + 20 * k as i32;
-                area.draw(&Text::new(line.clone(), (16, y), (FONT, 14).into_font()))
-                    .map_err(drawing_error)?;
-            }
-            let (_, lower) = area.split_vertically(16 + header);
-            let mut chart = ChartBuilder::on(&lower)
-                .margin(16)
-                .x_label_area_size(44)
-                .y_label_area_size(64)
-                .build_cartesian_2d(lo..hi, (0.8f64..y_top).log_scale())
-                .map_err(drawing_error)?;
-            let decades = (hi - lo) as usize;
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .y_max_light_lines(0)
-                .x_labels(decades.min(16) + 1)
-                .x_label_formatter(&|v| {
-                    if (v - v.round()).abs() < 1e-9 {
-                        power_of_ten(v.round() as i64)
-                    } else {
-                        String::new()
-                    }
-                })
-                .y_label_formatter(&|v| format!("{}", v.round()))
-                .x_desc(self.x_label.clone())
-                .y_desc("elements")
-                .label_style((FONT, 12))
-                .axis_desc_style((FONT, 14))
-                .draw()
-                .map_err(drawing_error)?;
-            let bound = self.bound;
-            let bars = h
-                .counts
-                .iter()
-                .enumerate()
-                .filter(|(_, &c)| c > 0)
-                .map(|(i, &c)| {
-                    let (e0, e1) = h.bin_edges(i);
-                    let colour = match bound {
-                        Some(b) if e0 > b => ABOVE,
-                        Some(b) if e1 > b => STRADDLING,
-                        _ => BELOW,
-                    };
-                    let x0 = f64::from(h.first + i as i32) / p;
-                    Rectangle::new([(x0, 0.8), (x0 + 1.0 / p, c as f64)], colour.filled())
-                });
-            chart.draw_series(bars).map_err(drawing_error)?;
-            if let Some(b) = bound.filter(|b| *b > 0.0 && b.is_finite()) {
-                let x = b.log10();
-                let style = ShapeStyle::from(&BLACK).stroke_width(2);
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(x, 0.8), (x, y_top)],
-                        style,
-                    )))
-                    .map_err(drawing_error)?;
-                let label = (FONT, 12).into_font().color(&BLACK);
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        format!(" bound {b:.1e}"),
-                        (x, y_top / 1.6),
-                        label,
-                    )))
-                    .map_err(drawing_error)?;
-            }
-            Ok(())
-        })
+        (lo, hi)
     }
+
+    /// The title, in bold, and the lines under it.
+    fn draw_header(&self, area: &Area<'_>) -> Result<()> {
+        let title = (FONT, 20).into_font().style(FontStyle::Bold);
+        area.draw(&Text::new(self.title.clone(), (16, 16), title))
+            .map_err(drawing_error)?;
+        for (k, line) in self.lines.iter().enumerate() {
+            let y = 46 + 20 * k as i32;
+            area.draw(&Text::new(line.clone(), (16, y), (FONT, 14).into_font()))
+                .map_err(drawing_error)?;
+        }
+        Ok(())
+    }
+
+    /// The axes over `decades` decades: powers of ten along, element counts up.
+    fn draw_mesh(&self, chart: &mut Chart<'_, '_>, decades: usize) -> Result<()> {
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_max_light_lines(0)
+            .x_labels(decades.min(16) + 1)
+            .x_label_formatter(&|v| {
+                if (v - v.round()).abs() < 1e-9 {
+                    power_of_ten(v.round() as i64)
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|v| format!("{}", v.round()))
+            .x_desc(self.x_label.clone())
+            .y_desc("elements")
+            .label_style((FONT, 12))
+            .axis_desc_style((FONT, 14))
+            .draw()
+            .map_err(drawing_error)
+    }
+
+    /// A bar per non-empty bin, coloured by where it lies against the bound.
+    fn bars(&self) -> impl Iterator<Item = Rectangle<(f64, f64)>> + '_ {
+        let h = self.histogram;
+        let p = f64::from(h.per_decade);
+        let bound = self.bound;
+        h.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(move |(i, &c)| {
+                let (e0, e1) = h.bin_edges(i);
+                let colour = match bound {
+                    Some(b) if e0 > b => ABOVE,
+                    Some(b) if e1 > b => STRADDLING,
+                    _ => BELOW,
+                };
+                let x0 = f64::from(h.first + i as i32) / p;
+                Rectangle::new([(x0, 0.8), (x0 + 1.0 / p, c as f64)], colour.filled())
+            })
+    }
+}
+
+/// The chart of a histogram: log10 of the value along, a log scale of counts up.
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>;
+
+/// The bound `b` as a vertical line up to `y_top`, labelled.
+fn draw_bound(chart: &mut Chart<'_, '_>, b: f64, y_top: f64) -> Result<()> {
+    let x = b.log10();
+    let style = ShapeStyle::from(&BLACK).stroke_width(2);
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(x, 0.8), (x, y_top)],
+            style,
+        )))
+        .map_err(drawing_error)?;
+    let label = (FONT, 12).into_font().color(&BLACK);
+    chart
+        .draw_series(std::iter::once(Text::new(
+            format!(" bound {b:.1e}"),
+            (x, y_top / 1.6),
+            label,
+        )))
+        .map_err(drawing_error)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The unpickling machine: a stack, a mark stack and a memo, run one opcode at a time
 //! (see [`super::op`]), building plain values into the tables of a [`Pickle`].
 //!
-//! Longer than ~500 lines because it is one dispatch: every opcode the restricted unpickler
-//! accepts is handled in one `match`, so that what it does (and refuses) reads in one place.
+//! `Machine::step` (in [`dispatch`]) hands each opcode to the method of its family
+//! (control, scalars, memo, sequences, dicts, objects); an opcode no family handles is
+//! refused.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -12,6 +13,8 @@ use super::{
     global, Global, Pickle, PickleError, PickleFailure, StorageRef, TensorView, Value, MAX_RANK,
 };
 use PickleError::{EndsEarly, Malformed, TooLarge, Unsupported};
+
+mod dispatch;
 
 struct Machine<'a> {
     bytes: &'a [u8],
@@ -210,220 +213,6 @@ impl<'a> Machine<'a> {
         Ok(Value::Int(i64::from_le_bytes(buf)))
     }
 
-    /// Runs one opcode; true at `STOP`.
-    fn step(&mut self, code: u8) -> Result<bool, PickleError> {
-        match code {
-            op::PROTO => {
-                let v = self.u8()?;
-                if v > 5 {
-                    return Err(Unsupported(format!(
-                        "pickle protocol {v} is not supported (2 to 5)"
-                    )));
-                }
-            }
-            op::FRAME => {
-                self.take(8)?; // FRAME: a length hint only
-            }
-            op::STOP => return Ok(true),
-            op::MARK => self.marks.push(self.stack.len()),
-            op::POP => {
-                self.pop()?;
-            }
-            op::POP_MARK => {
-                self.pop_mark()?;
-            }
-            op::DUP => {
-                let v = self.top()?.clone();
-                self.push(v);
-            }
-            op::NONE => self.push(Value::None),
-            op::NEWTRUE => self.push(Value::Bool(true)),
-            op::NEWFALSE => self.push(Value::Bool(false)),
-            op::BININT1 => {
-                let v = self.u8()?;
-                self.push(Value::Int(i64::from(v)));
-            }
-            op::BININT2 => {
-                let b = self.take(2)?;
-                self.push(Value::Int(i64::from(u16::from_le_bytes([b[0], b[1]]))));
-            }
-            op::BININT => {
-                let v = self.u32()? as i32;
-                self.push(Value::Int(i64::from(v)));
-            }
-            op::LONG1 => {
-                let n = usize::from(self.u8()?);
-                let b = self.take(n)?;
-                let v = self.int(b)?;
-                self.push(v);
-            }
-            op::LONG4 => {
-                let n = self.u32()? as usize;
-                let b = self.take(n)?;
-                let v = self.int(b)?;
-                self.push(v);
-            }
-            op::BINFLOAT => {
-                let b = self.take(8)?;
-                self.push(Value::Float(f64::from_be_bytes(
-                    b.try_into().expect("8 bytes"),
-                )));
-            }
-            op::BINUNICODE => {
-                let n = self.u32()? as usize;
-                let v = self.string(n)?;
-                self.push(v);
-            }
-            op::SHORT_BINUNICODE => {
-                let n = usize::from(self.u8()?);
-                let v = self.string(n)?;
-                self.push(v);
-            }
-            op::BINUNICODE8 => {
-                let n = self.len64()?;
-                let v = self.string(n)?;
-                self.push(v);
-            }
-            op::SHORT_BINBYTES => {
-                let n = usize::from(self.u8()?);
-                let v = self.bytes_value(n)?;
-                self.push(v);
-            }
-            op::BINBYTES => {
-                let n = self.u32()? as usize;
-                let v = self.bytes_value(n)?;
-                self.push(v);
-            }
-            op::BINBYTES8 => {
-                let n = self.len64()?;
-                let v = self.bytes_value(n)?;
-                self.push(v);
-            }
-            op::EMPTY_TUPLE => {
-                let v = self.new_seq(Vec::new(), false);
-                self.push(v);
-            }
-            op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
-                let n = usize::from(code - op::TUPLE1) + 1;
-                let floor = self.marks.last().copied().unwrap_or(0);
-                if self.stack.len() < floor + n {
-                    return Err(Malformed(format!("TUPLE{n} on a stack of fewer values")));
-                }
-                let items = self.stack.split_off(self.stack.len() - n);
-                let v = self.new_seq(items, false);
-                self.push(v);
-            }
-            op::TUPLE => {
-                let items = self.pop_mark()?;
-                let v = self.new_seq(items, false);
-                self.push(v);
-            }
-            op::EMPTY_LIST => {
-                let v = self.new_seq(Vec::new(), true);
-                self.push(v);
-            }
-            op::LIST => {
-                let items = self.pop_mark()?;
-                let v = self.new_seq(items, true);
-                self.push(v);
-            }
-            op::APPEND => {
-                let v = self.pop()?;
-                let list = self.list_at_top()?;
-                self.out.sequences[list].push(v);
-            }
-            op::APPENDS => {
-                let items = self.pop_mark()?;
-                let list = self.list_at_top()?;
-                self.out.sequences[list].extend(items);
-            }
-            op::EMPTY_DICT => {
-                let v = self.new_dict(Vec::new());
-                self.push(v);
-            }
-            op::DICT => {
-                let items = self.pop_mark()?;
-                let entries = pairs(items)?;
-                let v = self.new_dict(entries);
-                self.push(v);
-            }
-            op::SETITEM => {
-                let value = self.pop()?;
-                let key = self.pop()?;
-                let dict = self.dict_at_top()?;
-                self.out.dicts[dict].push((key, value));
-            }
-            op::SETITEMS => {
-                let items = self.pop_mark()?;
-                let dict = self.dict_at_top()?;
-                let entries = pairs(items)?;
-                self.out.dicts[dict].extend(entries);
-            }
-            op::BINPUT => {
-                let i = self.u8()?;
-                self.memo_put(u32::from(i))?;
-            }
-            op::LONG_BINPUT => {
-                let i = self.u32()?;
-                self.memo_put(i)?;
-            }
-            op::MEMOIZE => {
-                let i =
-                    u32::try_from(self.memo.len()).map_err(|_| TooLarge("memo is full".into()))?;
-                self.memo_put(i)?;
-            }
-            op::BINGET => {
-                let i = self.u8()?;
-                self.memo_get(u32::from(i))?;
-            }
-            op::LONG_BINGET => {
-                let i = self.u32()?;
-                self.memo_get(i)?;
-            }
-            op::GLOBAL => {
-                let module = self.line()?;
-                let name = self.line()?;
-                self.push(Value::Global(global(module, name)?));
-            }
-            op::STACK_GLOBAL => {
-                let name = self.pop()?;
-                let module = self.pop()?;
-                let (Value::Str(module), Value::Str(name)) = (&module, &name) else {
-                    return Err(Malformed("STACK_GLOBAL needs two strings".into()));
-                };
-                self.push(Value::Global(global(module, name)?));
-            }
-            op::REDUCE => {
-                let args = self.pop()?;
-                let callable = self.pop()?;
-                let v = self.reduce(callable, args)?;
-                self.push(v);
-            }
-            op::BUILD => {
-                let _state = self.pop()?;
-                // An OrderedDict's instance attributes (state_dict's `_metadata`) are
-                // not needed; state for anything else would need a class we refuse.
-                self.dict_at_top()
-                    .map_err(|_| Unsupported("BUILD is only accepted on a dict".into()))?;
-            }
-            op::BINPERSID => {
-                let pid = self.pop()?;
-                let v = self.persistent(pid)?;
-                self.push(v);
-            }
-            other => {
-                return Err(Unsupported(format!(
-                    "opcode {} is not supported",
-                    op::name(other).map_or_else(
-                        || format!("0x{other:02x}"),
-                        |name| format!("0x{other:02x} ({name})"),
-                    )
-                )))
-            }
-        }
-        Ok(false)
-    }
-
     fn reduce(&mut self, callable: Value, args: Value) -> Result<Value, PickleError> {
         let Value::Global(g) = callable else {
             return Err(Malformed(format!("REDUCE calls a {}", callable.kind())));
@@ -538,6 +327,7 @@ fn index(v: &Value, what: &str) -> Result<usize, PickleError> {
     }
 }
 
+/// The key/value pairs of a DICT or SETITEMS, from the values above its mark.
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, PickleError> {
     if !items.len().is_multiple_of(2) {
         return Err(Malformed("a dict from an odd number of values".into()));

@@ -218,104 +218,31 @@ impl GmlpConfig {
 
     /// Checks every size and combination; an error names the first offending field.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidConfig(m));
-        let dims: Vec<(&str, usize)> = {
-            let mut v = vec![("d_model", self.d_model), ("d_ffn", self.d_ffn)];
-            if let Some(a) = self.attn_dim {
-                v.push(("attn_dim", a));
-            }
-            match &self.task {
-                Task::Tokens {
-                    vocab_size,
-                    seq_len,
-                    ..
-                } => {
-                    v.push(("vocab_size", *vocab_size));
-                    v.push(("seq_len", *seq_len));
-                }
-                Task::Vision {
-                    image_size,
-                    patch_size,
-                    in_chans,
-                    num_classes,
-                } => {
-                    v.push(("image_size", *image_size));
-                    v.push(("patch_size", *patch_size));
-                    v.push(("in_chans", *in_chans));
-                    v.push(("num_classes", *num_classes));
-                }
-                Task::Backbone { seq_len } => v.push(("seq_len", *seq_len)),
-            }
-            if let StackKind::Reversible { ff_inner } = self.block.stack {
-                v.push(("ff_inner", ff_inner));
-            }
-            v
-        };
-        for (name, value) in dims {
+        for (name, value) in self.named_dims() {
             if value == 0 || value > MAX_DIM {
-                return bad(format!("{name} = {value} is out of range 1..={MAX_DIM}"));
+                return Err(Error::InvalidConfig(format!(
+                    "{name} = {value} is out of range 1..={MAX_DIM}"
+                )));
             }
         }
         if self.layers == 0 || self.layers > MAX_LAYERS {
-            return bad(format!(
+            return Err(Error::InvalidConfig(format!(
                 "layers = {} is out of range 1..={MAX_LAYERS}",
                 self.layers
-            ));
+            )));
         }
-        if !self.d_ffn.is_multiple_of(2) {
-            return bad(format!(
-                "d_ffn = {} must be even (the gate splits it in two halves)",
-                self.d_ffn
-            ));
-        }
-        if self.heads == 0 || !self.gate_dim().is_multiple_of(self.heads) {
-            return bad(format!(
-                "heads = {} must divide the gate width d_ffn/2 = {}",
-                self.heads,
-                self.gate_dim()
-            ));
-        }
-        if self.shift_tokens > 0 {
-            let segments = self.shift_amounts().len();
-            if self.d_model < segments {
-                return bad(format!(
-                    "shift_tokens = {} needs d_model >= {segments} channels",
-                    self.shift_tokens
-                ));
-            }
-            if self.shift_tokens >= self.seq_len() {
-                return bad(format!(
-                    "shift_tokens = {} must be less than the {} tokens",
-                    self.shift_tokens,
-                    self.seq_len()
-                ));
-            }
-        }
-        if let Task::Vision {
-            image_size,
-            patch_size,
-            ..
-        } = &self.task
-        {
-            if image_size % patch_size != 0 {
-                return bad(format!(
-                    "image_size = {image_size} is not a multiple of patch_size = {patch_size}"
-                ));
-            }
-        }
-        if self.seq_len() > 65536 {
-            return bad(format!(
-                "{} tokens is more than the 65536 supported (W is n x n)",
-                self.seq_len()
-            ));
-        }
+        self.validate_gate()?;
+        self.validate_shift()?;
+        self.validate_tokens()?;
         self.validate_token_mixing()?;
         for (name, eps) in [
             ("norm_eps", self.norm_eps),
             ("sgu_norm_eps", self.sgu_norm_eps),
         ] {
             if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
-                return bad(format!("{name} = {eps} must be in (0, 1)"));
+                return Err(Error::InvalidConfig(format!(
+                    "{name} = {eps} must be in (0, 1)"
+                )));
             }
         }
         Ok(())
@@ -383,6 +310,105 @@ impl GmlpConfig {
 }
 
 impl GmlpConfig {
+    /// Every size of the configuration with its field name, in the order they are checked.
+    fn named_dims(&self) -> Vec<(&'static str, usize)> {
+        let mut v = vec![("d_model", self.d_model), ("d_ffn", self.d_ffn)];
+        if let Some(a) = self.attn_dim {
+            v.push(("attn_dim", a));
+        }
+        match &self.task {
+            Task::Tokens {
+                vocab_size,
+                seq_len,
+                ..
+            } => {
+                v.push(("vocab_size", *vocab_size));
+                v.push(("seq_len", *seq_len));
+            }
+            Task::Vision {
+                image_size,
+                patch_size,
+                in_chans,
+                num_classes,
+            } => {
+                v.push(("image_size", *image_size));
+                v.push(("patch_size", *patch_size));
+                v.push(("in_chans", *in_chans));
+                v.push(("num_classes", *num_classes));
+            }
+            Task::Backbone { seq_len } => v.push(("seq_len", *seq_len)),
+        }
+        if let StackKind::Reversible { ff_inner } = self.block.stack {
+            v.push(("ff_inner", ff_inner));
+        }
+        v
+    }
+
+    /// Checks the gate: an even d_ffn, split into heads that divide its half.
+    fn validate_gate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if !self.d_ffn.is_multiple_of(2) {
+            return bad(format!(
+                "d_ffn = {} must be even (the gate splits it in two halves)",
+                self.d_ffn
+            ));
+        }
+        if self.heads == 0 || !self.gate_dim().is_multiple_of(self.heads) {
+            return bad(format!(
+                "heads = {} must divide the gate width d_ffn/2 = {}",
+                self.heads,
+                self.gate_dim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the token shift: a channel per shift and fewer shifted tokens than tokens.
+    fn validate_shift(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.shift_tokens > 0 {
+            let segments = self.shift_amounts().len();
+            if self.d_model < segments {
+                return bad(format!(
+                    "shift_tokens = {} needs d_model >= {segments} channels",
+                    self.shift_tokens
+                ));
+            }
+            if self.shift_tokens >= self.seq_len() {
+                return bad(format!(
+                    "shift_tokens = {} must be less than the {} tokens",
+                    self.shift_tokens,
+                    self.seq_len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the tokens: whole patches of an image, at most 65536 tokens.
+    fn validate_tokens(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if let Task::Vision {
+            image_size,
+            patch_size,
+            ..
+        } = &self.task
+        {
+            if image_size % patch_size != 0 {
+                return bad(format!(
+                    "image_size = {image_size} is not a multiple of patch_size = {patch_size}"
+                ));
+            }
+        }
+        if self.seq_len() > 65536 {
+            return bad(format!(
+                "{} tokens is more than the 65536 supported (W is n x n)",
+                self.seq_len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the per-block windows and folds: one entry per block (or none), a window of
     /// 1..n, a fold of 1..=n, local mixing and reversible stacks only in causal token
     /// models (as g-mlp-gpt, the implementation they come from).

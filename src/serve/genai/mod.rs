@@ -173,21 +173,7 @@ pub fn write_folder_file(
     check_target(dir)?;
     let mut model = file.model()?.into_owned();
     check_external_data(&model, model_path)?;
-    if metadata_value(&model, GENAI_METADATA_KEY).is_some() {
-        return Err(refused(
-            "it is already a genai folder's model; give the built file",
-        ));
-    }
-    let cfg = metadata_value(&model, CONFIG_KEY)
-        .and_then(parse_config)
-        .ok_or_else(|| {
-            refused("it was not built by gmlp-onnx (no configuration in its metadata)")
-        })?;
-    let info = metadata_value(&model, DECODING_KEY).and_then(DecodingInfo::parse);
-    let info = check_decoding(info.as_ref())?.clone();
-    let Task::Tokens { vocab_size, .. } = cfg.task else {
-        return Err(refused("it is not a token model"));
-    };
+    let (info, vocab_size, d_model) = built_token_model(&model)?;
     let end = end_token_for(model_end_token(&model)?, options.end_token, vocab_size)?;
     let layers = adapt_for_genai(&mut model, &info, vocab_size, end)?;
     let vocab_out = match end {
@@ -199,67 +185,36 @@ pub fn write_folder_file(
         end.id(),
         vocab_out,
         info.max_sequence,
-        cfg.d_model,
+        d_model,
         layers.first().map_or(0, |l| l.width),
         layers.len(),
     );
 
-    let locations = external_locations(&model, model_path)?;
-    if locations.len() > 1 {
-        return Err(refused(
-            "its weights are spread over several external data files",
-        ));
-    }
-    if !locations.is_empty() {
-        if let Some(mut edit) = ModelEdit::new(&mut model) {
-            edit.relocate_external_data(DATA_FILE);
-        }
-    }
+    let locations = relocate_data(&mut model, model_path)?;
     let source_dir = match model_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let mut dirs = CreatedDirs::new();
     dirs.create(dir)?;
-    let mut pending = Vec::new();
-    let mut files = Vec::new();
+    let mut staged = Staged::new(dir);
     for location in &locations {
-        let target = dir.join(DATA_FILE);
-        let mut file = PendingFile::create(&target)?;
-        file.copy_from(&source_dir.join(location))?;
-        pending.push(file);
-        files.push(target);
+        staged.copy(DATA_FILE, &source_dir.join(location))?;
     }
-    let mut write = |name: &str, bytes: &[u8]| -> Result<()> {
-        let path = dir.join(name);
-        let mut file = PendingFile::create(&path)?;
-        file.writer()
-            .write_all(bytes)
-            .map_err(|e| Error::io(&path, e))?;
-        pending.push(file);
-        files.push(path);
-        Ok(())
-    };
-    write(MODEL_FILE, &model.encode_to_vec())?;
-    write(CONFIG_FILE, config.to_json().as_bytes())?;
+    staged.write(MODEL_FILE, &model.encode_to_vec())?;
+    staged.write(CONFIG_FILE, config.to_json().as_bytes())?;
     let tokenizer = vocab_size == BYTE_VOCABULARY;
     if tokenizer {
-        write(
+        staged.write(
             "tokenizer.json",
             tokenizer::tokenizer_json(end.id()).as_bytes(),
         )?;
-        write(
+        staged.write(
             "tokenizer_config.json",
             tokenizer::tokenizer_config_json(end.id(), info.max_sequence).as_bytes(),
         )?;
     }
-    // The model file first in the listing, as the doc says.
-    let model_at = files
-        .iter()
-        .position(|f| f.ends_with(MODEL_FILE))
-        .unwrap_or(0);
-    files.swap(0, model_at);
-    PendingFile::persist_all(pending)?;
+    let files = staged.persist()?;
     dirs.commit();
     Ok(FolderWritten {
         dir: dir.to_path_buf(),
@@ -269,6 +224,103 @@ pub fn write_folder_file(
         tokenizer,
         config,
     })
+}
+
+/// The decoding description, vocabulary size and width of a token model this tool built;
+/// refuses a folder's model, a file without this tool's configuration, a decoding form
+/// genai cannot run and a model of another task.
+fn built_token_model(
+    model: &crate::onnx::proto::ModelProto,
+) -> Result<(DecodingInfo, usize, usize)> {
+    if metadata_value(model, GENAI_METADATA_KEY).is_some() {
+        return Err(refused(
+            "it is already a genai folder's model; give the built file",
+        ));
+    }
+    let cfg = metadata_value(model, CONFIG_KEY)
+        .and_then(parse_config)
+        .ok_or_else(|| {
+            refused("it was not built by gmlp-onnx (no configuration in its metadata)")
+        })?;
+    let info = metadata_value(model, DECODING_KEY).and_then(DecodingInfo::parse);
+    let info = check_decoding(info.as_ref())?.clone();
+    let Task::Tokens { vocab_size, .. } = cfg.task else {
+        return Err(refused("it is not a token model"));
+    };
+    Ok((info, vocab_size, cfg.d_model))
+}
+
+/// The model's external data locations (at most one, refused otherwise), which the model
+/// now names [`DATA_FILE`].
+fn relocate_data(
+    model: &mut crate::onnx::proto::ModelProto,
+    model_path: &Path,
+) -> Result<Vec<String>> {
+    let locations = external_locations(model, model_path)?;
+    if locations.len() > 1 {
+        return Err(refused(
+            "its weights are spread over several external data files",
+        ));
+    }
+    if !locations.is_empty() {
+        if let Some(mut edit) = ModelEdit::new(model) {
+            edit.relocate_external_data(DATA_FILE);
+        }
+    }
+    Ok(locations)
+}
+
+/// The folder's files written so far, under temporary names until [`Staged::persist`].
+struct Staged<'d> {
+    dir: &'d Path,
+    pending: Vec<PendingFile>,
+    files: Vec<PathBuf>,
+}
+
+impl<'d> Staged<'d> {
+    /// Nothing staged yet in `dir`.
+    fn new(dir: &'d Path) -> Self {
+        Staged {
+            dir,
+            pending: Vec::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Stages a copy of the file `from` as `name`.
+    fn copy(&mut self, name: &str, from: &Path) -> Result<()> {
+        let target = self.dir.join(name);
+        let mut file = PendingFile::create(&target)?;
+        file.copy_from(from)?;
+        self.pending.push(file);
+        self.files.push(target);
+        Ok(())
+    }
+
+    /// Stages `bytes` as `name`.
+    fn write(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.dir.join(name);
+        let mut file = PendingFile::create(&path)?;
+        file.writer()
+            .write_all(bytes)
+            .map_err(|e| Error::io(&path, e))?;
+        self.pending.push(file);
+        self.files.push(path);
+        Ok(())
+    }
+
+    /// Renames every staged file into place; returns their paths, the model first.
+    fn persist(self) -> Result<Vec<PathBuf>> {
+        let mut files = self.files;
+        // The model file first in the listing, as the doc says.
+        let model_at = files
+            .iter()
+            .position(|f| f.ends_with(MODEL_FILE))
+            .unwrap_or(0);
+        files.swap(0, model_at);
+        PendingFile::persist_all(self.pending)?;
+        Ok(files)
+    }
 }
 
 #[cfg(test)]

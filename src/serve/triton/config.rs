@@ -294,27 +294,10 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
     options.check()?;
     let declared_in = declared_inputs(model);
     let declared_out = declared_outputs(model);
-    for t in declared_in.iter().chain(&declared_out) {
-        if t.name.is_empty() || t.name.chars().any(|c| c.is_control()) {
-            return Err(invalid(format!(
-                "tensor name {:?} cannot be written in config.pbtxt",
-                t.name
-            )));
-        }
-    }
+    check_tensor_names(declared_in.iter().chain(&declared_out))?;
     let outputs_by_name: BTreeMap<&str, &DeclaredTensor> =
         declared_out.iter().map(|t| (t.name.as_str(), t)).collect();
-    let pasts: Vec<&DeclaredTensor> = declared_in
-        .iter()
-        .filter(|t| t.name.starts_with(PAST_PREFIX))
-        .collect();
-    // A static state (docs/static-state.md) has a fixed size besides the batch.
-    let fixed = |t: &DeclaredTensor| t.shape.iter().skip(1).all(|d| matches!(d, Dim::Fixed(_)));
-    let past_kind = match (pasts.is_empty(), pasts.iter().all(|t| fixed(t))) {
-        (true, _) => None,
-        (false, true) => Some(PastKind::Static),
-        (false, false) => Some(PastKind::Growing),
-    };
+    let past_kind = past_kind(&declared_in);
     if past_kind.is_none() && options.max_sequence_idle_us.is_some() {
         return Err(Error::Setting(
             Phrase::setting(Setting::TritonMaxSequenceIdleUs).then(
@@ -322,26 +305,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
             ),
         ));
     }
-    let max_batch_size = match (options.max_batch_size, past_kind) {
-        (None, None) | (None, Some(PastKind::Static)) => DEFAULT_MAX_BATCH_SIZE,
-        (None, Some(PastKind::Growing))
-        | (Some(WITH_PAST_MAX_BATCH_SIZE), Some(PastKind::Growing)) => WITH_PAST_MAX_BATCH_SIZE,
-        (Some(n), Some(PastKind::Growing)) => {
-            return Err(Error::Setting(
-                Phrase::text(format!(
-                    "a growing-state with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (build it with "
-                ))
-                .and(Setting::StaticState)
-                .then(" to batch sequences; docs/static-state.md)"),
-            ))
-        }
-        (Some(0), Some(PastKind::Static)) => {
-            return Err(invalid(
-                "a static-state model is served by Triton's sequence batcher with its state per sequence, which needs max_batch_size >= 1 (0 would make the batch part of the state)",
-            ))
-        }
-        (Some(n), _) => n,
-    };
+    let max_batch_size = max_batch_size(options.max_batch_size, past_kind)?;
     let batched = max_batch_size > 0;
     let mut inputs = Vec::new();
     let mut states = Vec::new();
@@ -355,52 +319,9 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
             inputs.push(triton_tensor(t, batched, "input")?);
             continue;
         };
-        let present = format!("{PRESENT_PREFIX}{suffix}");
-        let Some(out) = outputs_by_name.get(present.as_str()) else {
-            return Err(invalid(format!(
-                "input {} looks like a with-past state but the model has no output {present} to carry it to the next request",
-                t.name
-            )));
-        };
-        let input = triton_tensor(t, batched, "state input")?;
-        let output = triton_tensor(out, batched, "state output")?;
-        if input.data_type != output.data_type || input.dims.len() != output.dims.len() {
-            return Err(invalid(format!(
-                "state input {} ({} {:?}) and output {present} ({} {:?}) differ in type or rank",
-                t.name, input.data_type, input.dims, output.data_type, output.dims
-            )));
-        }
-        let variable: Vec<usize> = (0..input.dims.len())
-            .filter(|&i| input.dims[i] == -1)
-            .collect();
-        let kind = match past_kind {
-            Some(PastKind::Static) => {
-                if output.dims != input.dims {
-                    return Err(invalid(format!(
-                        "static state input {} {:?} and output {present} {:?} differ in size",
-                        t.name, input.dims, output.dims
-                    )));
-                }
-                StateKind::Fixed
-            }
-            _ => {
-                if variable.len() != 1 || output.dims[variable[0]] != -1 {
-                    return Err(invalid(format!(
-                        "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
-                        t.name, input.dims
-                    )));
-                }
-                StateKind::Growing {
-                    sequence_axis: variable[0] + 1,
-                }
-            }
-        };
-        state_outputs.push(present.clone());
-        states.push(ImplicitState {
-            input,
-            output_name: present,
-            kind,
-        });
+        let state = past_state(t, suffix, &outputs_by_name, batched, past_kind)?;
+        state_outputs.push(state.output_name.clone());
+        states.push(state);
     }
     if inputs.is_empty() {
         return Err(invalid("the model has no input besides its states"));
@@ -427,170 +348,117 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::serve::triton::testing::{model, tensor};
-
-    #[test]
-    fn variable_dimensions_become_minus_one() {
-        let m = model(
-            &[tensor("x", DataType::Float, &["batch", "sequence", "16"])],
-            &[tensor("y", DataType::Float, &["batch", "sequence", "?"])],
-        );
-        let config = plan(&m, &TritonOptions::new("m")).unwrap();
-        assert_eq!(config.inputs[0].dims, vec![-1, 16]);
-        assert_eq!(config.outputs[0].dims, vec![-1, -1]);
-    }
-
-    #[test]
-    fn with_past_models_get_implicit_states_starting_empty() {
-        let m = model(
-            &[
-                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
-                tensor(
-                    "past_sgu.0",
-                    DataType::Float,
-                    &["batch", "past_sequence", "16"],
-                ),
-                tensor(
-                    "past_key.0",
-                    DataType::Float,
-                    &["batch", "past_sequence", "8"],
-                ),
-            ],
-            &[
-                tensor("logits", DataType::Float, &["batch", "sequence", "50"]),
-                tensor(
-                    "present_sgu.0",
-                    DataType::Float,
-                    &["batch", "total_sequence", "16"],
-                ),
-                tensor(
-                    "present_key.0",
-                    DataType::Float,
-                    &["batch", "total_sequence", "8"],
-                ),
-            ],
-        );
-        let config = plan(&m, &TritonOptions::new("lm")).unwrap();
-        assert_eq!(config.inputs.len(), 1);
-        assert_eq!(config.outputs.len(), 1);
-        assert_eq!(config.states.len(), 2);
-        assert_eq!(config.states[0].input.dims, vec![-1, 16]);
-        assert_eq!(config.states[1].output_name, "present_key.0");
-        let text = config.to_pbtxt();
-        assert!(text.contains("sequence_batching {"), "{text}");
-        assert!(!text.contains("dynamic_batching"), "{text}");
-        assert!(
-            text.contains(
-                "input_name: \"past_sgu.0\"\n      output_name: \"present_sgu.0\"\n      data_type: TYPE_FP32\n      dims: [ -1, 16 ]"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("dims: [ 1, 16 ]\n        zero_data: true"),
-            "{text}"
-        );
-        assert!(text.contains("max_batch_size: 1\n"), "{text}");
-        assert!(text.contains("oldest {"), "{text}");
-        let mut options = TritonOptions::new("lm");
-        options.max_batch_size = Some(8);
-        let e = plan(&m, &options).unwrap_err().to_string();
-        assert!(e.contains("max_batch_size 1, not 8"), "{e}");
-    }
-
-    #[test]
-    fn a_past_input_without_its_present_output_is_refused() {
-        let m = model(
-            &[
-                tensor("input_ids", DataType::Int64, &["batch", "sequence"]),
-                tensor(
-                    "past_sgu.0",
-                    DataType::Float,
-                    &["batch", "past_sequence", "16"],
-                ),
-            ],
-            &[tensor(
-                "logits",
-                DataType::Float,
-                &["batch", "sequence", "50"],
-            )],
-        );
-        let e = plan(&m, &TritonOptions::new("lm")).unwrap_err().to_string();
-        assert!(e.contains("no output present_sgu.0"), "{e}");
-    }
-
-    #[test]
-    fn types_triton_cannot_carry_are_refused() {
-        for (elem, name) in [
-            (DataType::Undefined, "undefined"),
-            (DataType::Complex64, "complex64"),
-            (DataType::Bfloat16, "bfloat16"),
-            (DataType::Float8e4m3fn, "float8"),
-            (DataType::Uint2, "2-bit integer"),
-            (DataType::Float6e2m3, "float6"),
-        ] {
-            let m = model(
-                &[tensor("x", elem, &["batch", "4"])],
-                &[tensor("y", DataType::Float, &["batch", "4"])],
-            );
-            let e = plan(&m, &TritonOptions::new("m")).unwrap_err().to_string();
-            assert!(e.contains("cannot carry"), "{e}");
-            assert!(e.contains(&format!("({name})")), "{e}");
-            assert!(!e.contains('\n'));
+/// Refuses a tensor name that `config.pbtxt` cannot hold (empty, or with a control
+/// character).
+fn check_tensor_names<'t>(tensors: impl Iterator<Item = &'t DeclaredTensor>) -> Result<()> {
+    for t in tensors {
+        if t.name.is_empty() || t.name.chars().any(|c| c.is_control()) {
+            return Err(invalid(format!(
+                "tensor name {:?} cannot be written in config.pbtxt",
+                t.name
+            )));
         }
-        assert_eq!(
-            triton_data_type(DataType::Float16 as i32),
-            Some("TYPE_FP16")
-        );
-        assert_eq!(triton_data_type(DataType::Bool as i32), Some("TYPE_BOOL"));
     }
+    Ok(())
+}
 
-    #[test]
-    fn a_fixed_batch_dimension_needs_batching_off() {
-        let m = model(
-            &[tensor("x", DataType::Float, &["1", "4"])],
-            &[tensor("y", DataType::Float, &["1", "4"])],
-        );
-        let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("(use TritonOptions::max_batch_size 0)"),
-            "{e}"
-        );
-        let Error::Setting(phrase) = e else {
-            panic!("{e:?}")
-        };
-        assert_eq!(
-            phrase.settings().collect::<Vec<_>>(),
-            [Setting::TritonMaxBatchSize]
-        );
-        let mut options = TritonOptions::new("m");
-        options.max_batch_size = Some(0);
-        assert_eq!(plan(&m, &options).unwrap().inputs[0].dims, vec![1, 4]);
-    }
-
-    #[test]
-    fn model_names() {
-        for ok in ["gmlp", "gmlp-ti16", "a.b_c-1", "_x"] {
-            check_model_name(ok).unwrap();
-        }
-        for bad in [
-            "",
-            ".hidden",
-            "-x",
-            "a/b",
-            "a b",
-            "ü",
-            "a?b",
-            "..",
-            &"x".repeat(129),
-        ] {
-            assert!(check_model_name(bad).is_err(), "{bad:?} accepted");
-        }
-        let mut options = TritonOptions::new("m");
-        options.version = 0;
-        assert!(options.check().is_err());
+/// The state form of a model with these inputs: none without `past_*` inputs, static when
+/// every one has a fixed size besides the batch (docs/static-state.md), else growing.
+fn past_kind(declared_in: &[DeclaredTensor]) -> Option<PastKind> {
+    let pasts: Vec<&DeclaredTensor> = declared_in
+        .iter()
+        .filter(|t| t.name.starts_with(PAST_PREFIX))
+        .collect();
+    // A static state (docs/static-state.md) has a fixed size besides the batch.
+    let fixed = |t: &DeclaredTensor| t.shape.iter().skip(1).all(|d| matches!(d, Dim::Fixed(_)));
+    match (pasts.is_empty(), pasts.iter().all(|t| fixed(t))) {
+        (true, _) => None,
+        (false, true) => Some(PastKind::Static),
+        (false, false) => Some(PastKind::Growing),
     }
 }
+
+/// The `max_batch_size` to write: the `option` given, or the default for the state form;
+/// refuses a size the state form cannot be served with.
+fn max_batch_size(option: Option<u32>, past_kind: Option<PastKind>) -> Result<u32> {
+    Ok(match (option, past_kind) {
+        (None, None) | (None, Some(PastKind::Static)) => DEFAULT_MAX_BATCH_SIZE,
+        (None, Some(PastKind::Growing))
+        | (Some(WITH_PAST_MAX_BATCH_SIZE), Some(PastKind::Growing)) => WITH_PAST_MAX_BATCH_SIZE,
+        (Some(n), Some(PastKind::Growing)) => {
+            return Err(Error::Setting(
+                Phrase::text(format!(
+                    "a growing-state with-past model is served with max_batch_size {WITH_PAST_MAX_BATCH_SIZE}, not {n}: Triton's ONNX Runtime backend cannot batch sequences whose states differ in length (build it with "
+                ))
+                .and(Setting::StaticState)
+                .then(" to batch sequences; docs/static-state.md)"),
+            ))
+        }
+        (Some(0), Some(PastKind::Static)) => {
+            return Err(invalid(
+                "a static-state model is served by Triton's sequence batcher with its state per sequence, which needs max_batch_size >= 1 (0 would make the batch part of the state)",
+            ))
+        }
+        (Some(n), _) => n,
+    })
+}
+
+/// The implicit state of the state input `t` (`past_` + `suffix`), paired with its
+/// `present_` output among `outputs_by_name`; refuses a pair that differs in type, rank
+/// or (for the state form `past_kind`) size.
+fn past_state(
+    t: &DeclaredTensor,
+    suffix: &str,
+    outputs_by_name: &BTreeMap<&str, &DeclaredTensor>,
+    batched: bool,
+    past_kind: Option<PastKind>,
+) -> Result<ImplicitState> {
+    let present = format!("{PRESENT_PREFIX}{suffix}");
+    let Some(out) = outputs_by_name.get(present.as_str()) else {
+        return Err(invalid(format!(
+            "input {} looks like a with-past state but the model has no output {present} to carry it to the next request",
+            t.name
+        )));
+    };
+    let input = triton_tensor(t, batched, "state input")?;
+    let output = triton_tensor(out, batched, "state output")?;
+    if input.data_type != output.data_type || input.dims.len() != output.dims.len() {
+        return Err(invalid(format!(
+            "state input {} ({} {:?}) and output {present} ({} {:?}) differ in type or rank",
+            t.name, input.data_type, input.dims, output.data_type, output.dims
+        )));
+    }
+    let variable: Vec<usize> = (0..input.dims.len())
+        .filter(|&i| input.dims[i] == -1)
+        .collect();
+    let kind = match past_kind {
+        Some(PastKind::Static) => {
+            if output.dims != input.dims {
+                return Err(invalid(format!(
+                    "static state input {} {:?} and output {present} {:?} differ in size",
+                    t.name, input.dims, output.dims
+                )));
+            }
+            StateKind::Fixed
+        }
+        _ => {
+            if variable.len() != 1 || output.dims[variable[0]] != -1 {
+                return Err(invalid(format!(
+                    "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
+                    t.name, input.dims
+                )));
+            }
+            StateKind::Growing {
+                sequence_axis: variable[0] + 1,
+            }
+        }
+    };
+    Ok(ImplicitState {
+        input,
+        output_name: present,
+        kind,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
 use crate::message::{Phrase, Setting};
 use crate::onnx::edit::ModelEdit;
+use crate::onnx::proto as onnx;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
 use crate::runtime::ModelFile;
 
@@ -122,31 +123,10 @@ pub fn write_repository_file(
     let paths = check_target(repo, options)?;
     let mut model = file.model()?.into_owned();
     check_external_data(&model, model_path)?;
-    if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
-        .iter()
-        .any(|key| metadata_value(&model, key).is_some())
-    {
-        return Err(invalid(format!(
-            "{} already carries the Triton state adapter; give the original with-past model",
-            model_path.display()
-        )));
-    }
+    check_not_adapted(&model, model_path)?;
     let config = plan(&model, options)?;
     let text = config.to_pbtxt();
-    let existing_config = match std::fs::read_to_string(&paths.config) {
-        Ok(old) => Some(old),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(&paths.config, e)),
-    };
-    if existing_config.as_ref().is_some_and(|old| *old != text) {
-        return Err(Error::Setting(
-            Phrase::text(format!(
-                "{} exists and describes the model differently; remove it or pick another ",
-                paths.config.display()
-            ))
-            .and(Setting::TritonName),
-        ));
-    }
+    let existing_config = existing_config(&paths.config, &text)?;
 
     let locations = external_locations(&model, model_path)?;
     let source_dir = match model_path.parent() {
@@ -154,56 +134,22 @@ pub fn write_repository_file(
         _ => PathBuf::from("."),
     };
     let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
-    // Growing states go behind the one-slot adapter; a static model's position behind
-    // the counter; its fixed-size states are served as they are.
-    let growing = config.growing();
-    let counted = config.counts_positions();
-    let reencode = renamed || growing || counted;
-    if growing {
-        adapt_with_past(&mut model, &config.states)?;
-    }
-    if counted {
-        add_position_counter(&mut model, &config.states)?;
-    }
-    if renamed {
-        if let Some(mut edit) = ModelEdit::new(&mut model) {
-            edit.relocate_external_data(DATA_FILE);
-        }
-    }
+    let reencode = edit_for_serving(&mut model, &config, renamed)?;
 
     let mut dirs = CreatedDirs::new();
     dirs.create(&paths.version_dir)?;
-    let mut pending = Vec::new();
-    let mut data_file = None;
-    for location in &locations {
-        let target_name = if renamed {
-            DATA_FILE
-        } else {
-            location.as_str()
-        };
-        let target = paths.version_dir.join(target_name);
-        let mut file = PendingFile::create(&target)?;
-        file.copy_from(&source_dir.join(location))?;
-        pending.push(file);
-        data_file.get_or_insert(target);
-    }
+    let (mut pending, data_file) =
+        stage_data_files(&paths.version_dir, &source_dir, &locations, renamed)?;
     let mut model_file = PendingFile::create(&paths.model)?;
     if reencode {
-        let bytes = model.encode_to_vec();
-        model_file
-            .writer()
-            .write_all(&bytes)
-            .map_err(|e| Error::io(&paths.model, e))?;
+        write_bytes(&mut model_file, &paths.model, &model.encode_to_vec())?;
     } else {
         model_file.copy_from(model_path)?;
     }
     pending.push(model_file);
     if existing_config.is_none() {
         let mut config_file = PendingFile::create(&paths.config)?;
-        config_file
-            .writer()
-            .write_all(text.as_bytes())
-            .map_err(|e| Error::io(&paths.config, e))?;
+        write_bytes(&mut config_file, &paths.config, text.as_bytes())?;
         pending.push(config_file);
     }
     // Data, model, then config: Triton polling the repository sees a complete version.
@@ -214,4 +160,97 @@ pub fn write_repository_file(
         data_file,
         config,
     })
+}
+
+/// Refuses a model that already went through [`write_repository`]'s edits (it carries the
+/// state adapter's or the position counter's metadata).
+fn check_not_adapted(model: &onnx::ModelProto, model_path: &Path) -> Result<()> {
+    if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
+        .iter()
+        .any(|key| metadata_value(model, key).is_some())
+    {
+        return Err(invalid(format!(
+            "{} already carries the Triton state adapter; give the original with-past model",
+            model_path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The `config.pbtxt` already at `path` (another version of the same model), if any;
+/// refuses one that differs from `text`.
+fn existing_config(path: &Path, text: &str) -> Result<Option<String>> {
+    let existing = match std::fs::read_to_string(path) {
+        Ok(old) => Some(old),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    if existing.as_ref().is_some_and(|old| *old != text) {
+        return Err(Error::Setting(
+            Phrase::text(format!(
+                "{} exists and describes the model differently; remove it or pick another ",
+                path.display()
+            ))
+            .and(Setting::TritonName),
+        ));
+    }
+    Ok(existing)
+}
+
+/// Edits `model` into the one served: growing states go behind the one-slot adapter, a
+/// static model's position behind the counter (its fixed-size states are served as they
+/// are), and a `renamed` data file is relocated. True when the model must be re-encoded.
+fn edit_for_serving(
+    model: &mut onnx::ModelProto,
+    config: &TritonConfig,
+    renamed: bool,
+) -> Result<bool> {
+    let growing = config.growing();
+    let counted = config.counts_positions();
+    let reencode = renamed || growing || counted;
+    if growing {
+        adapt_with_past(model, &config.states)?;
+    }
+    if counted {
+        add_position_counter(model, &config.states)?;
+    }
+    if renamed {
+        if let Some(mut edit) = ModelEdit::new(model) {
+            edit.relocate_external_data(DATA_FILE);
+        }
+    }
+    Ok(reencode)
+}
+
+/// Copies each external data file at `locations` under `source_dir` into `version_dir`
+/// under a temporary name (as [`DATA_FILE`] when `renamed`). Returns the pending files
+/// and the first one's final path.
+fn stage_data_files(
+    version_dir: &Path,
+    source_dir: &Path,
+    locations: &[String],
+    renamed: bool,
+) -> Result<(Vec<PendingFile>, Option<PathBuf>)> {
+    let mut pending = Vec::new();
+    let mut data_file = None;
+    for location in locations {
+        let target_name = if renamed {
+            DATA_FILE
+        } else {
+            location.as_str()
+        };
+        let target = version_dir.join(target_name);
+        let mut file = PendingFile::create(&target)?;
+        file.copy_from(&source_dir.join(location))?;
+        pending.push(file);
+        data_file.get_or_insert(target);
+    }
+    Ok((pending, data_file))
+}
+
+/// Writes `bytes` into the pending `file` of final path `path`.
+fn write_bytes(file: &mut PendingFile, path: &Path, bytes: &[u8]) -> Result<()> {
+    file.writer()
+        .write_all(bytes)
+        .map_err(|e| Error::io(path, e))
 }

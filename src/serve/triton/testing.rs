@@ -1,10 +1,18 @@
 //! Models for the unit tests of this module: declared inputs and outputs, and nothing else
 //! unless a test adds nodes.
 
+use crate::error::Error;
+use crate::message::Setting;
 use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;
 use crate::onnx::proto as onnx;
 use crate::onnx::reader::DeclaredTensor;
+
+/// Whether `e` is an [`Error::Setting`] naming exactly `settings`, in order: the kind of a
+/// refusal, which the tests assert instead of its words.
+pub fn names_settings(e: &Error, settings: &[Setting]) -> bool {
+    matches!(e, Error::Setting(p) if p.settings().eq(settings.iter().copied()))
+}
 
 /// A tensor of element type `elem` and shape `shape` (numbers fixed, anything else a symbol).
 pub fn tensor(name: &str, elem: DataType, shape: &[&str]) -> DeclaredTensor {
