@@ -220,7 +220,7 @@ pub fn check_inputs(
     }
     let mut given = given;
     let mut out = Vec::new();
-    let mut symbols: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut symbols = Symbols::new();
     for d in &declared {
         let pos = given.iter().position(|t| t.name == d.name).ok_or_else(|| {
             bad(format!(
@@ -234,63 +234,80 @@ pub fn check_inputs(
             ))
         })?;
         let t = given.remove(pos);
-        if !SUPPORTED_INPUTS.iter().any(|&s| s as i32 == d.elem_type) {
-            return Err(unsupported_input(&d.name, d.elem_type));
-        }
-        if dtype::of_value(&t.value) as i32 != d.elem_type {
-            return Err(bad(format!(
-                "input {}: the model declares {}, the file holds {}",
-                d.name,
-                type_name(d.elem_type),
-                t.value.dtype()
-            )));
-        }
-        let shape = t.value.shape();
-        let declared_shape = || {
-            let dims: Vec<String> = d
-                .shape
-                .iter()
-                .map(|x| match x {
-                    Dim::Fixed(n) => n.to_string(),
-                    Dim::Symbol(s) => s.clone(),
-                })
-                .collect();
-            format!("[{}]", dims.join(", "))
-        };
-        if shape.len() != d.shape.len() {
-            return Err(bad(format!(
-                "input {}: the model declares shape {}, the file holds shape {shape:?}",
-                d.name,
-                declared_shape()
-            )));
-        }
-        for (axis, (dim, &size)) in d.shape.iter().zip(shape).enumerate() {
-            match dim {
-                Dim::Fixed(n) if *n != size => {
-                    return Err(bad(format!(
-                        "input {}: the model declares shape {}, the file holds shape {shape:?} (axis {axis})",
-                        d.name,
-                        declared_shape()
-                    )))
-                }
-                Dim::Symbol(s) if s != "?" => match symbols.get(s) {
-                    Some((v, first)) if *v != size => {
-                        return Err(bad(format!(
-                            "input {}: dimension '{s}' is {size} here but {v} in input {first}",
-                            d.name
-                        )))
-                    }
-                    Some(_) => {}
-                    None => {
-                        symbols.insert(s.clone(), (size, d.name.clone()));
-                    }
-                },
-                _ => {}
-            }
-        }
+        check_input(d, &t, &mut symbols, what)?;
         out.push(t);
     }
     Ok(out)
+}
+
+/// The size each symbolic dimension has, and the input it was first seen in.
+type Symbols = BTreeMap<String, (usize, String)>;
+
+/// Checks the array `t` given for the declared input `d`: its element type, rank and
+/// fixed sizes, and its symbolic dimensions against the sizes `symbols` holds (recording
+/// those seen first here).
+fn check_input(
+    d: &DeclaredTensor,
+    t: &NamedTensor,
+    symbols: &mut Symbols,
+    what: &str,
+) -> Result<()> {
+    let bad = |msg: String| Error::BadTensor(format!("{what}: {msg}"));
+    if !SUPPORTED_INPUTS.iter().any(|&s| s as i32 == d.elem_type) {
+        return Err(unsupported_input(&d.name, d.elem_type));
+    }
+    if dtype::of_value(&t.value) as i32 != d.elem_type {
+        return Err(bad(format!(
+            "input {}: the model declares {}, the file holds {}",
+            d.name,
+            type_name(d.elem_type),
+            t.value.dtype()
+        )));
+    }
+    let shape = t.value.shape();
+    let declared_shape = || {
+        let dims: Vec<String> = d
+            .shape
+            .iter()
+            .map(|x| match x {
+                Dim::Fixed(n) => n.to_string(),
+                Dim::Symbol(s) => s.clone(),
+            })
+            .collect();
+        format!("[{}]", dims.join(", "))
+    };
+    if shape.len() != d.shape.len() {
+        return Err(bad(format!(
+            "input {}: the model declares shape {}, the file holds shape {shape:?}",
+            d.name,
+            declared_shape()
+        )));
+    }
+    for (axis, (dim, &size)) in d.shape.iter().zip(shape).enumerate() {
+        match dim {
+            Dim::Fixed(n) if *n != size => {
+                return Err(bad(format!(
+                    "input {}: the model declares shape {}, the file holds shape {shape:?} (axis {axis})",
+                    d.name,
+                    declared_shape()
+                )))
+            }
+            Dim::Symbol(s) if s != "?" => match symbols.get(s) {
+                Some((v, first)) if *v != size => {
+                    return Err(bad(format!(
+                        "input {}: dimension '{s}' is {size} here but {v} in input {first}",
+                        d.name
+                    )))
+                }
+                Some(_) => {}
+                None => {
+                    symbols.insert(s.clone(), (size, d.name.clone()));
+                }
+            },
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
