@@ -1,5 +1,5 @@
 //! Incremental decoding of a causal token model on any runtime: a [`Decoder`] feeds new
-//! tokens and keeps what the model needs between runs, as one [`State`] of its storage
+//! tokens and keeps what the model needs between runs, as one `State` of its storage
 //! forms (state.rs). A `--with-past` model gets its `present_*` outputs back as `past_*`
 //! inputs; a growing-state model (position P = tokens fed so far, one P for the whole
 //! batch) takes them as they are; a static-state model (fixed [batch, n, ·] state, one

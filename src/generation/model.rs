@@ -6,7 +6,7 @@
 //! `Model` of sessions apart from each generator's `State`): loaded once per command and
 //! runtime, then lent to each decoder over it
 //! ([`Decoder::new`](crate::generation::Decoder::new)), one at a time. A loaded model runs
-//! on one [`Engine`]: a runtime of runs (the state carried from run to run, or the prefix
+//! on one `Engine`: a runtime of runs (the state carried from run to run, or the prefix
 //! re-run), or a session of bound buffers running the file with its step graph's outputs
 //! (a static state written in place, bound.rs).
 
