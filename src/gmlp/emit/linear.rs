@@ -224,20 +224,14 @@ impl Emitter {
         }
     }
 
-    /// `x · [W₁[:, c₁] | W₂[:, c₂] | …] + [b₁ | b₂ | …]`: several projections of one input
-    /// as one MatMul and one bias `Add` (f32), or one `MatMulNBits` with its bias input
-    /// (block-quantized forms; each column quantizes as it would alone, so the codes and
-    /// scales are those of the separate layers). A part without a bias adds zeros. Stored as
-    /// `name` (or `name.int4` and `name.scale`) and `name.bias`. Not for the dynamic int8
-    /// form.
-    pub(crate) fn dense_joined(
-        &mut self,
-        local: &str,
-        x: &Value,
+    /// The rows every part of a joined projection shares and each part's (total columns,
+    /// columns taken); refused unless every weight is 2-D with those rows and its columns
+    /// lie within it.
+    fn joined_layout(
+        &self,
         name: &str,
         parts: &[JoinedColumns],
-        form: WeightForm,
-    ) -> Result<Value> {
+    ) -> Result<(usize, Vec<PartColumns>)> {
         let mut rows = None;
         let mut layout = Vec::with_capacity(parts.len());
         for part in parts {
@@ -257,6 +251,24 @@ impl Emitter {
             layout.push((total, part.cols));
         }
         let rows = rows.ok_or_else(|| Error::Internal(format!("{name}: no parts")))?;
+        Ok((rows, layout))
+    }
+
+    /// `x · [W₁[:, c₁] | W₂[:, c₂] | …] + [b₁ | b₂ | …]`: several projections of one input
+    /// as one MatMul and one bias `Add` (f32), or one `MatMulNBits` with its bias input
+    /// (block-quantized forms; each column quantizes as it would alone, so the codes and
+    /// scales are those of the separate layers). A part without a bias adds zeros. Stored as
+    /// `name` (or `name.int4` and `name.scale`) and `name.bias`. Not for the dynamic int8
+    /// form.
+    pub(crate) fn dense_joined(
+        &mut self,
+        local: &str,
+        x: &Value,
+        name: &str,
+        parts: &[JoinedColumns],
+        form: WeightForm,
+    ) -> Result<Value> {
+        let (rows, layout) = self.joined_layout(name, parts)?;
         let width: usize = layout.iter().map(|(_, (a, b))| b - a).sum();
         let weights: Vec<String> = parts.iter().map(|p| p.weight.clone()).collect();
         let columns = layout.clone();
@@ -270,20 +282,7 @@ impl Emitter {
             out
         };
         let biases: Vec<String> = parts.iter().filter_map(|p| p.bias.clone()).collect();
-        let bias_layout: Vec<(bool, (usize, usize))> =
-            parts.iter().map(|p| (p.bias.is_some(), p.cols)).collect();
-        let join_bias = move |v: Vec<Vec<f32>>| {
-            let mut present = v.into_iter();
-            let mut out = Vec::with_capacity(width);
-            for &(has, (a, b)) in &bias_layout {
-                let values = if has { present.next() } else { None };
-                match values {
-                    Some(values) => out.extend_from_slice(&values[a..b]),
-                    None => out.extend(std::iter::repeat_n(0.0, b - a)),
-                }
-            }
-            Ok(out)
-        };
+        let join_bias = bias_joiner(parts, width);
         if form == WeightForm::DynamicInt8 {
             return Err(Error::Internal(format!(
                 "{name}: joined projections have no dynamic int8 form"
@@ -494,5 +493,29 @@ fn in_param(name: &str, e: Error) -> Error {
     match e {
         Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
         other => other,
+    }
+}
+/// One part of a joined projection: its weight's total columns, and the columns taken.
+type PartColumns = (usize, (usize, usize));
+
+/// The joined bias of `parts` (`width` values): each part's columns of its bias, in the
+/// order of the biases present (`v`), zeros for a part without one.
+fn bias_joiner(
+    parts: &[JoinedColumns],
+    width: usize,
+) -> impl Fn(Vec<Vec<f32>>) -> Result<Vec<f32>> + Send + Sync + 'static {
+    let bias_layout: Vec<(bool, (usize, usize))> =
+        parts.iter().map(|p| (p.bias.is_some(), p.cols)).collect();
+    move |v: Vec<Vec<f32>>| {
+        let mut present = v.into_iter();
+        let mut out = Vec::with_capacity(width);
+        for &(has, (a, b)) in &bias_layout {
+            let values = if has { present.next() } else { None };
+            match values {
+                Some(values) => out.extend_from_slice(&values[a..b]),
+                None => out.extend(std::iter::repeat_n(0.0, b - a)),
+            }
+        }
+        Ok(out)
     }
 }

@@ -91,85 +91,9 @@ impl Layout {
     }
 
     fn new(graph: &Graph, info: &ModelInfo, data: &DataLayout) -> Layout {
-        let model = onnx::ModelProto {
-            ir_version: Some(ir_version_for(graph.opset)),
-            opset_import: std::iter::once((String::new(), graph.opset))
-                .chain(
-                    graph
-                        .extra_domains()
-                        .into_iter()
-                        .map(|(d, v)| (d.to_string(), v)),
-                )
-                .map(|(domain, version)| onnx::OperatorSetIdProto {
-                    domain: Some(domain),
-                    version: Some(version),
-                })
-                .collect(),
-            producer_name: Some(info.producer_name.clone()),
-            producer_version: Some(info.producer_version.clone()),
-            doc_string: (!info.doc_string.is_empty()).then(|| info.doc_string.clone()),
-            metadata_props: info
-                .metadata
-                .iter()
-                .map(|(k, v)| onnx::StringStringEntryProto {
-                    key: Some(k.clone()),
-                    value: Some(v.clone()),
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let graph_proto = onnx::GraphProto {
-            name: Some(graph.name.clone()),
-            node: graph
-                .nodes
-                .iter()
-                .map(|n| {
-                    let node = node_proto(n);
-                    onnx::NodeProto {
-                        domain: Some(node.domain.clone().unwrap_or_default()),
-                        ..node
-                    }
-                })
-                .collect(),
-            input: graph.inputs.iter().map(value_info).collect(),
-            output: graph.outputs.iter().map(value_info).collect(),
-            value_info: graph.value_info.iter().map(value_info).collect(),
-            ..Default::default()
-        };
-        let model_head = model.encode_to_vec();
-        let graph_head = graph_proto.encode_to_vec();
-        let mut offsets = Vec::new();
-        let tensor_heads: Vec<Vec<u8>> = match data {
-            DataLayout::Inline => graph
-                .initializers
-                .iter()
-                .map(|i| tensor_header(i).encode_to_vec())
-                .collect(),
-            DataLayout::External { location } => {
-                let mut offset = 0u64;
-                graph
-                    .initializers
-                    .iter()
-                    .map(|i| {
-                        offset = offset.div_ceil(EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT;
-                        offsets.push(offset);
-                        let entry = |k: &str, v: String| onnx::StringStringEntryProto {
-                            key: Some(k.into()),
-                            value: Some(v),
-                        };
-                        let mut t = tensor_header(i);
-                        t.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
-                        t.external_data = vec![
-                            entry("location", location.clone()),
-                            entry("offset", offset.to_string()),
-                            entry("length", i.byte_len().to_string()),
-                        ];
-                        offset += i.byte_len() as u64;
-                        t.encode_to_vec()
-                    })
-                    .collect()
-            }
-        };
+        let model_head = model_header(graph, info).encode_to_vec();
+        let graph_head = graph_header(graph).encode_to_vec();
+        let (tensor_heads, offsets) = tensor_headers(graph, data);
         let inline = *data == DataLayout::Inline;
         let mut graph_len = graph_head.len() as u64;
         for (head, init) in tensor_heads.iter().zip(&graph.initializers) {
@@ -186,6 +110,97 @@ impl Layout {
             total_len,
         }
     }
+}
+
+/// The model's fields but its graph: opsets, producer, doc string, metadata.
+fn model_header(graph: &Graph, info: &ModelInfo) -> onnx::ModelProto {
+    onnx::ModelProto {
+        ir_version: Some(ir_version_for(graph.opset)),
+        opset_import: std::iter::once((String::new(), graph.opset))
+            .chain(
+                graph
+                    .extra_domains()
+                    .into_iter()
+                    .map(|(d, v)| (d.to_string(), v)),
+            )
+            .map(|(domain, version)| onnx::OperatorSetIdProto {
+                domain: Some(domain),
+                version: Some(version),
+            })
+            .collect(),
+        producer_name: Some(info.producer_name.clone()),
+        producer_version: Some(info.producer_version.clone()),
+        doc_string: (!info.doc_string.is_empty()).then(|| info.doc_string.clone()),
+        metadata_props: info
+            .metadata
+            .iter()
+            .map(|(k, v)| onnx::StringStringEntryProto {
+                key: Some(k.clone()),
+                value: Some(v.clone()),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The graph's fields but its initializers: name, nodes, inputs, outputs, value infos.
+fn graph_header(graph: &Graph) -> onnx::GraphProto {
+    onnx::GraphProto {
+        name: Some(graph.name.clone()),
+        node: graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let node = node_proto(n);
+                onnx::NodeProto {
+                    domain: Some(node.domain.clone().unwrap_or_default()),
+                    ..node
+                }
+            })
+            .collect(),
+        input: graph.inputs.iter().map(value_info).collect(),
+        output: graph.outputs.iter().map(value_info).collect(),
+        value_info: graph.value_info.iter().map(value_info).collect(),
+        ..Default::default()
+    }
+}
+
+/// Each initializer's encoded fields but its data and, with external data, where its data
+/// starts in the data file (aligned to [`EXTERNAL_ALIGNMENT`]).
+fn tensor_headers(graph: &Graph, data: &DataLayout) -> (Vec<Vec<u8>>, Vec<u64>) {
+    let mut offsets = Vec::new();
+    let heads = match data {
+        DataLayout::Inline => graph
+            .initializers
+            .iter()
+            .map(|i| tensor_header(i).encode_to_vec())
+            .collect(),
+        DataLayout::External { location } => {
+            let mut offset = 0u64;
+            graph
+                .initializers
+                .iter()
+                .map(|i| {
+                    offset = offset.div_ceil(EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT;
+                    offsets.push(offset);
+                    let entry = |k: &str, v: String| onnx::StringStringEntryProto {
+                        key: Some(k.into()),
+                        value: Some(v),
+                    };
+                    let mut t = tensor_header(i);
+                    t.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+                    t.external_data = vec![
+                        entry("location", location.clone()),
+                        entry("offset", offset.to_string()),
+                        entry("length", i.byte_len().to_string()),
+                    ];
+                    offset += i.byte_len() as u64;
+                    t.encode_to_vec()
+                })
+                .collect()
+        }
+    };
+    (heads, offsets)
 }
 
 /// The exact size in bytes of the ONNX file [`encode_model`] writes for `data`.

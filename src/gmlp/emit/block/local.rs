@@ -68,72 +68,43 @@ impl Emitter {
             None => None,
         };
         let g = &mut self.g;
-        let c = |g: &mut GraphBuilder, name: &str, v: i64| g.const_i64(name, &[], vec![v]);
-        let one = c(g, "one", 1)?;
-        let zero = c(g, "zero", 0)?;
-        let as_column = |g: &mut GraphBuilder, name: &str, v: &Value| {
-            g.reshape(name, v, &[-1, 1], vec![t_dim.clone(), Dim::Fixed(1)])
-        };
-        // 1 where x ≥ 0, else 0 (x an integer): min(max(x + 1, 0), 1).
-        let non_negative = |g: &mut GraphBuilder, name: &str, x: &Value| {
-            let up = g.add(&format!("{name}_plus_one"), x, &one)?;
-            let floor = g.max(&format!("{name}_floor"), &up, &zero)?;
-            g.min(name, &floor, &one)
-        };
-        let r = as_column(g, "row_positions", rows)?;
+        let one = scalar(g, "one", 1)?;
+        let zero = scalar(g, "zero", 0)?;
+        let r = g.reshape(
+            "row_positions",
+            rows,
+            &[-1, 1],
+            vec![t_dim.clone(), Dim::Fixed(1)],
+        )?;
         let causal_gap = g.sub("causal_gap", &r, cols)?;
-        let mut valid = non_negative(g, "causal", &causal_gap)?;
+        let valid = non_negative(g, "causal", &causal_gap, (&one, &zero))?;
         // Sub-positions t' and s' (and the residue check) of an axial fold.
-        let (r_sub, s_sub) = if let Some(table) = &fold_table {
-            let e = c(g, "fold", mixing.fold as i64)?;
-            let r_sub = g.gather("row_sub", table, &r, 0)?;
-            let s_sub = g.gather("col_sub", table, cols, 0)?;
-            let r_start = g.mul("row_sub_start", &r_sub, &e)?;
-            let r_res = g.sub("row_residue", &r, &r_start)?;
-            let s_start = g.mul("col_sub_start", &s_sub, &e)?;
-            let s_res = g.sub("col_residue", cols, &s_start)?;
-            let gap = g.sub("residue_gap", &r_res, &s_res)?;
-            let gap = g.abs("residue_distance", &gap)?;
-            let differ = g.min("residue_differs", &gap, &one)?;
-            let same = g.sub("same_residue", &one, &differ)?;
-            valid = g.mul("valid_fold", &valid, &same)?;
-            (r_sub, s_sub)
-        } else {
-            (r.clone(), cols.clone())
+        let (r_sub, s_sub, valid) = match &fold_table {
+            Some(table) => fold_positions(g, table, mixing.fold, (&r, cols), valid, &one)?,
+            None => (r.clone(), cols.clone(), valid),
         };
-        let g = &mut self.g;
-        let (weight_index, bias_index, first_window) = match mixing.window {
+        let (weight_index, bias_index, first_window, valid) = match mixing.window {
             None => {
-                let n_c = c(g, "width", n as i64)?;
+                let n_c = scalar(g, "width", n as i64)?;
                 let row_start = g.mul("weight_row", &r_sub, &n_c)?;
                 let index = g.add("weight_index", &row_start, &s_sub)?;
                 let bias_index = g.reshape("bias_index", &r_sub, &[-1], vec![t_dim.clone()])?;
-                (index, bias_index, None)
+                (index, bias_index, None, valid)
             }
             Some(w) => {
-                let w = w as i64;
                 let table = window_table
                     .as_ref()
                     .ok_or_else(|| Error::Internal("window table missing".into()))?;
-                let w_c = c(g, "window", w)?;
-                let two_w = c(g, "window_width", 2 * w)?;
-                let last = c(g, "window_last", 2 * w - 1)?;
-                let block = g.gather("window_block", table, &r_sub, 0)?;
-                let block_start = g.mul("window_block_start", &block, &w_c)?;
-                let within = g.sub("window_row", &r_sub, &block_start)?;
-                // j = s' − (block − 1)·w = s' − block_start + w
-                let from = g.sub("window_from", &block_start, &w_c)?;
-                let j = g.sub("window_column", &s_sub, &from)?;
-                let in_window = non_negative(g, "in_window", &j)?;
-                valid = g.mul("valid_window", &valid, &in_window)?;
-                let j = g.max("window_column_floor", &j, &zero)?;
-                let j = g.min("window_column_clamped", &j, &last)?;
-                let row_start = g.mul("weight_row", &within, &two_w)?;
-                let index = g.add("weight_index", &row_start, &j)?;
-                let bias_index = g.reshape("bias_index", &within, &[-1], vec![t_dim.clone()])?;
-                let later = g.min("window_later_block", &block, &one)?;
-                let first = g.sub("first_window", &one, &later)?;
-                (index, bias_index, Some(first))
+                let (index, bias_index, first, valid) = window_maps(
+                    g,
+                    table,
+                    w as i64,
+                    (&r_sub, &s_sub),
+                    valid,
+                    (&one, &zero),
+                    &t_dim,
+                )?;
+                (index, bias_index, Some(first), valid)
             }
         };
         Ok(LocalMaps {
@@ -179,4 +150,78 @@ impl Emitter {
 /// `[t div k for t in 0..n]`: the quotient of every position by k.
 fn quotient_table(n: usize, k: usize) -> Vec<i64> {
     (0..n).map(|t| (t / k) as i64).collect()
+}
+/// The int64 scalar constant `name` = `v`.
+fn scalar(g: &mut GraphBuilder, name: &str, v: i64) -> Result<Value> {
+    g.const_i64(name, &[], vec![v])
+}
+
+/// 1 where `x` ≥ 0, else 0 (`x` an integer): min(max(x + 1, 0), 1).
+fn non_negative(
+    g: &mut GraphBuilder,
+    name: &str,
+    x: &Value,
+    (one, zero): (&Value, &Value),
+) -> Result<Value> {
+    let up = g.add(&format!("{name}_plus_one"), x, one)?;
+    let floor = g.max(&format!("{name}_floor"), &up, zero)?;
+    g.min(name, &floor, one)
+}
+
+/// An axial fold of `fold` rows: the sub-positions t' and s' of rows `r` [T, 1] and keys
+/// `cols` [S] (by the quotient `table`), and `valid` narrowed to the pairs of one residue.
+fn fold_positions(
+    g: &mut GraphBuilder,
+    table: &Value,
+    fold: usize,
+    (r, cols): (&Value, &Value),
+    valid: Value,
+    one: &Value,
+) -> Result<(Value, Value, Value)> {
+    let e = scalar(g, "fold", fold as i64)?;
+    let r_sub = g.gather("row_sub", table, r, 0)?;
+    let s_sub = g.gather("col_sub", table, cols, 0)?;
+    let r_start = g.mul("row_sub_start", &r_sub, &e)?;
+    let r_res = g.sub("row_residue", r, &r_start)?;
+    let s_start = g.mul("col_sub_start", &s_sub, &e)?;
+    let s_res = g.sub("col_residue", cols, &s_start)?;
+    let gap = g.sub("residue_gap", &r_res, &s_res)?;
+    let gap = g.abs("residue_distance", &gap)?;
+    let differ = g.min("residue_differs", &gap, one)?;
+    let same = g.sub("same_residue", one, &differ)?;
+    let valid = g.mul("valid_fold", &valid, &same)?;
+    Ok((r_sub, s_sub, valid))
+}
+
+/// A window of `w`: the weight index and bias index of rows `r_sub` and keys `s_sub` in
+/// the window's 2w-wide block (by the quotient `table`), the first-window flag, and
+/// `valid` narrowed to the keys inside the window.
+fn window_maps(
+    g: &mut GraphBuilder,
+    table: &Value,
+    w: i64,
+    (r_sub, s_sub): (&Value, &Value),
+    valid: Value,
+    (one, zero): (&Value, &Value),
+    t_dim: &Dim,
+) -> Result<(Value, Value, Value, Value)> {
+    let w_c = scalar(g, "window", w)?;
+    let two_w = scalar(g, "window_width", 2 * w)?;
+    let last = scalar(g, "window_last", 2 * w - 1)?;
+    let block = g.gather("window_block", table, r_sub, 0)?;
+    let block_start = g.mul("window_block_start", &block, &w_c)?;
+    let within = g.sub("window_row", r_sub, &block_start)?;
+    // j = s' − (block − 1)·w = s' − block_start + w
+    let from = g.sub("window_from", &block_start, &w_c)?;
+    let j = g.sub("window_column", s_sub, &from)?;
+    let in_window = non_negative(g, "in_window", &j, (one, zero))?;
+    let valid = g.mul("valid_window", &valid, &in_window)?;
+    let j = g.max("window_column_floor", &j, zero)?;
+    let j = g.min("window_column_clamped", &j, &last)?;
+    let row_start = g.mul("weight_row", &within, &two_w)?;
+    let index = g.add("weight_index", &row_start, &j)?;
+    let bias_index = g.reshape("bias_index", &within, &[-1], vec![t_dim.clone()])?;
+    let later = g.min("window_later_block", &block, one)?;
+    let first = g.sub("first_window", one, &later)?;
+    Ok((index, bias_index, first, valid))
 }
