@@ -16,7 +16,7 @@
 use ndarray::{Array2, Array3, ArrayView2};
 
 use crate::error::{Error, Remedy, Result};
-use crate::generation::model::{check_vocabulary, DecodingModel};
+use crate::generation::model::{check_vocabulary, DecodingModel, Engine};
 use crate::generation::model::{LoadedModel, StateWrites};
 use crate::generation::state::State;
 use crate::gmlp::decoding::SequenceMode;
@@ -100,6 +100,11 @@ impl<'m> Decoder<'m> {
         Decoder::with_model(ModelHandle::Lent(model), batch)
     }
 
+    /// This decoder's state and the loaded model's engine it runs on, for one call.
+    fn state_and_engine(&mut self) -> (&mut State, &mut Engine) {
+        (&mut self.state, self.model.get_mut().parts().1)
+    }
+
     fn with_model(mut model: ModelHandle<'m>, batch: usize) -> Result<Decoder<'m>> {
         let (description, engine) = model.get_mut().parts();
         let state = State::new(engine, description, batch)?;
@@ -116,8 +121,8 @@ impl<'m> Decoder<'m> {
     pub fn reset(&mut self) -> Result<()> {
         self.positions = vec![0; self.batch];
         self.last_rows.clear();
-        let engine = self.model.get_mut().parts().1;
-        self.state.reset(engine)
+        let (state, engine) = self.state_and_engine();
+        state.reset(engine)
     }
 
     /// Whether runs write the state in place (a static-state model in buffers bound once).
@@ -154,8 +159,8 @@ impl<'m> Decoder<'m> {
     /// A copy of the current state (`past_*` tensors, the last run's `present_*`); empty
     /// for models without state.
     pub fn state(&mut self) -> Result<Vec<NamedTensor>> {
-        let engine = self.model.get_mut().parts().1;
-        self.state.tensors(engine)
+        let (state, engine) = self.state_and_engine();
+        state.tensors(engine)
     }
 
     /// Checks `ids` [batch, T] against the batch, the vocabulary and the n − P positions
@@ -181,8 +186,8 @@ impl<'m> Decoder<'m> {
     /// the logits of those T positions [batch, T, vocab].
     pub fn feed(&mut self, ids: ArrayView2<i64>) -> Result<Array3<f32>> {
         self.advance(ids)?;
-        let engine = self.model.get_mut().parts().1;
-        self.state.logits(engine)
+        let (state, engine) = self.state_and_engine();
+        state.logits(engine)
     }
 
     /// Feeds `ids` [batch, T] like [`Decoder::feed`], keeping the logits where the runtime
@@ -205,8 +210,8 @@ impl<'m> Decoder<'m> {
     fn run(&mut self, ids: ArrayView2<i64>) -> Result<()> {
         let t = ids.ncols();
         let positions: Vec<i64> = self.positions.iter().map(|&p| p as i64).collect();
-        let engine = self.model.get_mut().parts().1;
-        self.state.run(engine, ids, &positions)?;
+        let (state, engine) = self.state_and_engine();
+        state.run(engine, ids, &positions)?;
         for p in &mut self.positions {
             *p += t;
         }
@@ -294,8 +299,8 @@ impl<'m> Decoder<'m> {
 impl Drop for Decoder<'_> {
     /// Frees what this decoder holds in the shared engine (a bound state's buffers).
     fn drop(&mut self) {
-        let engine = self.model.get_mut().parts().1;
-        self.state.release(engine);
+        let (state, engine) = self.state_and_engine();
+        state.release(engine);
     }
 }
 
