@@ -77,6 +77,10 @@ pub enum Error {
     /// command line as flags).
     #[error("{0}")]
     Setting(Phrase),
+    /// Tensors of no layout this tool reads (or of several): the message names the markers
+    /// seen and the setting that chooses one ([`Phrase`], as [`Error::Setting`]).
+    #[error("{0}")]
+    UnknownLayout(Phrase),
     /// A model that cannot do what was asked as it was built; `remedy` says how to build it.
     #[error("{reason}; {}", remedy.describe())]
     NeedsRebuild {

@@ -7,8 +7,8 @@
 //!
 //! Layers, each importing only from the ones before it: [`message`] → [`error`] → [`tensor`], [`rng`],
 //! [`fs`], [`archive`], [`spelling`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
-//! [`runtime`] → [`generation`] → [`serve`] → [`validate`]. `tests/suite/layers.rs` checks this order on the
-//! sources.
+//! [`runtime`] → [`generation`] → [`serve`] → [`validate`] → [`pipeline`] (the build both front ends run).
+//! `tests/suite/layers.rs` checks this order on the sources.
 #![warn(missing_docs)]
 // `unsafe` only where a module or item says why it allows it: ONNX Runtime's buffer
 // module (raw tensor memory, the CUDA runtime's copies) and the read-only map of a
@@ -42,5 +42,7 @@ pub mod generation;
 pub mod serve;
 
 pub mod validate;
+
+pub mod pipeline;
 
 pub use error::{ArrayFileError, CheckpointError, Error, Remedy, Result};

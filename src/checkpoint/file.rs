@@ -1,6 +1,8 @@
 //! A checkpoint file's tensors: safetensors (memory-mapped; F32, F16, BF16, F64, every
 //! offset and size checked against the file before a tensor is read) or a NumPy `.npz`
-//! archive (float32/float64 arrays, read into memory), served as f32 one tensor at a time.
+//! archive (float32/float64 arrays, read into memory), served as f32 one tensor at a time;
+//! or tensors in memory the caller holds (a live PyTorch module's parameters, read where
+//! they are, strided: [`MemoryTensor`]).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -45,6 +47,40 @@ impl StoredType {
             StoredType::F64 => 8,
         }
     }
+
+    /// Little-endian elements of this type, one after the other, as f32 (one loop per type).
+    fn decode_all(self, bytes: &[u8]) -> Vec<f32> {
+        match self {
+            StoredType::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            StoredType::F16 => bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            StoredType::BF16 => bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            StoredType::F64 => bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+                .collect(),
+        }
+    }
+
+    /// One little-endian element of this type (`bytes` holds exactly its size) as f32.
+    fn decode(self, bytes: &[u8]) -> f32 {
+        match self {
+            StoredType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+            StoredType::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
+            StoredType::BF16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
+            StoredType::F64 => {
+                f64::from_le_bytes(bytes.try_into().expect("8 bytes")) as f32
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -73,6 +109,102 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+/// Bytes another owner keeps alive for as long as this value lives (a PyTorch tensor's
+/// storage, a NumPy array's buffer): the front end that holds them implements it.
+pub trait TensorBytes: Send + Sync {
+    /// The bytes, from the tensor's first element to its last.
+    fn bytes(&self) -> &[u8];
+}
+
+impl TensorBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The element type of a [`MemoryTensor`]: one read as weights, or another (an integer
+/// buffer a module registers), refused by name if the model needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryType {
+    /// A float type weights are read from.
+    Float(StoredType),
+    /// Another type, by the front end's name for it (`int64`, `bool`, …).
+    Other(String),
+}
+
+/// A tensor in memory: element type, shape and strides (in elements, row-major meaning,
+/// any non-negative values: a transposed or sliced view is read as it is), over bytes that
+/// start at element `[0, …, 0]`.
+pub struct MemoryTensor {
+    /// Element type.
+    pub dtype: MemoryType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Stride of each dimension, in elements.
+    pub strides: Vec<usize>,
+    /// The bytes the elements are read from.
+    pub data: Box<dyn TensorBytes>,
+}
+
+impl MemoryTensor {
+    /// The element count, or `None` when the shape and strides do not describe a view of
+    /// `data` with elements of `size` bytes (a rank mismatch, an element past its end).
+    fn count_within(&self, size: usize) -> Option<usize> {
+        if self.shape.len() != self.strides.len() {
+            return None;
+        }
+        let count: usize = self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
+        if count == 0 {
+            return Some(0);
+        }
+        let last = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(0usize, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s)?))?;
+        (last.checked_add(1)?.checked_mul(size)? <= self.data.bytes().len()).then_some(count)
+    }
+
+    /// Whether the strides are the row-major ones of the shape (the elements in order).
+    fn row_major(&self) -> bool {
+        let mut expected = 1usize;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d > 1 && s != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(d);
+        }
+        true
+    }
+
+    /// The `count` elements as f32 in row-major order (checked by
+    /// [`MemoryTensor::count_within`]): a row-major tensor in one pass over its bytes, a
+    /// strided view element by element where it lies.
+    fn read(&self, dtype: StoredType, count: usize) -> Vec<f32> {
+        let size = dtype.size();
+        let bytes = self.data.bytes();
+        if self.row_major() {
+            return dtype.decode_all(&bytes[..count * size]);
+        }
+        let mut values = Vec::with_capacity(count);
+        let mut index = vec![0usize; self.shape.len()];
+        let mut offset = 0usize;
+        for _ in 0..count {
+            values.push(dtype.decode(&bytes[offset * size..(offset + 1) * size]));
+            for axis in (0..index.len()).rev() {
+                index[axis] += 1;
+                offset += self.strides[axis];
+                if index[axis] < self.shape[axis] {
+                    break;
+                }
+                offset -= self.strides[axis] * self.shape[axis];
+                index[axis] = 0;
+            }
+        }
+        values
+    }
+}
+
 /// Where a checkpoint's tensors live.
 enum Storage {
     /// A safetensors file (memory-mapped when read from disk).
@@ -83,6 +215,8 @@ enum Storage {
     },
     /// Arrays read from a NumPy `.npz` archive (zip members cannot be mapped).
     Loaded(BTreeMap<String, TensorValue>),
+    /// Tensors in memory the caller holds, read where they are.
+    Memory(BTreeMap<String, MemoryTensor>),
 }
 
 /// A checkpoint: a safetensors file, memory-mapped (tensors are converted one at a time
@@ -168,6 +302,30 @@ impl Checkpoint {
         Self::from_safetensors(label, Bytes::Owned(bytes))
     }
 
+    /// A checkpoint of tensors in memory (a live module's state dict), read where they are
+    /// when a tensor is asked for; `label` names it in messages and in the file's
+    /// provenance (`module g_mlp_pytorch.g_mlp_pytorch.gMLP`).
+    pub fn from_memory(label: &str, tensors: Vec<(String, MemoryTensor)>) -> Result<Self> {
+        if tensors.is_empty() {
+            return Err(CheckpointError::Missing(format!("{label}: it holds no tensor")).into());
+        }
+        let mut map = BTreeMap::new();
+        for (name, tensor) in tensors {
+            if map.contains_key(&name) {
+                return Err(CheckpointError::Damaged(format!(
+                    "{label}: two tensors named {name}"
+                ))
+                .into());
+            }
+            map.insert(name, tensor);
+        }
+        Ok(Checkpoint {
+            path: PathBuf::from(label),
+            storage: Storage::Memory(map),
+            metadata: BTreeMap::new(),
+        })
+    }
+
     fn from_arrays(path: &Path, arrays: Vec<NamedTensor>) -> Self {
         Checkpoint {
             path: path.to_path_buf(),
@@ -225,6 +383,7 @@ impl Checkpoint {
         match &self.storage {
             Storage::Mapped { entries, .. } => Box::new(entries.keys().map(String::as_str)),
             Storage::Loaded(arrays) => Box::new(arrays.keys().map(String::as_str)),
+            Storage::Memory(tensors) => Box::new(tensors.keys().map(String::as_str)),
         }
     }
 
@@ -238,6 +397,7 @@ impl Checkpoint {
         match &self.storage {
             Storage::Mapped { entries, .. } => entries.get(key).map(|e| e.shape.as_slice()),
             Storage::Loaded(arrays) => arrays.get(key).map(|v| v.shape()),
+            Storage::Memory(tensors) => tensors.get(key).map(|t| t.shape.as_slice()),
         }
     }
 
@@ -263,6 +423,27 @@ impl Checkpoint {
                     .into())
                 }
             },
+            Storage::Memory(tensors) => {
+                let tensor = tensors.get(key).ok_or_else(missing)?;
+                let dtype = match &tensor.dtype {
+                    MemoryType::Float(t) => *t,
+                    MemoryType::Other(name) => {
+                        return Err(CheckpointError::ElementType(format!(
+                            "{key}: element type {name} is not supported for weights (float32, float16, bfloat16, float64)"
+                        ))
+                        .into())
+                    }
+                };
+                let count = tensor.count_within(dtype.size()).ok_or_else(|| {
+                    CheckpointError::Damaged(format!(
+                        "{key}: shape {:?} with strides {:?} does not fit its {} bytes",
+                        tensor.shape,
+                        tensor.strides,
+                        tensor.data.bytes().len()
+                    ))
+                })?;
+                tensor.read(dtype, count)
+            }
             Storage::Mapped {
                 map,
                 data_start,
@@ -285,24 +466,7 @@ impl Checkpoint {
                     ))
                     .into());
                 }
-                match dtype {
-                    StoredType::F32 => bytes
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                    StoredType::F16 => bytes
-                        .chunks_exact(2)
-                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect(),
-                    StoredType::BF16 => bytes
-                        .chunks_exact(2)
-                        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect(),
-                    StoredType::F64 => bytes
-                        .chunks_exact(8)
-                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
-                        .collect(),
-                }
+                dtype.decode_all(bytes)
             }
         };
         if let Some(k) = values.iter().position(|v| !v.is_finite()) {
@@ -438,5 +602,94 @@ mod tests {
             e.to_string(),
             "i: element type I32 is not supported (F32, F16, BF16, F64)"
         );
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    fn tensor(dtype: MemoryType, shape: &[usize], strides: &[usize], bytes: Vec<u8>) -> MemoryTensor {
+        MemoryTensor {
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            data: Box::new(bytes),
+        }
+    }
+
+    fn f32_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// A transposed view (strides [1, 3] over a 3×2 row-major buffer read as 2×3) is read
+    /// in its own row-major order, as `t.contiguous()` would give; bf16 and a zero-size
+    /// tensor too; an integer buffer is kept by name and refused when read.
+    #[test]
+    fn memory_tensors_are_read_where_they_are_in_their_own_order() {
+        let buffer = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0]; // [[0,1],[2,3],[4,5]]
+        let halves: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let checkpoint = Checkpoint::from_memory(
+            "module m.M",
+            vec![
+                (
+                    "t".into(),
+                    tensor(MemoryType::Float(StoredType::F32), &[2, 3], &[1, 2], f32_bytes(&buffer)),
+                ),
+                (
+                    "b".into(),
+                    tensor(MemoryType::Float(StoredType::BF16), &[2], &[1], halves),
+                ),
+                (
+                    "e".into(),
+                    tensor(MemoryType::Float(StoredType::F32), &[0, 4], &[4, 1], Vec::new()),
+                ),
+                (
+                    "i".into(),
+                    tensor(MemoryType::Other("int64".into()), &[1], &[1], vec![0; 8]),
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(checkpoint.keys().collect::<Vec<_>>(), ["b", "e", "i", "t"]);
+        assert_eq!(checkpoint.shape("t"), Some(&[2, 3][..]));
+        assert_eq!(checkpoint.f32("t").unwrap(), [0.0, 2.0, 4.0, 1.0, 3.0, 5.0]);
+        assert_eq!(checkpoint.f32("b").unwrap(), [1.5, -2.0]);
+        assert!(checkpoint.f32("e").unwrap().is_empty());
+        let e = checkpoint.f32("i").unwrap_err();
+        assert!(matches!(e, Error::Checkpoint(CheckpointError::ElementType(_))), "{e:?}");
+    }
+
+    /// Shapes and strides that reach past the bytes, or of another rank, are refused as a
+    /// damaged tensor, never read out of bounds.
+    #[test]
+    fn a_view_past_its_bytes_is_refused() {
+        let checkpoint = Checkpoint::from_memory(
+            "state dict",
+            vec![
+                (
+                    "long".into(),
+                    tensor(MemoryType::Float(StoredType::F32), &[2, 3], &[3, 1], f32_bytes(&[0.0; 5])),
+                ),
+                (
+                    "rank".into(),
+                    tensor(MemoryType::Float(StoredType::F32), &[2], &[1, 1], f32_bytes(&[0.0; 2])),
+                ),
+                (
+                    "huge".into(),
+                    tensor(MemoryType::Float(StoredType::F32), &[2], &[usize::MAX], f32_bytes(&[0.0; 2])),
+                ),
+            ],
+        )
+        .unwrap();
+        for key in ["long", "rank", "huge"] {
+            let e = checkpoint.f32(key).unwrap_err();
+            assert!(matches!(e, Error::Checkpoint(CheckpointError::Damaged(_))), "{key}: {e:?}");
+        }
+        let empty = Checkpoint::from_memory("state dict", Vec::new()).unwrap_err();
+        assert!(matches!(empty, Error::Checkpoint(CheckpointError::Missing(_))));
     }
 }

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use file::{Checkpoint, StoredType};
+pub use file::{Checkpoint, MemoryTensor, MemoryType, StoredType, TensorBytes};
 pub use native::save_native;
 pub use recognize::{plan, Format};
 pub use spatial::StoredSpatial;

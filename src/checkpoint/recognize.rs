@@ -126,7 +126,7 @@ pub(super) fn recognize(ck: &Checkpoint) -> Result<Format> {
                 .map(|(f, m)| format!("{m} ({})", f.name()))
                 .collect();
             let first: Vec<&str> = ck.keys().take(4).collect();
-            Err(Error::Setting(
+            Err(Error::UnknownLayout(
                 Phrase::text(format!(
                     "{}: cannot tell which implementation wrote this checkpoint; recognized: {}; first tensors: {}; \
                      expected timm (stem.proj.weight + blocks.N.mlp_channels.gate.proj.weight), g-mlp-pytorch \
@@ -219,7 +219,7 @@ mod tests {
         let nothing = checkpoint(&["x"]);
         let err = recognize(&nothing).unwrap_err();
         assert!(
-            matches!(&err, Error::Setting(p) if p.settings().eq([Setting::WeightsFormat])),
+            matches!(&err, Error::UnknownLayout(p) if p.settings().eq([Setting::WeightsFormat])),
             "{err:?}"
         );
         // The layer index must be a number for the g-mlp-pytorch nesting marker.

@@ -19,7 +19,6 @@ pub mod triton;
 pub mod validate;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -143,34 +142,78 @@ pub fn install_handlers() {
     });
 }
 
+/// Runs the command line `args` (the program's name first) as the `gmlp-onnx` binary does:
+/// SIGPIPE back to its default, the interrupt and panic handlers, then the command; returns
+/// the exit code. The binary's `main` and the Python package's `gmlp-onnx` entry point
+/// (bindings/python) both call it; a library user's process never does.
+pub fn run_command<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    restore_default_sigpipe();
+    install_handlers();
+    // Lets the tests check the panic backstop from outside (exit 101, one line).
+    if std::env::var_os("GMLP_ONNX_DEBUG_PANIC").is_some() {
+        panic!("GMLP_ONNX_DEBUG_PANIC is set");
+    }
+    let cli = match parse(args) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    finish(match cli.command {
+        Command::Build(args) => build::run(*args),
+        Command::Presets { json } => presets::run(json),
+        Command::Validate(args) => validate::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Inspect { model, json, plot } => inspect::run(&model, json, plot.as_deref()),
+        Command::Triton(args) => triton::run(args),
+        Command::Genai(args) => genai::run(args),
+        Command::Doctor { ort } => doctor::run(&ort),
+    })
+}
+
 /// The parsed command line, or the exit code after printing `--help`/`--version` (0) or a
 /// usage error on one line (2).
-pub fn parse() -> Result<Cli, ExitCode> {
-    match Cli::try_parse() {
+pub fn parse<I, T>(args: I) -> Result<Cli, u8>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
         Ok(cli) => Ok(cli),
         Err(e) if !e.use_stderr() => {
             // --help and --version: print as clap does, exit 0.
             let _ = e.print();
-            Err(ExitCode::SUCCESS)
+            Err(0)
         }
         Err(e) => {
             // Usage errors on one line, like every other error, with exit code 2.
-            let text = e.to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .map(str::trim)
-                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-                .filter(|l| !l.is_empty())
-                .collect();
-            let message = message.join(" ");
-            let message = message.strip_prefix("error: ").unwrap_or(&message);
-            eprintln!("gmlp-onnx: error: {message} (see --help)");
-            Err(ExitCode::from(2))
+            eprintln!("gmlp-onnx: error: {} (see --help)", usage_line(&e));
+            Err(2)
         }
     }
 }
 
-fn exit_code(e: &anyhow::Error) -> u8 {
+/// A clap usage error on one line, without its usage and help hints.
+pub fn usage_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = message.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_string()
+}
+
+/// The exit code of a failed command: 1 runtimes disagree, 3 a runtime is unavailable,
+/// 101 an internal error, 2 anything else.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<Disagreement>().is_some() {
         return 1;
     }
@@ -242,16 +285,31 @@ pub fn library_source_name(source: LibrarySource) -> &'static str {
     }
 }
 
-/// One cause's message, its settings and remedy (if any) said as flags.
-fn cause_text(cause: &(dyn std::error::Error + 'static)) -> String {
+/// How a front end names settings and remedies in its messages: the command line as
+/// flags ([`FLAGS`]), Python as keywords.
+pub struct Wording {
+    /// A setting's name.
+    pub setting: fn(Setting) -> &'static str,
+    /// A remedy's words.
+    pub remedy: fn(Remedy) -> &'static str,
+}
+
+/// The command line's wording: [`setting_flag`], [`remedy_flags`].
+pub const FLAGS: Wording = Wording {
+    setting: setting_flag,
+    remedy: remedy_flags,
+};
+
+/// One cause's message, its settings and remedy (if any) said in `wording`.
+fn cause_text(cause: &(dyn std::error::Error + 'static), wording: &Wording) -> String {
     let Some(error) = cause.downcast_ref::<Error>() else {
         return cause.to_string();
     };
-    if let Error::Setting(message) = error {
-        return message.render(setting_flag);
+    if let Error::Setting(message) | Error::UnknownLayout(message) = error {
+        return message.render(wording.setting);
     }
     match error.remedy() {
-        Some((problem, remedy)) => format!("{problem}; {}", remedy_flags(remedy)),
+        Some((problem, remedy)) => format!("{problem}; {}", (wording.remedy)(remedy)),
         None => cause.to_string(),
     }
 }
@@ -259,9 +317,14 @@ fn cause_text(cause: &(dyn std::error::Error + 'static)) -> String {
 /// The error and its causes on one line, `: `-separated; a cause that its parent's
 /// message already ends with (an I/O error shown as `PATH: OS error`) is not repeated.
 fn error_line(e: &anyhow::Error) -> String {
+    error_line_in(e, &FLAGS)
+}
+
+/// [`error_line`] with the settings and remedies said in `wording`.
+pub fn error_line_in(e: &anyhow::Error, wording: &Wording) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
-        let text = cause_text(cause);
+        let text = cause_text(cause, wording);
         if !parts.last().is_some_and(|p| p.ends_with(&text)) {
             parts.push(text);
         }
@@ -270,9 +333,9 @@ fn error_line(e: &anyhow::Error) -> String {
 }
 
 /// Prints the outcome of a command (errors on one line) and returns its exit code.
-pub fn finish(result: anyhow::Result<()>) -> ExitCode {
+pub fn finish(result: anyhow::Result<()>) -> u8 {
     let Err(e) = result else {
-        return ExitCode::SUCCESS;
+        return 0;
     };
     let code = exit_code(&e);
     if e.downcast_ref::<Disagreement>().is_some() {
@@ -285,7 +348,7 @@ pub fn finish(result: anyhow::Result<()>) -> ExitCode {
     } else {
         eprintln!("gmlp-onnx: error: {}", error_line(&e));
     }
-    ExitCode::from(code)
+    code
 }
 
 #[cfg(test)]

@@ -110,14 +110,14 @@ pub fn finish_validation(
     }
 }
 
-/// Runs `validate`.
-pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+/// The library's options from the flags, refusing what the library's own checks would
+/// refuse, by the flags' names.
+pub fn options(a: &ValidateArgs) -> anyhow::Result<ValidateOptions> {
     if a.inputs.is_some() && (a.batch.is_some() || !a.dims.is_empty() || a.seed.is_some()) {
         anyhow::bail!(Error::InvalidArgument(
             "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
         ));
     }
-    // The flags the library's own checks refuse, by their names.
     if a.batch == Some(0) {
         anyhow::bail!(Error::InvalidArgument("--batch must be at least 1".into()));
     }
@@ -127,14 +127,14 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
             a.bench
         )));
     }
-    let options = ValidateOptions {
+    Ok(ValidateOptions {
         runtimes: distinct(&a.runtimes.runtimes),
         batch: a.batch.unwrap_or(2),
-        dims: a.dims,
+        dims: a.dims.clone(),
         seed: a.seed.unwrap_or(0),
-        inputs: a.inputs,
-        expected: a.expected,
-        save_outputs: a.save_outputs,
+        inputs: a.inputs.clone(),
+        expected: a.expected.clone(),
+        save_outputs: a.save_outputs.clone(),
         bench: a.bench,
         tolerance: a.tolerance.request()?,
         runtime: a.ort.runtime_options(),
@@ -142,7 +142,13 @@ pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
         decode_steps: a.decode_steps,
         decode_chunk: a.decode_chunk,
         histograms: a.plot.is_some(),
-    };
+        reference: None,
+    })
+}
+
+/// Runs `validate`.
+pub fn run(a: ValidateArgs) -> anyhow::Result<()> {
+    let options = options(&a)?;
     let report = validate_with_spinner(
         gmlp_onnx::runtime::ModelFile::from(&a.model),
         &options,

@@ -28,6 +28,8 @@ use crate::tensor::NamedTensor;
 enum ModelHandle<'m> {
     Owned(Box<LoadedModel>),
     Lent(&'m mut LoadedModel),
+    /// Given back by [`Decoder::into_model`]: only the decoder's drop sees it.
+    Returned,
 }
 
 impl ModelHandle<'_> {
@@ -35,6 +37,7 @@ impl ModelHandle<'_> {
         match self {
             ModelHandle::Owned(model) => model,
             ModelHandle::Lent(model) => model,
+            ModelHandle::Returned => unreachable!("a returned model is only seen by drop"),
         }
     }
 
@@ -42,6 +45,7 @@ impl ModelHandle<'_> {
         match self {
             ModelHandle::Owned(model) => model,
             ModelHandle::Lent(model) => model,
+            ModelHandle::Returned => unreachable!("a returned model is only seen by drop"),
         }
     }
 }
@@ -90,6 +94,37 @@ impl Decoder<'static> {
             LoadedModel::open(kind, file, description, options, writes)
         })?;
         Decoder::with_model(ModelHandle::Owned(Box::new(model)), batch)
+    }
+
+    /// A decoder of `batch` sequences owning `model` (a front end that keeps one loaded
+    /// model and decoders of changing batch sizes over it: [`Decoder::into_model`] gives
+    /// it back); on an error the model comes back with it.
+    pub fn owning(
+        mut model: LoadedModel,
+        batch: usize,
+    ) -> std::result::Result<Decoder<'static>, (Error, LoadedModel)> {
+        let (description, engine) = model.parts();
+        match State::new(engine, description, batch) {
+            Ok(state) => Ok(Decoder {
+                model: ModelHandle::Owned(Box::new(model)),
+                state,
+                batch,
+                positions: vec![0; batch],
+                last_rows: Vec::new(),
+            }),
+            Err(e) => Err((e, model)),
+        }
+    }
+
+    /// The loaded model this decoder owns, its state freed in it (`None` for a decoder over
+    /// a lent model, which its lender keeps).
+    pub fn into_model(mut self) -> Option<LoadedModel> {
+        let (state, engine) = self.state_and_engine();
+        state.release(engine);
+        match std::mem::replace(&mut self.model, ModelHandle::Returned) {
+            ModelHandle::Owned(model) => Some(*model),
+            ModelHandle::Lent(_) | ModelHandle::Returned => None,
+        }
     }
 }
 
@@ -299,6 +334,9 @@ impl<'m> Decoder<'m> {
 impl Drop for Decoder<'_> {
     /// Frees what this decoder holds in the shared engine (a bound state's buffers).
     fn drop(&mut self) {
+        if matches!(self.model, ModelHandle::Returned) {
+            return;
+        }
         let (state, engine) = self.state_and_engine();
         state.release(engine);
     }

@@ -121,6 +121,37 @@ impl<'m> Generator<'m> {
         Ok(self)
     }
 
+    /// Picks as `sampling` says from now on (checked here).
+    pub fn set_sampling(&mut self, sampling: Sampling) -> Result<()> {
+        sampling.sampler()?;
+        self.sampling = sampling;
+        Ok(())
+    }
+
+    /// Stops each sequence at `end_token` from now on (`None`: never early), or at the
+    /// model's own with [`Generator::model_end_token`]; refuses an id outside the
+    /// vocabulary.
+    pub fn set_end_token(&mut self, end_token: Option<i64>) -> Result<()> {
+        check_vocabulary(&end_token, self.decoder.model().vocab_size, "end token")?;
+        self.end_token = end_token;
+        Ok(())
+    }
+
+    /// The end token the model's file names, if any.
+    pub fn model_end_token(&self) -> Option<i64> {
+        self.decoder.model().end_token
+    }
+
+    /// The sequences decoded at once.
+    pub fn batch(&self) -> usize {
+        self.decoder.batch()
+    }
+
+    /// The decoder, back from the generator (for a decoder of another batch over its model).
+    pub fn into_decoder(self) -> Decoder<'m> {
+        self.decoder
+    }
+
     /// The token that ends a sequence, if any.
     pub fn end_token(&self) -> Option<i64> {
         self.end_token
@@ -154,7 +185,7 @@ impl<'m> Generator<'m> {
         self.run(prompts, new_tokens, &mut |_| {}, Some(observe))
     }
 
-    /// The loop: prefill, then pick / stop / append.
+    /// The loop: prefill, then pick / stop / append, one [`Generator::step`] at a time.
     fn run(
         &mut self,
         prompts: &[Vec<i64>],
@@ -162,6 +193,21 @@ impl<'m> Generator<'m> {
         progress: &mut dyn FnMut(usize),
         mut observe: Option<Observer>,
     ) -> Result<Generation> {
+        let mut run = self.start(prompts, new_tokens)?;
+        while self
+            .step_observing(&mut run, observe.as_deref_mut())?
+            .is_some()
+        {
+            progress(run.steps);
+        }
+        Ok(run.finish())
+    }
+
+    /// Starts a generation: checks the request, feeds `prompts` (one per sequence of the
+    /// decoder, from a fresh state) and returns the loop's state, which
+    /// [`Generator::step`] advances one pick at a time (a front end that returns to its
+    /// caller between steps: Python's `stream`, a server's).
+    pub fn start(&mut self, prompts: &[Vec<i64>], new_tokens: usize) -> Result<Run> {
         let batch = self.decoder.batch();
         let n = self.decoder.model().info.max_sequence;
         if let Some(longest) = prompts.iter().map(Vec::len).max() {
@@ -171,69 +217,131 @@ impl<'m> Generator<'m> {
                 )));
             }
         }
-        let mut samplers = (0..batch)
+        let samplers = (0..batch)
             .map(|_| self.sampling.sampler())
             .collect::<Result<Vec<_>, _>>()?;
-        let greedy = samplers.iter().all(Sampler::is_greedy);
         self.decoder.reset()?;
-        let mut tokens = vec![Vec::with_capacity(new_tokens); batch];
-        let mut stopped: Vec<Option<StopReason>> = vec![None; batch];
-        // Each sequence's latest pick: what the next step feeds (an ended sequence goes on
-        // being fed its picks, unrecorded, so that the batch keeps its shape).
-        let mut last: Vec<i64> = vec![0; batch];
-        let mut step_ms = Vec::with_capacity(new_tokens.saturating_sub(1));
         let started = Instant::now();
         self.decoder.prefill(prompts)?;
-        let mut prefill_ms = None;
-        for k in 0..new_tokens {
-            if stopped.iter().all(Option::is_some) {
-                break;
-            }
-            let step = Instant::now();
-            if k > 0 {
-                self.decoder.step(&last)?;
-            }
-            let next = match observe.as_mut() {
-                None if greedy => self.decoder.greedy_next()?,
-                _ => {
-                    let logits = self.decoder.next_logits()?;
-                    if let Some(observe) = observe.as_mut() {
-                        observe(logits.view());
-                    }
-                    logits
-                        .outer_iter()
-                        .zip(&mut samplers)
-                        .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
-                        .collect()
-                }
-            };
-            for (b, t) in next.into_iter().enumerate() {
-                last[b] = t;
-                if stopped[b].is_some() {
-                    continue;
-                }
-                tokens[b].push(t);
-                if Some(t) == self.end_token {
-                    stopped[b] = Some(StopReason::EndToken);
-                }
-            }
-            let ms = step.elapsed().as_secs_f64() * 1e3;
-            match prefill_ms {
-                None => prefill_ms = Some(started.elapsed().as_secs_f64() * 1e3),
-                Some(_) => step_ms.push(ms),
-            }
-            progress(k + 1);
-        }
-        Ok(Generation {
+        Ok(Run {
+            greedy: samplers.iter().all(Sampler::is_greedy),
+            samplers,
+            new_tokens,
+            steps: 0,
+            tokens: vec![Vec::with_capacity(new_tokens); batch],
+            stopped: vec![None; batch],
+            last: vec![0; batch],
+            step_ms: Vec::with_capacity(new_tokens.saturating_sub(1)),
+            started,
+            prefill_ms: None,
             prompt_tokens: prompts.iter().map(Vec::len).collect(),
-            tokens,
-            stopped: stopped
+        })
+    }
+
+    /// One step of `run`: feeds the previous picks (after the first), picks the next token
+    /// of every sequence and returns each one's new token (`None` for a sequence that had
+    /// ended), or `None` when the generation is done (every sequence ended, or the tokens
+    /// asked for are there).
+    pub fn step(&mut self, run: &mut Run) -> Result<Option<Vec<Option<i64>>>> {
+        self.step_observing(run, None)
+    }
+
+    fn step_observing<'o>(
+        &mut self,
+        run: &mut Run,
+        observe: Option<&mut (dyn FnMut(ArrayView2<f32>) + 'o)>,
+    ) -> Result<Option<Vec<Option<i64>>>> {
+        if run.steps == run.new_tokens || run.stopped.iter().all(Option::is_some) {
+            return Ok(None);
+        }
+        if run.last.len() != self.decoder.batch() {
+            return Err(Error::Internal(
+                "a generation stepped on a generator of another batch".into(),
+            ));
+        }
+        let step = Instant::now();
+        if run.steps > 0 {
+            self.decoder.step(&run.last)?;
+        }
+        let next = match observe {
+            None if run.greedy => self.decoder.greedy_next()?,
+            observe => {
+                let logits = self.decoder.next_logits()?;
+                if let Some(observe) = observe {
+                    observe(logits.view());
+                }
+                logits
+                    .outer_iter()
+                    .zip(&mut run.samplers)
+                    .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
+                    .collect()
+            }
+        };
+        let mut picks = Vec::with_capacity(next.len());
+        for (b, t) in next.into_iter().enumerate() {
+            // An ended sequence goes on being fed its picks, unrecorded, so that the batch
+            // keeps its shape.
+            run.last[b] = t;
+            if run.stopped[b].is_some() {
+                picks.push(None);
+                continue;
+            }
+            run.tokens[b].push(t);
+            picks.push(Some(t));
+            if Some(t) == self.end_token {
+                run.stopped[b] = Some(StopReason::EndToken);
+            }
+        }
+        let ms = step.elapsed().as_secs_f64() * 1e3;
+        match run.prefill_ms {
+            None => run.prefill_ms = Some(run.started.elapsed().as_secs_f64() * 1e3),
+            Some(_) => run.step_ms.push(ms),
+        }
+        run.steps += 1;
+        Ok(Some(picks))
+    }
+}
+
+/// A generation between its steps ([`Generator::start`], [`Generator::step`]): each
+/// sequence's sampler, tokens so far, whether it ended, its latest pick, and the timings.
+pub struct Run {
+    samplers: Vec<Sampler>,
+    greedy: bool,
+    new_tokens: usize,
+    /// Picks made so far (the prefill's is the first).
+    steps: usize,
+    tokens: Vec<Vec<i64>>,
+    stopped: Vec<Option<StopReason>>,
+    /// Each sequence's latest pick: what the next step feeds.
+    last: Vec<i64>,
+    step_ms: Vec<f64>,
+    started: Instant,
+    prefill_ms: Option<f64>,
+    prompt_tokens: Vec<usize>,
+}
+
+impl Run {
+    /// The new tokens of each sequence so far.
+    pub fn tokens(&self) -> &[Vec<i64>] {
+        &self.tokens
+    }
+
+    /// What the generation produced (so far), with its timings.
+    pub fn finish(self) -> Generation {
+        let started = self.started;
+        Generation {
+            prompt_tokens: self.prompt_tokens,
+            tokens: self.tokens,
+            stopped: self
+                .stopped
                 .into_iter()
                 .map(|s| s.unwrap_or(StopReason::MaxNewTokens))
                 .collect(),
-            prefill_ms: prefill_ms.unwrap_or_else(|| started.elapsed().as_secs_f64() * 1e3),
-            step_ms,
-        })
+            prefill_ms: self
+                .prefill_ms
+                .unwrap_or_else(|| started.elapsed().as_secs_f64() * 1e3),
+            step_ms: self.step_ms,
+        }
     }
 }
 

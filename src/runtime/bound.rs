@@ -45,7 +45,7 @@ pub enum Replay {
 /// again before every run, and [`BoundSession::bind`] refuses it where that cannot work:
 /// bound also as an output (it would not be updated in place). A session with CUDA graphs
 /// refuses to open where any input is read elsewhere (a graph replays fixed addresses).
-pub trait BoundSession {
+pub trait BoundSession: Send {
     /// Runtime name for reports.
     fn name(&self) -> &str;
     /// Whether bindings of [`Replay::Captured`] are captured and replayed as CUDA graphs.

@@ -151,6 +151,16 @@ impl Discovery {
     }
 }
 
+/// The environment a front end that is not the binary says the library is installed in.
+static INSTALLED_IN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Says which environment the library is installed in when the running executable is not
+/// the `gmlp-onnx` binary (the Python bindings give their interpreter's `sys.prefix`):
+/// searched in the executable's place. The first call wins.
+pub fn set_installed_in(prefix: PathBuf) {
+    let _ = INSTALLED_IN.set(prefix);
+}
+
 /// What the search depends on, gathered once so that tests can fake every layout.
 #[derive(Clone, Debug, Default)]
 pub struct SearchContext {
@@ -162,6 +172,10 @@ pub struct SearchContext {
     pub virtual_env: Option<OsString>,
     /// The running executable.
     pub executable: Option<PathBuf>,
+    /// The environment this library is installed in, where the running executable is not
+    /// its own (a Python interpreter running the bindings: its `sys.prefix`); else the
+    /// executable's.
+    pub installed_in: Option<PathBuf>,
     /// The current directory.
     pub current_dir: Option<PathBuf>,
     /// The interpreter to ask last (`$GMLP_ONNX_PYTHON`, else `python3`); `None` skips it.
@@ -177,6 +191,7 @@ impl SearchContext {
             ort_dylib_path: non_empty("ORT_DYLIB_PATH"),
             virtual_env: non_empty("VIRTUAL_ENV"),
             executable: std::env::current_exe().ok(),
+            installed_in: INSTALLED_IN.get().cloned(),
             current_dir: std::env::current_dir().ok(),
             python: Some(
                 std::env::var("GMLP_ONNX_PYTHON")
@@ -233,7 +248,10 @@ pub fn discover(context: &SearchContext) -> Discovery {
         ),
         (
             LibrarySource::OwnEnvironment,
-            context.executable.as_deref().and_then(installed_prefix),
+            context
+                .installed_in
+                .clone()
+                .or_else(|| context.executable.as_deref().and_then(installed_prefix)),
             "the binary is not in a bin/ folder",
         ),
         (
@@ -399,6 +417,7 @@ mod tests {
             ort_dylib_path: None,
             virtual_env: Some(active.clone().into()),
             executable: Some(own.join("bin").join("gmlp-onnx")),
+            installed_in: None,
             current_dir: Some(work.clone()),
             python: None,
         };

@@ -114,7 +114,7 @@ pub struct CudaOptions {
 pub type Placement = std::collections::BTreeMap<String, usize>;
 
 /// A loaded model that can be run repeatedly.
-pub trait Runtime {
+pub trait Runtime: Send {
     /// Runtime name for reports (`tract`, `ort-cpu`, `ort-cuda`).
     fn name(&self) -> &str;
     /// Runs the model; inputs are matched by name, outputs come back in graph order.

@@ -73,6 +73,24 @@ pub struct ValidateOptions {
     /// Keep the elementwise error histogram of every compared pair and output in the
     /// report ([`ValidationReport::histograms`], for `validate --plot`).
     pub histograms: bool,
+    /// Outputs of the model's source on inputs it was given (a live module's, from Python):
+    /// the runs take its inputs, and every runtime is compared with its outputs under its
+    /// label (instead of `inputs` and `expected`).
+    pub reference: Option<Reference>,
+}
+
+/// What the model's source gives on known inputs: its label in the report (`module
+/// g_mlp_pytorch.g_mlp_pytorch.gMLP`), the inputs (the model's, by name, as
+/// [`inputs_for`] makes them) and its outputs on them (by the model's output names; a
+/// subset is fine).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reference {
+    /// Its name in the report.
+    pub label: String,
+    /// The inputs it was run on.
+    pub inputs: Vec<NamedTensor>,
+    /// Its outputs.
+    pub outputs: Vec<NamedTensor>,
 }
 
 impl ValidateOptions {
@@ -93,8 +111,21 @@ impl ValidateOptions {
             decode_steps: None,
             decode_chunk: None,
             histograms: false,
+            reference: None,
         }
     }
+}
+
+/// The inputs [`validate_file`] runs `file` on with `options` (generated from the seed and
+/// sizes, or read from `options.inputs`), for a caller that runs the model's source on
+/// them too ([`Reference`]).
+pub fn inputs_for(file: ModelFile, options: &ValidateOptions) -> Result<Vec<NamedTensor>> {
+    check_options(options)?;
+    let model = file.model()?;
+    let model = model.as_ref();
+    let decoding = DecodingModel::of(model);
+    let (dims, _) = sequence_dims(file.path, decoding.as_ref(), options)?;
+    model_inputs(model, decoding.as_ref(), &dims, options)
 }
 
 /// Runs `model` on every requested runtime with the same inputs, compares every pair of
@@ -180,11 +211,12 @@ pub fn validate_file(
     Ok(ValidationReport {
         schema: REPORT_SCHEMA,
         model: path.to_path_buf(),
-        inputs_source: options
-            .inputs
-            .as_deref()
-            .map_or("generated".into(), |p| p.display().to_string()),
-        seed: options.inputs.is_none().then_some(options.seed),
+        inputs_source: match (&options.reference, &options.inputs) {
+            (Some(reference), _) => reference.label.clone(),
+            (None, Some(path)) => path.display().to_string(),
+            (None, None) => "generated".into(),
+        },
+        seed: (options.inputs.is_none() && options.reference.is_none()).then_some(options.seed),
         inputs: inputs
             .iter()
             .map(|t| InputReport {

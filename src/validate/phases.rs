@@ -73,6 +73,11 @@ pub(super) fn check_options(options: &ValidateOptions) -> Result<()> {
             options.bench
         )));
     }
+    if options.reference.is_some() && (options.inputs.is_some() || options.expected.is_some()) {
+        return Err(Error::InvalidArgument(
+            "a reference brings its own inputs and outputs: it cannot be combined with input or expected files".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -142,6 +147,14 @@ pub(super) fn model_inputs(
     options: &ValidateOptions,
 ) -> Result<Vec<NamedTensor>> {
     let static_state = decoding.filter(|d| d.info.mode == SequenceMode::Static);
+    if let Some(reference) = &options.reference {
+        let given = check_inputs(model, reference.inputs.clone(), &reference.label)?;
+        if let Some(d) = static_state {
+            check_static_positions(&given, &d.info)
+                .map_err(|e| Error::BadTensor(format!("{}: {e}", reference.label)))?;
+        }
+        return Ok(given);
+    }
     match &options.inputs {
         Some(file) => {
             let what = file.display().to_string();
@@ -167,11 +180,11 @@ pub(super) fn read_expected(
     options: &ValidateOptions,
     output_names: &[String],
 ) -> Result<Option<Vec<NamedTensor>>> {
-    let Some(file) = &options.expected else {
-        return Ok(None);
+    let (what, arrays) = match (&options.reference, &options.expected) {
+        (Some(reference), _) => (reference.label.clone(), reference.outputs.clone()),
+        (None, Some(file)) => (file.display().to_string(), npz::read_npz(file)?),
+        (None, None) => return Ok(None),
     };
-    let what = file.display().to_string();
-    let arrays = npz::read_npz(file)?;
     if let Some(extra) = arrays.iter().find(|t| !output_names.contains(&t.name)) {
         return Err(Error::BadTensor(format!(
             "{what}: array '{}' is not an output of the model (outputs: {})",
@@ -303,18 +316,22 @@ pub(super) fn compare_results(
         }
     }
     if let Some(expected) = expected {
-        let what = options
-            .expected
-            .as_deref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        let (label, what) = match (&options.reference, &options.expected) {
+            (Some(reference), _) => (reference.label.as_str(), reference.label.clone()),
+            (None, file) => (
+                EXPECTED,
+                file.as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+        };
         for (name, outputs) in results {
             let diffs = compare_all(expected, outputs, tolerance)
                 .map_err(|e| Error::BadTensor(format!("{what}: {e}")))?;
-            pairs.push(pair(EXPECTED, name, diffs));
+            pairs.push(pair(label, name, diffs));
             if options.histograms {
                 error_histograms.extend(histograms::error_histograms(
-                    EXPECTED, name, expected, outputs, tolerance,
+                    label, name, expected, outputs, tolerance,
                 )?);
             }
         }

@@ -1,8 +1,9 @@
 //! Installing like the tools ML engineers already use (README.md, "Install"): the wheel
-//! scripts/test builds with maturin (`bindings = "bin"`) goes into a fresh virtual environment
-//! together with onnxruntime (the `ort` extra), and the `gmlp-onnx` it puts in `<venv>/bin`
-//! builds and validates a model with nothing exported: ONNX Runtime is found in the environment
-//! the binary is installed in.
+//! scripts/test builds with maturin (the `gmlp_onnx` package and the `gmlp-onnx` command)
+//! goes into a fresh virtual environment together with onnxruntime (the `ort` extra); the
+//! `gmlp-onnx` it puts in `<venv>/bin` builds and validates a model with nothing exported
+//! (ONNX Runtime is found in the environment it is installed in), and `import gmlp_onnx`
+//! in that environment's Python exports a checkpoint and validates it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -102,4 +103,53 @@ fn the_pip_wheel_installs_a_gmlp_onnx_that_finds_its_environments_onnxruntime() 
     );
     let o = installed(&venv, &work, &["validate", "m.onnx"]);
     assert!(text(&o).contains("PASS"), "{}", text(&o));
+
+    // The Python package of the same wheel, in the same environment (no torch there: a
+    // checkpoint file is the source), with nothing exported either.
+    let checkpoint = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/lucid_tokens_causal/model.safetensors");
+    let script = format!(
+        "import gmlp_onnx\n\
+         r = gmlp_onnx.export({checkpoint:?}, 'p.onnx', causal=True, with_past='static')\n\
+         assert r.mode == 'static', r\n\
+         assert gmlp_onnx.validate('p.onnx').passed\n\
+         g = gmlp_onnx.Generator('p.onnx')\n\
+         print(gmlp_onnx.__version__, r.parameters, g.generate([1, 2, 3], max_new_tokens=4))\n",
+        checkpoint = checkpoint.display().to_string()
+    );
+    let mut c = Command::new(&venv_python);
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .current_dir(&work)
+        .args(["-c", &script]);
+    let o = run(&mut c);
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        printed.starts_with(env!("CARGO_PKG_VERSION")),
+        "{printed}"
+    );
+    // The command's tokens for the same file and prompt.
+    let o = installed(
+        &venv,
+        &work,
+        &[
+            "generate",
+            "p.onnx",
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "4",
+            "--json",
+            "-q",
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tokens: Vec<String> = json[0]["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let said = format!("[{}]", tokens.join(", "));
+    assert!(printed.trim_end().ends_with(&said), "{printed} vs {said}");
 }

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["generation"],
     &["serve"],
     &["validate"],
+    &["pipeline"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -4,16 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gmlp_onnx::checkpoint::{save_native, Import, ImportHints};
-use gmlp_onnx::gmlp::emit::StateScatter;
-use gmlp_onnx::gmlp::export::{export_for, Export};
+use gmlp_onnx::checkpoint::{Checkpoint, Import, ImportHints};
 use gmlp_onnx::gmlp::targets::BuildTarget;
-use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, SequenceMode, Task, WeightSource};
-use gmlp_onnx::onnx::reader::read_model;
-use gmlp_onnx::onnx::writer::{data_file_name, write_model_with, ExternalData, Written};
+use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, Task, WeightSource};
+use gmlp_onnx::onnx::writer::data_file_name;
+use gmlp_onnx::pipeline::{
+    self, Beside, BuildRequest, Built, Event, ModelSource, PastForm, SequenceChoice,
+};
 use gmlp_onnx::runtime::ModelFile;
-use gmlp_onnx::serve::triton::{check_target, write_repository_file, TritonOptions};
-use gmlp_onnx::validate::ValidateOptions;
+use gmlp_onnx::serve::genai::check_target as check_genai_target;
+use gmlp_onnx::serve::triton::{check_target, TritonOptions};
+use gmlp_onnx::validate::{ToleranceRequest, ValidateOptions};
 use gmlp_onnx::Error;
 
 use crate::cli::distinct;
@@ -21,10 +22,6 @@ use crate::cli::genai::print_folder;
 use crate::cli::progress::{progress_bar, validate_with_spinner};
 use crate::cli::triton::{file_stem, print_repository};
 use crate::cli::validate::finish_validation;
-use gmlp_onnx::gmlp::metadata::END_TOKEN_KEY;
-use gmlp_onnx::serve::genai::{
-    check_target as check_genai_target, end_token_for, write_folder_file, GenaiOptions,
-};
 
 mod args;
 pub use args::*;
@@ -87,8 +84,13 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
     Ok(())
 }
 
-/// The configuration, weights and their description for a build from a checkpoint.
-fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
+/// The configuration, weights and their description for a build from a checkpoint: the
+/// file at `path`, or `memory` (tensors a front end holds, `path` its label).
+fn from_checkpoint(
+    path: &Path,
+    memory: Option<Checkpoint>,
+    a: &BuildArgs,
+) -> anyhow::Result<ModelSource> {
     let architecture_flags = [
         ("--layers", a.layers),
         ("--d-model", a.d_model),
@@ -123,7 +125,10 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
         gate_act: a.gate_act,
         toeplitz_tolerance: toeplitz_tol,
     };
-    let import = Import::open(path, &hints)?;
+    let import = match memory {
+        Some(checkpoint) => Import::from_checkpoint(checkpoint, &hints)?,
+        None => Import::open(path, &hints)?,
+    };
     if let Some(n) = a.seq_len {
         let stored = import.config.seq_len();
         if stored != n {
@@ -151,16 +156,17 @@ fn from_checkpoint(path: &Path, a: &BuildArgs) -> anyhow::Result<ModelSource> {
     }
     let weights: Arc<dyn WeightSource> = Arc::new(import.weights(&config));
     Ok(ModelSource {
-        cfg: config,
+        config,
         weights,
         description,
         preset_name: None,
     })
 }
 
-/// Refuses output paths that collide with each other or with the input before anything
-/// is read or written (each file is still checked again when it is created).
-fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
+/// Refuses output paths that collide with each other or with the input (`weights_file`:
+/// `--weights` names a file) before anything is read or written (each file is still
+/// checked again when it is created).
+fn check_output_paths(a: &BuildArgs, weights_file: bool) -> anyhow::Result<()> {
     let data_file = data_file_name(&a.output).map(|name| a.output.with_file_name(name))?;
     // Compared after resolving the folder (and the file itself when it exists), so that
     // `./m.onnx`, `dir/../m.onnx` and a symlink to it are all the same file.
@@ -183,7 +189,7 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
                 saved.display()
             )));
         }
-        if let Some(weights) = &a.weights {
+        if let Some(weights) = a.weights.as_ref().filter(|_| weights_file) {
             if same(saved, weights) {
                 anyhow::bail!(Error::InvalidArgument(format!(
                     "--save-weights {} would overwrite the --weights input",
@@ -192,7 +198,7 @@ fn check_output_paths(a: &BuildArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if let Some(weights) = &a.weights {
+    if let Some(weights) = a.weights.as_ref().filter(|_| weights_file) {
         if same(weights, &a.output) || same(weights, &data_file) {
             anyhow::bail!(Error::InvalidArgument(format!(
                 "-o {} would overwrite the --weights input",
@@ -220,15 +226,6 @@ fn triton_plan(a: &BuildArgs) -> anyhow::Result<Option<(PathBuf, TritonOptions)>
     Ok(Some((repo.clone(), options)))
 }
 
-/// What a build starts from: the configuration, the weights, their description, and the
-/// preset's name when there is one.
-struct ModelSource {
-    cfg: GmlpConfig,
-    weights: Arc<dyn WeightSource>,
-    description: String,
-    preset_name: Option<&'static str>,
-}
-
 /// A preset with seeded weights (`--preset NAME`, architecture overrides applied).
 fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Result<ModelSource> {
     if a.shift_tokens > 0 {
@@ -254,7 +251,7 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     let scheme = a.init;
     let description = format!("seeded init (scheme {}, seed {})", scheme.name(), a.seed);
     Ok(ModelSource {
-        cfg,
+        config: cfg,
         weights: Arc::new(SeededInit {
             seed: a.seed,
             scheme,
@@ -264,64 +261,27 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
     })
 }
 
-/// The files a build has written so far. A later step that fails removes them all: a
-/// build leaves its complete result or nothing.
-struct WrittenSoFar(Vec<PathBuf>);
-
-impl WrittenSoFar {
-    /// The model file `output` and its external data file, if any.
-    fn of(output: &Path, written: &Written) -> WrittenSoFar {
-        let mut files = vec![output.to_path_buf()];
-        files.extend(written.data_file.iter().map(|(path, _)| path.clone()));
-        WrittenSoFar(files)
-    }
-
-    /// `result`, after removing every file written so far if it is an error.
-    fn or_remove<T, E>(&self, result: Result<T, E>) -> Result<T, E> {
-        if result.is_err() {
-            for path in &self.0 {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-        result
-    }
+/// A build planned from the flags: what to build it from, and how.
+pub struct Plan {
+    /// The configuration and weights.
+    pub source: ModelSource,
+    /// The pipeline's request.
+    pub request: BuildRequest,
+    /// `--validate`'s comparison bounds (checked), when asked for.
+    pub tolerance: ToleranceRequest,
 }
 
-/// Writes `model` to `output`, with a progress bar in bytes of weights written.
-fn write_with_progress(
-    model: &Export,
-    output: &Path,
-    layout: ExternalData,
-    quiet: bool,
-) -> anyhow::Result<Written> {
-    // Progress in bytes of weights written (tensor k done → the first k tensors' bytes).
-    let done_bytes: Vec<u64> = model
-        .graph
-        .initializers
-        .iter()
-        .scan(0u64, |acc, i| {
-            *acc += i.byte_len() as u64;
-            Some(*acc)
-        })
-        .collect();
-    let bar = progress_bar(model.graph.initializer_bytes(), quiet, "writing weights");
-    let written = write_model_with(&model.graph, &model.info, output, layout, |k, _| {
-        bar.set_position(done_bytes[k - 1])
-    })?;
-    bar.finish_and_clear();
-    Ok(written)
-}
-
-/// Runs `build`: checks, the model source, the graph, the file (with its external data),
-/// then the optional native weights, Triton repository and validation.
-pub fn run(a: BuildArgs) -> anyhow::Result<()> {
+/// Checks the flags and plans the build: the model source (a preset, the `--weights`
+/// file, or `memory`, tensors a front end holds under the label `--weights` gives) and
+/// the pipeline's request.
+pub fn plan(a: &BuildArgs, memory: Option<Checkpoint>) -> anyhow::Result<Plan> {
     if a.tolerance.given() && !a.validate {
         anyhow::bail!(Error::InvalidArgument(
             "--rtol and --atol bound the comparison of --validate; add --validate".into()
         ));
     }
-    check_output_paths(&a)?;
-    let triton = triton_plan(&a)?;
+    check_output_paths(a, memory.is_none())?;
+    let triton = triton_plan(a)?;
     if let Some(dir) = &a.genai_dir {
         if a.with_past.is_none() {
             anyhow::bail!(Error::InvalidArgument(
@@ -333,52 +293,77 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let target = BuildTarget::resolve(a.target, a.opset)?;
     let tolerance = a.tolerance.request()?;
     // clap requires exactly one of --preset and --weights.
-    let ModelSource {
-        cfg,
-        weights: source,
-        description,
-        preset_name,
-    } = match &a.weights {
-        Some(path) => from_checkpoint(path, &a)?,
-        None => from_preset(a.preset.as_deref().unwrap_or_default(), &a, &target)?,
+    let mut source = match &a.weights {
+        Some(path) => from_checkpoint(path, memory, a)?,
+        None => from_preset(a.preset.as_deref().unwrap_or_default(), a, &target)?,
     };
-    let mut cfg = cfg;
-    cfg.dtype = a.dtype;
-    target.check(cfg.spatial)?;
-    target.check_dtype(cfg.dtype)?;
-    let mode = sequence_mode(&a, &target, &cfg)?;
-    let mut model = export_for(
-        &cfg,
-        source.clone(),
-        &description,
-        preset_name,
-        &target,
-        mode,
-    )?;
-    record_end_token(&a, &cfg, &mut model)?;
-    let layout = if a.external_data {
-        ExternalData::Always
-    } else {
-        ExternalData::Auto
+    source.config.dtype = a.dtype;
+    let sequence = match a.with_past {
+        Some(Some(PastArg::Static)) => SequenceChoice::WithPast(Some(PastForm::Static)),
+        Some(Some(PastArg::Growing)) => SequenceChoice::WithPast(Some(PastForm::Growing)),
+        Some(None) => SequenceChoice::WithPast(None),
+        None if a.fixed_seq => SequenceChoice::Fixed,
+        None => SequenceChoice::Default,
     };
-    let written = write_with_progress(&model, &a.output, layout, a.quiet)?;
-    let summary_line = summary(&a, &cfg, &target, mode, &model, &written);
-    drop(model);
-    // What reads the file back (the Triton repository, the genai folder, validate) gets it
-    // decoded once, here.
-    let reads_back = a.validate || triton.is_some() || a.genai_dir.is_some();
-    let decoded = if reads_back {
-        Some(WrittenSoFar::of(&a.output, &written).or_remove(read_model(&a.output))?)
-    } else {
-        None
+    let request = BuildRequest {
+        output: a.output.clone(),
+        target,
+        sequence,
+        end_token: a.eos_token_id,
+        external_data: a.external_data,
+        save_weights: a.save_weights.clone(),
+        triton,
+        genai_dir: a.genai_dir.clone(),
+        keep_decoded: a.validate,
     };
-    let file = ModelFile {
-        path: &a.output,
-        decoded: decoded.as_ref(),
-    };
-    write_beside(&a, &cfg, source.as_ref(), triton.as_ref(), &written, file)?;
-    println!("{}", summary_line);
+    Ok(Plan {
+        source,
+        request,
+        tolerance,
+    })
+}
+
+/// Runs the pipeline of `plan`, with a progress bar in bytes of weights written (none
+/// with `quiet`) and its notes on stderr.
+pub fn build_with_progress(plan: Plan, quiet: bool) -> anyhow::Result<Built> {
+    let mut bar = None;
+    let built = pipeline::build(plan.source, &plan.request, &mut |event| match event {
+        Event::Note(note) => eprintln!("note: {}", note.render(super::setting_flag)),
+        Event::Writing(total) => bar = Some(progress_bar(total, quiet, "writing weights")),
+        Event::Written(bytes) => {
+            if let Some(bar) = &bar {
+                bar.set_position(bytes)
+            }
+        }
+        Event::Finished => {
+            if let Some(bar) = bar.take() {
+                bar.finish_and_clear()
+            }
+        }
+    })?;
+    Ok(built)
+}
+
+/// Runs `build`: checks, the model source, the pipeline (the graph, the file with its
+/// external data, then the optional native weights, Triton repository and genai folder),
+/// what was written, then the optional validation.
+pub fn run(a: BuildArgs) -> anyhow::Result<()> {
+    let plan = plan(&a, None)?;
+    let tolerance = plan.tolerance;
+    let built = build_with_progress(plan, a.quiet)?;
+    for beside in &built.beside {
+        match beside {
+            Beside::NativeWeights(path) => println!("wrote {} (native layout)", path.display()),
+            Beside::Triton(w) => print_repository(w),
+            Beside::Genai(w) => print_folder(w),
+        }
+    }
+    println!("{}", built.summary);
     if a.validate {
+        let file = ModelFile {
+            path: &a.output,
+            decoded: built.decoded.as_ref(),
+        };
         let mut options = ValidateOptions::new(distinct(&a.runtimes.runtimes));
         options.batch = 1;
         options.runtime = a.ort.runtime_options();
@@ -387,125 +372,6 @@ pub fn run(a: BuildArgs) -> anyhow::Result<()> {
         finish_validation(report, None, None)?;
     }
     Ok(())
-}
-
-/// The sequence form the flags ask for (`--with-past [static|growing]`, `--fixed-seq`, or
-/// the target's default), checked against the model and `--genai-dir`; a plain
-/// `--with-past` says on stderr which form it built.
-fn sequence_mode(
-    a: &BuildArgs,
-    target: &BuildTarget,
-    cfg: &GmlpConfig,
-) -> anyhow::Result<SequenceMode> {
-    let (mode, past_note) = match a.with_past {
-        Some(Some(PastArg::Static)) => (SequenceMode::Static, None),
-        Some(Some(PastArg::Growing)) => (SequenceMode::Growing, None),
-        Some(None) => {
-            let (mode, note) = target.target.with_past_for(cfg);
-            (mode, Some(note))
-        }
-        None if a.fixed_seq => (SequenceMode::Fixed, None),
-        None => (target.target.sequence_for(cfg), None),
-    };
-    mode.check(cfg)?;
-    if a.genai_dir.is_some() && mode != SequenceMode::Static {
-        anyhow::bail!(Error::InvalidArgument(
-            "--genai-dir needs the static state (--with-past or --with-past static): onnxruntime-genai cannot share a growing state in place".into()
-        ));
-    }
-    if let Some(note) = past_note {
-        eprintln!("note: {}", note.render(super::setting_flag));
-    }
-    Ok(mode)
-}
-
-/// Records `--eos-token-id` in `model`'s metadata, refusing it for a model without token
-/// ids or an id outside the vocabulary.
-fn record_end_token(a: &BuildArgs, cfg: &GmlpConfig, model: &mut Export) -> anyhow::Result<()> {
-    if let Some(id) = a.eos_token_id {
-        let vocab = match cfg.task {
-            Task::Tokens { vocab_size, .. } if cfg.causal => vocab_size,
-            _ => anyhow::bail!(Error::InvalidArgument(
-                "--eos-token-id applies to causal token models".into()
-            )),
-        };
-        end_token_for(None, Some(id), vocab).map_err(|_| {
-            Error::InvalidArgument(format!(
-                "--eos-token-id {id} is not one of the model's {vocab} token ids"
-            ))
-        })?;
-        model
-            .info
-            .metadata
-            .push((END_TOKEN_KEY.to_string(), id.to_string()));
-    }
-    Ok(())
-}
-
-/// Writes what goes beside the model (`--save-weights`, `--triton-repo`, `--genai-dir`),
-/// removing every file written so far, the model's included, if one fails.
-fn write_beside(
-    a: &BuildArgs,
-    cfg: &GmlpConfig,
-    source: &dyn WeightSource,
-    triton: Option<&(PathBuf, TritonOptions)>,
-    written: &Written,
-    file: ModelFile,
-) -> anyhow::Result<()> {
-    let mut written_so_far = WrittenSoFar::of(&a.output, written);
-    if let Some(path) = &a.save_weights {
-        written_so_far.or_remove(save_native(path, cfg, source))?;
-        written_so_far.0.push(path.clone());
-        println!("wrote {} (native layout)", path.display());
-    }
-    if let Some((repo, options)) = triton {
-        let w = written_so_far.or_remove(write_repository_file(file, repo, options))?;
-        print_repository(&w);
-    }
-    if let Some(dir) = &a.genai_dir {
-        let w = written_so_far.or_remove(write_folder_file(file, dir, &GenaiOptions::default()))?;
-        print_folder(&w);
-    }
-    Ok(())
-}
-
-/// The line that says what was written: sizes, counts, target, opset, spatial form and,
-/// for a model with state, its form (a static state's scatter as the emitter chose it).
-fn summary(
-    a: &BuildArgs,
-    cfg: &GmlpConfig,
-    target: &BuildTarget,
-    mode: SequenceMode,
-    model: &Export,
-    written: &Written,
-) -> String {
-    let c = &model.counts;
-    let data_note = match &written.data_file {
-        Some((path, len)) => format!(
-            " + {} ({:.1} MB of external data)",
-            path.display(),
-            *len as f64 / 1e6
-        ),
-        None => String::new(),
-    };
-    let state = match mode {
-        SequenceMode::Static => format!(
-            ", static state ({})",
-            StateScatter::at_opset(target.opset).op_type()
-        ),
-        SequenceMode::Growing => ", growing state".to_string(),
-        SequenceMode::Fixed | SequenceMode::Variable => String::new(),
-    };
-    format!(
-        "wrote {} ({:.1} MB){data_note}: {} stored parameters, {} per example (paper convention), target {}, opset {}, spatial {}{state}",
-        a.output.display(),
-        written.model_bytes as f64 / 1e6,
-        c.stored_params,
-        gmlp_onnx::inspect::human_flops(c.flops),
-        target.target.name(),
-        target.opset,
-        cfg.spatial.name()
-    )
 }
 
 #[cfg(test)]

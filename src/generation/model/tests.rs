@@ -1,8 +1,7 @@
 //! Unit tests of `model` (in their own file: the module itself stays under 600 lines).
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::generation::{Decoder, Generator, Sampling};
@@ -20,7 +19,7 @@ struct Alive {
 /// A session that keeps count of the buffers and bindings alive in the one it wraps.
 struct Counting {
     inner: Box<dyn BoundSession>,
-    alive: Rc<RefCell<Alive>>,
+    alive: Arc<Mutex<Alive>>,
 }
 
 impl BoundSession for Counting {
@@ -32,11 +31,11 @@ impl BoundSession for Counting {
     }
     fn buffer(&mut self, element: Element, shape: &[usize]) -> Result<BufferId> {
         let id = self.inner.buffer(element, shape)?;
-        self.alive.borrow_mut().buffers.insert(id);
+        self.alive.lock().unwrap().buffers.insert(id);
         Ok(id)
     }
     fn release(&mut self, buffer: BufferId) {
-        self.alive.borrow_mut().buffers.remove(&buffer);
+        self.alive.lock().unwrap().buffers.remove(&buffer);
         self.inner.release(buffer)
     }
     fn bind(
@@ -46,11 +45,11 @@ impl BoundSession for Counting {
         replay: Replay,
     ) -> Result<BindingId> {
         let id = self.inner.bind(inputs, outputs, replay)?;
-        self.alive.borrow_mut().bindings.insert(id);
+        self.alive.lock().unwrap().bindings.insert(id);
         Ok(id)
     }
     fn unbind(&mut self, binding: BindingId) {
-        self.alive.borrow_mut().bindings.remove(&binding);
+        self.alive.lock().unwrap().bindings.remove(&binding);
         self.inner.unbind(binding)
     }
     fn run(&mut self, binding: BindingId) -> Result<()> {
@@ -113,7 +112,7 @@ fn one_loaded_model_serves_decoders_one_after_the_other() {
         let opened =
             LoadedModel::open(kind, file, description, &options, StateWrites::InPlace).unwrap();
         assert_eq!(opened.binds_state(), kind.binds_buffers(), "{kind:?}");
-        let alive = Rc::new(RefCell::new(Alive::default()));
+        let alive = Arc::new(Mutex::new(Alive::default()));
         let LoadedModel {
             description,
             engine,
@@ -144,9 +143,9 @@ fn one_loaded_model_serves_decoders_one_after_the_other() {
             "{kind:?} other"
         );
         let decoder = Decoder::new(&mut model, 2).unwrap();
-        let made = alive.borrow().buffers.len();
+        let made = alive.lock().unwrap().buffers.len();
         drop(decoder);
-        let alive = alive.borrow();
+        let alive = alive.lock().unwrap();
         // A bound state: 1 buffer per state tensor, 5 of the step, 2 step bindings.
         let state = model.description().info.state.len();
         if model.binds_state() {

@@ -9,7 +9,7 @@
 //! may be written in place between runs.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{IoBinding, RunOptions, Session};
@@ -70,7 +70,7 @@ enum Place {
     /// Host memory.
     Host,
     /// CUDA device memory, copied through the CUDA runtime ONNX Runtime loaded.
-    Cuda(Rc<CudaRuntime>),
+    Cuda(Arc<CudaRuntime>),
 }
 
 impl Place {
@@ -111,7 +111,7 @@ impl Memory {
         .map_err(cuda_failed)?;
         Ok(Memory {
             allocator: Allocator::new(session, info).map_err(cuda_failed)?,
-            place: Place::Cuda(Rc::new(CudaRuntime::loaded(device)?)),
+            place: Place::Cuda(Arc::new(CudaRuntime::loaded(device)?)),
         })
     }
 
