@@ -14,14 +14,14 @@ alike; the table gives medians over the rounds.
                 write, fsync, rename (what src/fs.rs does for a file it writes atomically)
 
 Usage:
-  python bench/python_export.py [--sizes small,issue-28m,amlp-base] [--rounds 3]
+  python bench/python_export.py [--sizes small,mid-28m,amlp-base] [--rounds 3]
                                 [--kinds gmlp,dynamo,script,write] [--timeout 900]
-  python bench/python_export.py --generator [--sizes issue-28m] [--rounds 5]
+  python bench/python_export.py --generator [--sizes mid-28m] [--rounds 5]
                                 [--new-tokens 64] [--threads 1]
 
 Sizes (g-mlp-pytorch gMLP, bidirectional unless --generator, which builds them causal):
   small      4 blocks, d 256, f 1024, n 128, attn 32, vocab 8192
-  issue-28m  12 blocks, d 512, f 2048, n 256, attn 64, vocab 6144 (~28M parameters)
+  mid-28m  12 blocks, d 512, f 2048, n 256, attn 64, vocab 6144 (~28M parameters)
   amlp-base  36 blocks, d 512, f 3072, n 512, attn 64, vocab 32000 (the amlp-base preset)
 Bench helper only: needs torch, g-mlp-pytorch, gmlp_onnx (for gmlp, write, --generator).
 """
@@ -44,7 +44,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 SIZES = {
     "small": dict(num_tokens=8192, dim=256, depth=4, seq_len=128, ff_mult=4, attn_dim=32),
-    "issue-28m": dict(num_tokens=6144, dim=512, depth=12, seq_len=256, ff_mult=4, attn_dim=64),
+    "mid-28m": dict(num_tokens=6144, dim=512, depth=12, seq_len=256, ff_mult=4, attn_dim=64),
     "amlp-base": dict(num_tokens=32000, dim=512, depth=36, seq_len=512, ff_mult=6, attn_dim=64),
 }
 KINDS = ("gmlp", "dynamo", "script", "write")
@@ -299,7 +299,7 @@ def main() -> int:
         print(json.dumps(worker(a.worker, a.size, a.out, a.source)))
         return 0
     if a.generator:
-        a.sizes = a.sizes or "issue-28m"
+        a.sizes = a.sizes or "mid-28m"
         return generator_bench(a)
     a.sizes = a.sizes or ",".join(SIZES)
     return export_bench(a)

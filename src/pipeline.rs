@@ -19,9 +19,9 @@ use crate::gmlp::metadata::END_TOKEN_KEY;
 use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::{GmlpConfig, SequenceMode, Task, WeightSource};
 use crate::message::Phrase;
+use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::read_model;
 use crate::onnx::writer::{write_model_with, ExternalData, Written};
-use crate::onnx::proto::ModelProto;
 use crate::runtime::ModelFile;
 use crate::serve::genai::{end_token_for, write_folder_file, FolderWritten, GenaiOptions};
 use crate::serve::triton::{write_repository_file, RepositoryWritten, TritonOptions};
@@ -116,9 +116,9 @@ pub enum Beside {
     /// The weights in the native layout.
     NativeWeights(PathBuf),
     /// A Triton model.
-    Triton(RepositoryWritten),
+    Triton(Box<RepositoryWritten>),
     /// An onnxruntime-genai folder.
-    Genai(FolderWritten),
+    Genai(Box<FolderWritten>),
 }
 
 /// The files a build has written so far. A later step that fails removes them all.
@@ -298,11 +298,11 @@ fn write_beside(
     }
     if let Some((repo, options)) = &request.triton {
         let w = so_far.or_remove(write_repository_file(file, repo, options))?;
-        beside.push(Beside::Triton(w));
+        beside.push(Beside::Triton(Box::new(w)));
     }
     if let Some(dir) = &request.genai_dir {
         let w = so_far.or_remove(write_folder_file(file, dir, &GenaiOptions::default()))?;
-        beside.push(Beside::Genai(w));
+        beside.push(Beside::Genai(Box::new(w)));
     }
     Ok(beside)
 }

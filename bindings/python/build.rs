@@ -5,8 +5,12 @@
 mod commit;
 
 fn main() {
-    let here = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let root = here.join("../..").canonicalize().expect("the repository root");
+    let here =
+        std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let root = here
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root");
     for file in commit::watched(&root) {
         println!("cargo:rerun-if-changed={}", file.display());
     }

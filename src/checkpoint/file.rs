@@ -76,9 +76,7 @@ impl StoredType {
             StoredType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
             StoredType::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
             StoredType::BF16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
-            StoredType::F64 => {
-                f64::from_le_bytes(bytes.try_into().expect("8 bytes")) as f32
-            }
+            StoredType::F64 => f64::from_le_bytes(bytes.try_into().expect("8 bytes")) as f32,
         }
     }
 }
@@ -153,7 +151,10 @@ impl MemoryTensor {
         if self.shape.len() != self.strides.len() {
             return None;
         }
-        let count: usize = self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
+        let count: usize = self
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))?;
         if count == 0 {
             return Some(0);
         }
@@ -161,7 +162,9 @@ impl MemoryTensor {
             .shape
             .iter()
             .zip(&self.strides)
-            .try_fold(0usize, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s)?))?;
+            .try_fold(0usize, |acc, (&d, &s)| {
+                acc.checked_add((d - 1).checked_mul(s)?)
+            })?;
         (last.checked_add(1)?.checked_mul(size)? <= self.data.bytes().len()).then_some(count)
     }
 
@@ -312,10 +315,9 @@ impl Checkpoint {
         let mut map = BTreeMap::new();
         for (name, tensor) in tensors {
             if map.contains_key(&name) {
-                return Err(CheckpointError::Damaged(format!(
-                    "{label}: two tensors named {name}"
-                ))
-                .into());
+                return Err(
+                    CheckpointError::Damaged(format!("{label}: two tensors named {name}")).into(),
+                );
             }
             map.insert(name, tensor);
         }
@@ -609,7 +611,12 @@ mod tests {
 mod memory_tests {
     use super::*;
 
-    fn tensor(dtype: MemoryType, shape: &[usize], strides: &[usize], bytes: Vec<u8>) -> MemoryTensor {
+    fn tensor(
+        dtype: MemoryType,
+        shape: &[usize],
+        strides: &[usize],
+        bytes: Vec<u8>,
+    ) -> MemoryTensor {
         MemoryTensor {
             dtype,
             shape: shape.to_vec(),
@@ -637,7 +644,12 @@ mod memory_tests {
             vec![
                 (
                     "t".into(),
-                    tensor(MemoryType::Float(StoredType::F32), &[2, 3], &[1, 2], f32_bytes(&buffer)),
+                    tensor(
+                        MemoryType::Float(StoredType::F32),
+                        &[2, 3],
+                        &[1, 2],
+                        f32_bytes(&buffer),
+                    ),
                 ),
                 (
                     "b".into(),
@@ -645,7 +657,12 @@ mod memory_tests {
                 ),
                 (
                     "e".into(),
-                    tensor(MemoryType::Float(StoredType::F32), &[0, 4], &[4, 1], Vec::new()),
+                    tensor(
+                        MemoryType::Float(StoredType::F32),
+                        &[0, 4],
+                        &[4, 1],
+                        Vec::new(),
+                    ),
                 ),
                 (
                     "i".into(),
@@ -660,7 +677,10 @@ mod memory_tests {
         assert_eq!(checkpoint.f32("b").unwrap(), [1.5, -2.0]);
         assert!(checkpoint.f32("e").unwrap().is_empty());
         let e = checkpoint.f32("i").unwrap_err();
-        assert!(matches!(e, Error::Checkpoint(CheckpointError::ElementType(_))), "{e:?}");
+        assert!(
+            matches!(e, Error::Checkpoint(CheckpointError::ElementType(_))),
+            "{e:?}"
+        );
     }
 
     /// Shapes and strides that reach past the bytes, or of another rank, are refused as a
@@ -672,24 +692,45 @@ mod memory_tests {
             vec![
                 (
                     "long".into(),
-                    tensor(MemoryType::Float(StoredType::F32), &[2, 3], &[3, 1], f32_bytes(&[0.0; 5])),
+                    tensor(
+                        MemoryType::Float(StoredType::F32),
+                        &[2, 3],
+                        &[3, 1],
+                        f32_bytes(&[0.0; 5]),
+                    ),
                 ),
                 (
                     "rank".into(),
-                    tensor(MemoryType::Float(StoredType::F32), &[2], &[1, 1], f32_bytes(&[0.0; 2])),
+                    tensor(
+                        MemoryType::Float(StoredType::F32),
+                        &[2],
+                        &[1, 1],
+                        f32_bytes(&[0.0; 2]),
+                    ),
                 ),
                 (
                     "huge".into(),
-                    tensor(MemoryType::Float(StoredType::F32), &[2], &[usize::MAX], f32_bytes(&[0.0; 2])),
+                    tensor(
+                        MemoryType::Float(StoredType::F32),
+                        &[2],
+                        &[usize::MAX],
+                        f32_bytes(&[0.0; 2]),
+                    ),
                 ),
             ],
         )
         .unwrap();
         for key in ["long", "rank", "huge"] {
             let e = checkpoint.f32(key).unwrap_err();
-            assert!(matches!(e, Error::Checkpoint(CheckpointError::Damaged(_))), "{key}: {e:?}");
+            assert!(
+                matches!(e, Error::Checkpoint(CheckpointError::Damaged(_))),
+                "{key}: {e:?}"
+            );
         }
         let empty = Checkpoint::from_memory("state dict", Vec::new()).unwrap_err();
-        assert!(matches!(empty, Error::Checkpoint(CheckpointError::Missing(_))));
+        assert!(matches!(
+            empty,
+            Error::Checkpoint(CheckpointError::Missing(_))
+        ));
     }
 }

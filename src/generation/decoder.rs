@@ -100,29 +100,29 @@ impl Decoder<'static> {
     /// model and decoders of changing batch sizes over it: [`Decoder::into_model`] gives
     /// it back); on an error the model comes back with it.
     pub fn owning(
-        mut model: LoadedModel,
+        mut model: Box<LoadedModel>,
         batch: usize,
-    ) -> std::result::Result<Decoder<'static>, (Error, LoadedModel)> {
+    ) -> std::result::Result<Decoder<'static>, Box<(Error, Box<LoadedModel>)>> {
         let (description, engine) = model.parts();
         match State::new(engine, description, batch) {
             Ok(state) => Ok(Decoder {
-                model: ModelHandle::Owned(Box::new(model)),
+                model: ModelHandle::Owned(model),
                 state,
                 batch,
                 positions: vec![0; batch],
                 last_rows: Vec::new(),
             }),
-            Err(e) => Err((e, model)),
+            Err(e) => Err(Box::new((e, model))),
         }
     }
 
     /// The loaded model this decoder owns, its state freed in it (`None` for a decoder over
     /// a lent model, which its lender keeps).
-    pub fn into_model(mut self) -> Option<LoadedModel> {
+    pub fn into_model(mut self) -> Option<Box<LoadedModel>> {
         let (state, engine) = self.state_and_engine();
         state.release(engine);
         match std::mem::replace(&mut self.model, ModelHandle::Returned) {
-            ModelHandle::Owned(model) => Some(*model),
+            ModelHandle::Owned(model) => Some(model),
             ModelHandle::Lent(_) | ModelHandle::Returned => None,
         }
     }

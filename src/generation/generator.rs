@@ -93,6 +93,9 @@ impl Generation {
 /// What [`Generator::generate_observing`] shows the logits of every pick to.
 type Observer<'a> = &'a mut dyn FnMut(ArrayView2<f32>);
 
+/// An observer borrowed for one step (its closure may live longer than the borrow).
+type StepObserver<'b, 'o> = &'b mut (dyn FnMut(ArrayView2<f32>) + 'o);
+
 /// Generates tokens with a [`Decoder`].
 pub struct Generator<'m> {
     decoder: Decoder<'m>,
@@ -249,7 +252,7 @@ impl<'m> Generator<'m> {
     fn step_observing<'o>(
         &mut self,
         run: &mut Run,
-        observe: Option<&mut (dyn FnMut(ArrayView2<f32>) + 'o)>,
+        observe: Option<StepObserver<'_, 'o>>,
     ) -> Result<Option<Vec<Option<i64>>>> {
         if run.steps == run.new_tokens || run.stopped.iter().all(Option::is_some) {
             return Ok(None);

@@ -124,10 +124,7 @@ fn the_pip_wheel_installs_a_gmlp_onnx_that_finds_its_environments_onnxruntime() 
         .args(["-c", &script]);
     let o = run(&mut c);
     let printed = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        printed.starts_with(env!("CARGO_PKG_VERSION")),
-        "{printed}"
-    );
+    assert!(printed.starts_with(env!("CARGO_PKG_VERSION")), "{printed}");
     // The command's tokens for the same file and prompt.
     let o = installed(
         &venv,

@@ -249,6 +249,7 @@ fn own_text_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in [
         "src", "tests", "bench", "scripts", "fuzz", "examples", "docs", ".ci", "fixtures",
+        "bindings",
     ] {
         text_files(&root().join(dir), &mut files);
     }

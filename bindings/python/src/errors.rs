@@ -163,19 +163,3 @@ pub fn detached<T: Send>(
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::keywords_of;
-
-    #[test]
-    fn flags_become_keywords() {
-        assert_eq!(keywords_of("--seq-len must agree"), "seq_len must agree");
-        assert_eq!(
-            keywords_of("rebuild with --with-past static, or --with-past growing"),
-            "rebuild with with_past=\"static\", or with_past=\"growing\""
-        );
-        assert_eq!(keywords_of("a -- b"), "a -- b");
-        assert_eq!(keywords_of("x--y"), "x--y");
-    }
-}

@@ -29,8 +29,8 @@ struct Runtime {
 
 /// The loaded model: without a decoder, or inside the generator of the last batch size.
 enum Loaded {
-    Idle(LoadedModel),
-    Decoding(gmlp_onnx::generation::Generator<'static>),
+    Idle(Box<LoadedModel>),
+    Decoding(Box<gmlp_onnx::generation::Generator<'static>>),
     /// Lost to a failure that could not give the model back.
     Gone,
 }
@@ -57,7 +57,7 @@ impl Session {
         let generator = match loaded {
             Loaded::Decoding(g) if g.batch() == batch => g,
             Loaded::Decoding(g) => {
-                let model = g.into_decoder().into_model().ok_or_else(|| {
+                let model = (*g).into_decoder().into_model().ok_or_else(|| {
                     gmlp_onnx::Error::Internal("a generator over a lent model".into())
                 })?;
                 self.new_generator(model, batch)?
@@ -82,12 +82,16 @@ impl Session {
 
     fn new_generator(
         &mut self,
-        model: LoadedModel,
+        model: Box<LoadedModel>,
         batch: usize,
-    ) -> anyhow::Result<gmlp_onnx::generation::Generator<'static>> {
+    ) -> anyhow::Result<Box<gmlp_onnx::generation::Generator<'static>>> {
         match Decoder::owning(model, batch) {
-            Ok(decoder) => Ok(gmlp_onnx::generation::Generator::new(decoder, Sampling::GREEDY)?),
-            Err((e, model)) => {
+            Ok(decoder) => Ok(Box::new(gmlp_onnx::generation::Generator::new(
+                decoder,
+                Sampling::GREEDY,
+            )?)),
+            Err(failed) => {
+                let (e, model) = *failed;
                 self.loaded = Loaded::Idle(model);
                 Err(e.into())
             }
@@ -150,7 +154,7 @@ impl Generator {
                 eos_token_id: description.end_token,
                 note,
                 session: Mutex::new(Session {
-                    loaded: Loaded::Idle(loaded),
+                    loaded: Loaded::Idle(Box::new(loaded)),
                     run: None,
                 }),
             })
@@ -278,7 +282,9 @@ fn check_request(prompts: &[Vec<i64>], vocab: usize) -> anyhow::Result<()> {
         anyhow::bail!(gmlp_onnx::Error::InvalidArgument("no prompt".into()));
     }
     if prompts.iter().any(Vec::is_empty) {
-        anyhow::bail!(gmlp_onnx::Error::InvalidArgument("a prompt is empty".into()));
+        anyhow::bail!(gmlp_onnx::Error::InvalidArgument(
+            "a prompt is empty".into()
+        ));
     }
     check_vocabulary(prompts.iter().flatten(), vocab, "prompt token id")?;
     Ok(())

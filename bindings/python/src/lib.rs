@@ -35,12 +35,12 @@ use pyo3::prelude::*;
 /// binary's internal error (its one line, exit 101).
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
-    py.detach(|| {
-        match std::panic::catch_unwind(|| cli::run_command(argv)) {
+    py.detach(
+        || match std::panic::catch_unwind(|| cli::run_command(argv)) {
             Ok(code) => i32::from(code),
             Err(_) => 101,
-        }
-    })
+        },
+    )
 }
 
 /// The module.

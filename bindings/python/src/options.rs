@@ -27,7 +27,9 @@ impl OptionsError {
     /// As the exception the caller sees.
     pub fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
-            OptionsError::Unknown(message) => crate::errors::raise(py, "UnknownOptionError", message),
+            OptionsError::Unknown(message) => {
+                crate::errors::raise(py, "UnknownOptionError", message)
+            }
             OptionsError::Invalid(message) => crate::errors::raise(
                 py,
                 "InvalidArgumentError",
@@ -100,9 +102,7 @@ fn flag_words(
     if matches!(arg.get_action(), ArgAction::SetTrue) {
         let on: bool = value
             .cast::<PyBool>()
-            .map_err(|_| {
-                OptionsError::Invalid(format!("{call}: {key} takes True or False"))
-            })?
+            .map_err(|_| OptionsError::Invalid(format!("{call}: {key} takes True or False")))?
             .is_true();
         return Ok(if on { vec![flag] } else { Vec::new() });
     }

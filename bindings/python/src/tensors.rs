@@ -66,7 +66,9 @@ fn extent(shape: &[usize], strides: &[usize], size: usize) -> Option<usize> {
     let last = shape
         .iter()
         .zip(strides)
-        .try_fold(0usize, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s)?))?;
+        .try_fold(0usize, |acc, (&d, &s)| {
+            acc.checked_add((d - 1).checked_mul(s)?)
+        })?;
     last.checked_add(1)?.checked_mul(size)
 }
 
@@ -141,19 +143,27 @@ fn memory_tensors_any(refs: Vec<TensorRef>) -> anyhow::Result<Vec<NamedTensor>> 
             let value = match dtype.as_str() {
                 "float32" => TensorValue::F32(ndarray::ArrayD::from_shape_vec(
                     dims,
-                    offsets.map(|k| f32::from_ne_bytes(read(k).try_into().expect("4"))).collect(),
+                    offsets
+                        .map(|k| f32::from_ne_bytes(read(k).try_into().expect("4")))
+                        .collect(),
                 )?),
                 "float64" => TensorValue::F64(ndarray::ArrayD::from_shape_vec(
                     dims,
-                    offsets.map(|k| f64::from_ne_bytes(read(k).try_into().expect("8"))).collect(),
+                    offsets
+                        .map(|k| f64::from_ne_bytes(read(k).try_into().expect("8")))
+                        .collect(),
                 )?),
                 "int32" => TensorValue::I32(ndarray::ArrayD::from_shape_vec(
                     dims,
-                    offsets.map(|k| i32::from_ne_bytes(read(k).try_into().expect("4"))).collect(),
+                    offsets
+                        .map(|k| i32::from_ne_bytes(read(k).try_into().expect("4")))
+                        .collect(),
                 )?),
                 _ => TensorValue::I64(ndarray::ArrayD::from_shape_vec(
                     dims,
-                    offsets.map(|k| i64::from_ne_bytes(read(k).try_into().expect("8"))).collect(),
+                    offsets
+                        .map(|k| i64::from_ne_bytes(read(k).try_into().expect("8")))
+                        .collect(),
                 )?),
             };
             Ok(NamedTensor { name, value })

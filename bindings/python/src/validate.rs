@@ -24,7 +24,11 @@ struct Validate {
 /// The keywords Python's `validate` takes as arguments of its own, or that write files.
 const TAKEN: [&str; 2] = ["model", "reference"];
 
-fn parse(py: Python<'_>, path: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<ValidateArgs> {
+fn parse(
+    py: Python<'_>,
+    path: &str,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<ValidateArgs> {
     let v: Validate = crate::options::parse("validate", &[path.to_string()], options, &TAKEN)
         .map_err(|e| e.into_py(py))?;
     Ok(v.args)
@@ -48,7 +52,10 @@ pub fn validation_inputs(
         let model = read_model(args.model.as_path())?;
         let file = ModelFile::decoded(&args.model, &model);
         let inputs = inputs_for(file, &options)?;
-        let outputs = declared_outputs(&model).into_iter().map(|o| o.name).collect();
+        let outputs = declared_outputs(&model)
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
         Ok((inputs.iter().map(to_python).collect(), outputs))
     })
 }
@@ -101,9 +108,17 @@ pub fn validate<'py>(
 
 /// The report as a dict: its JSON (what `--report` writes) and `text`, what the command
 /// prints.
-pub fn report_dict<'py>(py: Python<'py>, report: &ValidationReport) -> PyResult<Bound<'py, PyDict>> {
-    let json = serde_json::to_string(report)
-        .map_err(|e| raise(py, "InternalError", format!("internal error: the report as JSON: {e}")))?;
+pub fn report_dict<'py>(
+    py: Python<'py>,
+    report: &ValidationReport,
+) -> PyResult<Bound<'py, PyDict>> {
+    let json = serde_json::to_string(report).map_err(|e| {
+        raise(
+            py,
+            "InternalError",
+            format!("internal error: the report as JSON: {e}"),
+        )
+    })?;
     let value = py.import("json")?.call_method1("loads", (json,))?;
     let dict = value.cast_into::<PyDict>()?;
     dict.set_item("text", report.render())?;

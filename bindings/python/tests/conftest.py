@@ -1,4 +1,4 @@
-"""Fixtures of the gmlp_onnx tests: the small upstream modules (tests/gmlp_models.py), the
+"""Fixtures of the gmlp_onnx tests: the small upstream modules (gmlp_models.py beside this file), the
 `gmlp-onnx` command, and ONNX Runtime. Nothing here imports gmlp_onnx, so that
 test_sources.py runs without the extension built."""
 
