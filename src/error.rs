@@ -14,6 +14,26 @@ pub enum Error {
     /// A command-line or API argument that is malformed or out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Options that cannot go together, or one that applies only with another (a vision
+    /// option for a token model, a validation bound without validation).
+    #[error("invalid argument: {0}")]
+    Conflict(String),
+    /// A value outside what its option takes (a size of 0, a tolerance below 0, too many
+    /// runs).
+    #[error("invalid argument: {0}")]
+    OutOfRange(String),
+    /// Output paths that would overwrite each other or the input, or a path that cannot be
+    /// written (a directory, a missing folder).
+    #[error("invalid argument: {0}")]
+    OutputPath(String),
+    /// A setting that contradicts what the weights show (a sequence length other than the
+    /// spatial weights').
+    #[error("invalid argument: {0}")]
+    ContradictsWeights(String),
+    /// Token ids in another shape than the decoder's batch takes (a count of prompts, an
+    /// empty prompt, prompts of different lengths where the state cannot hold them).
+    #[error("invalid argument: {0}")]
+    BatchShape(String),
     /// The model would exceed a hard size limit; the message carries the estimate.
     #[error("{0}")]
     TooLarge(String),

@@ -51,20 +51,20 @@ impl PendingFile {
     pub fn create(target: &Path) -> Result<Self> {
         static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         if target.is_dir() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutputPath(format!(
                 "output path {} is a directory",
                 target.display()
             )));
         }
         let file_name = target.file_name().ok_or_else(|| {
-            Error::InvalidArgument(format!("output path {} has no file name", target.display()))
+            Error::OutputPath(format!("output path {} has no file name", target.display()))
         })?;
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
         if !dir.is_dir() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutputPath(format!(
                 "output directory {} does not exist",
                 dir.display()
             )));

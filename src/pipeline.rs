@@ -6,7 +6,9 @@
 //! Triton repository, an onnxruntime-genai folder) from the file decoded once. A step
 //! that fails removes every file written before it: a build leaves its whole result or
 //! nothing. Options are checked by the front end in its own words before it gets here
-//! (flags, keywords); what this module refuses it names by [`Setting`].
+//! (flags, keywords); the refusals that need the configuration (an end token for a model
+//! without one, a genai folder without the static state) are worded as the command line's
+//! flags, which the Python front end says as keywords.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -161,7 +163,7 @@ pub fn build(
     target.check_dtype(cfg.dtype)?;
     let (mode, note) = choose_sequence(request.sequence, target, &cfg)?;
     if request.genai_dir.is_some() && mode != SequenceMode::Static {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Conflict(
             "--genai-dir needs the static state (--with-past or --with-past static): onnxruntime-genai cannot share a growing state in place".into(),
         ));
     }
@@ -239,7 +241,7 @@ fn record_end_token(id: Option<i64>, cfg: &GmlpConfig, model: &mut Export) -> Re
     let vocab = match cfg.task {
         Task::Tokens { vocab_size, .. } if cfg.causal => vocab_size,
         _ => {
-            return Err(Error::InvalidArgument(
+            return Err(Error::Conflict(
                 "--eos-token-id applies to causal token models".into(),
             ))
         }

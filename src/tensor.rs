@@ -56,6 +56,38 @@ impl TensorValue {
     }
 }
 
+/// The `rows × cols` row-major matrix `values` transposed (`cols × rows`, row-major): a
+/// PyTorch `Linear.weight [out, in]` read as `[in, out]` ([`transpose_with`]).
+pub fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    assert_eq!(
+        values.len(),
+        rows * cols,
+        "transpose: {rows} x {cols} values"
+    );
+    transpose_with(rows, cols, |k| values[k])
+}
+
+/// The transpose of the `rows × cols` row-major matrix whose element at flat index `k`
+/// is `element(k)` (a stored tensor's bytes decoded where they lie), in tiles of 32 × 32:
+/// each output row of a tile is written in one run while the tile's input rows stay in
+/// cache (the 32000 × 512 head of amlp-base in one pass).
+pub fn transpose_with(rows: usize, cols: usize, element: impl Fn(usize) -> f32) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut out = vec![0f32; rows * cols];
+    for r0 in (0..rows).step_by(TILE) {
+        let r1 = (r0 + TILE).min(rows);
+        for c0 in (0..cols).step_by(TILE) {
+            for c in c0..(c0 + TILE).min(cols) {
+                let run = &mut out[c * rows + r0..c * rows + r1];
+                for (value, r) in run.iter_mut().zip(r0..r1) {
+                    *value = element(r * cols + c);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A named tensor: a model input or output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedTensor {
@@ -63,4 +95,33 @@ pub struct NamedTensor {
     pub name: String,
     /// Contents.
     pub value: TensorValue,
+}
+
+#[cfg(test)]
+mod transpose_tests {
+    use super::transpose;
+
+    /// Tiled as it is, the transpose is the element-by-element one, at sizes on and off the
+    /// tile (1, 31, 32, 33, 70).
+    #[test]
+    fn the_tiled_transpose_is_the_plain_one() {
+        for (rows, cols) in [
+            (1, 1),
+            (1, 70),
+            (70, 1),
+            (31, 33),
+            (32, 32),
+            (33, 70),
+            (70, 33),
+        ] {
+            let values: Vec<f32> = (0..rows * cols).map(|k| k as f32 * 0.5 - 7.0).collect();
+            let mut plain = vec![0f32; rows * cols];
+            for r in 0..rows {
+                for c in 0..cols {
+                    plain[c * rows + r] = values[r * cols + c];
+                }
+            }
+            assert_eq!(transpose(&values, rows, cols), plain, "{rows} x {cols}");
+        }
+    }
 }

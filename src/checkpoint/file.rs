@@ -70,6 +70,27 @@ impl StoredType {
         }
     }
 
+    /// The little-endian `rows × cols` matrix in `bytes`, transposed, as f32 (one tiled
+    /// pass per type: [`crate::tensor::transpose_with`]).
+    fn decode_transposed(self, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
+        use crate::tensor::transpose_with;
+        let at = |k: usize, n: usize| &bytes[k * n..(k + 1) * n];
+        match self {
+            StoredType::F32 => transpose_with(rows, cols, |k| {
+                f32::from_le_bytes(at(k, 4).try_into().expect("4 bytes"))
+            }),
+            StoredType::F16 => transpose_with(rows, cols, |k| {
+                half::f16::from_le_bytes(at(k, 2).try_into().expect("2 bytes")).to_f32()
+            }),
+            StoredType::BF16 => transpose_with(rows, cols, |k| {
+                half::bf16::from_le_bytes(at(k, 2).try_into().expect("2 bytes")).to_f32()
+            }),
+            StoredType::F64 => transpose_with(rows, cols, |k| {
+                f64::from_le_bytes(at(k, 8).try_into().expect("8 bytes")) as f32
+            }),
+        }
+    }
+
     /// One little-endian element of this type (`bytes` holds exactly its size) as f32.
     fn decode(self, bytes: &[u8]) -> f32 {
         match self {
@@ -481,6 +502,52 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// A 2-D tensor `[rows, cols]` as f32, transposed to `[cols, rows]` (a PyTorch
+    /// `Linear.weight` as the graph's `[in, out]`): read from its stored bytes in one tiled
+    /// pass where they are row-major (safetensors, a contiguous tensor in memory), else
+    /// read as [`Checkpoint::f32`] does and transposed; refuses what `f32` refuses.
+    pub fn f32_transposed(&self, key: &str) -> Result<Vec<f32>> {
+        let shape = self.shape(key).unwrap_or(&[]);
+        let &[rows, cols] = shape else {
+            return Err(Error::BadTensor(format!(
+                "{key}: expected a 2-D weight, got {shape:?}"
+            )));
+        };
+        let direct = match &self.storage {
+            Storage::Mapped {
+                map,
+                data_start,
+                entries,
+            } => entries.get(key).and_then(|entry| {
+                let dtype = StoredType::of_safetensors(entry.dtype)?;
+                let bytes = &map[data_start + entry.start..data_start + entry.end];
+                (bytes.len() == rows * cols * dtype.size()).then_some((dtype, bytes))
+            }),
+            Storage::Memory(tensors) => tensors.get(key).and_then(|tensor| {
+                let MemoryType::Float(dtype) = tensor.dtype else {
+                    return None;
+                };
+                let count = tensor.count_within(dtype.size())?;
+                let bytes = tensor.data.bytes();
+                tensor
+                    .row_major()
+                    .then_some((dtype, &bytes[..count * dtype.size()]))
+            }),
+            Storage::Loaded(_) => None,
+        };
+        let Some((dtype, bytes)) = direct else {
+            return Ok(crate::tensor::transpose(&self.f32(key)?, rows, cols));
+        };
+        let values = dtype.decode_transposed(bytes, rows, cols);
+        if values.iter().any(|v| !v.is_finite()) {
+            // `f32` names the first value that is not finite in the stored order.
+            self.f32(key)?;
+        }
+        Ok(values)
+    }
+}
+
 /// Reads a zip checkpoint: a torch archive (`NAME/data.pkl`) or else an `.npz`.
 fn read_zip<R: std::io::Read + std::io::Seek>(
     reader: R,
@@ -732,5 +799,70 @@ mod memory_tests {
             empty,
             Error::Checkpoint(CheckpointError::Missing(_))
         ));
+    }
+}
+
+#[cfg(test)]
+mod transposed_tests {
+    use super::*;
+
+    /// A 2-D weight read transposed from safetensors bytes (f32 and bf16) and from a
+    /// strided tensor in memory equals the transpose of what `f32` reads, and a NaN is
+    /// refused as `f32` refuses it.
+    #[test]
+    fn a_weight_read_transposed_is_the_transpose_of_its_values() {
+        use safetensors::tensor::TensorView;
+        use safetensors::Dtype;
+        let (rows, cols) = (33, 70);
+        let values: Vec<f32> = (0..rows * cols).map(|k| (k as f32 * 0.37).sin()).collect();
+        let f32s: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bf16s: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let mut nan = values.clone();
+        nan[5] = f32::NAN;
+        let nans: Vec<u8> = nan.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let views = [
+            (
+                "w",
+                TensorView::new(Dtype::F32, vec![rows, cols], &f32s).unwrap(),
+            ),
+            (
+                "b",
+                TensorView::new(Dtype::BF16, vec![rows, cols], &bf16s).unwrap(),
+            ),
+            (
+                "n",
+                TensorView::new(Dtype::F32, vec![rows, cols], &nans).unwrap(),
+            ),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let file = Checkpoint::from_bytes(Path::new("t.safetensors"), bytes).unwrap();
+        for key in ["w", "b"] {
+            let plain = crate::tensor::transpose(&file.f32(key).unwrap(), rows, cols);
+            assert_eq!(file.f32_transposed(key).unwrap(), plain, "{key}");
+        }
+        let e = file.f32_transposed("n").unwrap_err();
+        assert_eq!(e.to_string(), file.f32("n").unwrap_err().to_string());
+        // In memory: the same values as a transposed view of their transpose.
+        let t = crate::tensor::transpose(&values, rows, cols);
+        let memory = Checkpoint::from_memory(
+            "state dict",
+            vec![(
+                "v".into(),
+                MemoryTensor {
+                    dtype: MemoryType::Float(StoredType::F32),
+                    shape: vec![rows, cols],
+                    strides: vec![1, rows],
+                    data: Box::new(t.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+                },
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            memory.f32_transposed("v").unwrap(),
+            crate::tensor::transpose(&values, rows, cols)
+        );
     }
 }

@@ -200,16 +200,6 @@ pub struct ImportedWeights {
     toeplitz_tolerance: f32,
 }
 
-fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0f32; values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = values[r * cols + c];
-        }
-    }
-    out
-}
-
 impl WeightSource for ImportedWeights {
     fn values(&self, spec: &ParamSpec) -> Result<Vec<f32>> {
         let rule = self.rules.get(&spec.name).ok_or_else(|| {
@@ -218,15 +208,7 @@ impl WeightSource for ImportedWeights {
         let ck = &self.checkpoint;
         let values = match rule {
             Rule::Same(key) => ck.f32(key)?,
-            Rule::Transposed(key) => {
-                let shape = ck.shape(key).unwrap_or(&[]);
-                let [rows, cols] = shape else {
-                    return Err(Error::BadTensor(format!(
-                        "{key}: expected a 2-D weight, got {shape:?}"
-                    )));
-                };
-                transpose(&ck.f32(key)?, *rows, *cols)
-            }
+            Rule::Transposed(key) => ck.f32_transposed(key)?,
             Rule::Spatial(stored) => {
                 stored.values(ck, &self.config, &spec.name, self.toeplitz_tolerance)?
             }

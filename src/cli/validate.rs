@@ -114,15 +114,15 @@ pub fn finish_validation(
 /// refuse, by the flags' names.
 pub fn options(a: &ValidateArgs) -> anyhow::Result<ValidateOptions> {
     if a.inputs.is_some() && (a.batch.is_some() || !a.dims.is_empty() || a.seed.is_some()) {
-        anyhow::bail!(Error::InvalidArgument(
+        anyhow::bail!(Error::Conflict(
             "--batch, --dim and --seed shape generated inputs; they cannot be combined with --inputs".into()
         ));
     }
     if a.batch == Some(0) {
-        anyhow::bail!(Error::InvalidArgument("--batch must be at least 1".into()));
+        anyhow::bail!(Error::OutOfRange("--batch must be at least 1".into()));
     }
     if a.bench > MAX_BENCH_RUNS {
-        anyhow::bail!(Error::InvalidArgument(format!(
+        anyhow::bail!(Error::OutOfRange(format!(
             "--bench {} is more than {MAX_BENCH_RUNS} runs",
             a.bench
         )));

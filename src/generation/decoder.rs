@@ -204,7 +204,7 @@ impl<'m> Decoder<'m> {
         let (b, t) = ids.dim();
         let n = self.model().info.max_sequence;
         if b != self.batch || t == 0 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::BatchShape(format!(
                 "expected token ids of shape [{}, T ≥ 1], got [{b}, {t}]",
                 self.batch
             )));
@@ -270,7 +270,7 @@ impl<'m> Decoder<'m> {
     /// for the batch).
     pub fn prefill(&mut self, prompts: &[Vec<i64>]) -> Result<()> {
         if prompts.len() != self.batch {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::BatchShape(format!(
                 "expected {} prompts, got {}",
                 self.batch,
                 prompts.len()
@@ -285,7 +285,7 @@ impl<'m> Decoder<'m> {
             lengths.iter().copied().max().unwrap_or(0),
         );
         if shortest == 0 {
-            return Err(Error::InvalidArgument("a prompt is empty".into()));
+            return Err(Error::BatchShape("a prompt is empty".into()));
         }
         if shortest != longest && self.model().info.mode != SequenceMode::Static {
             return Err(Error::NeedsRebuild {

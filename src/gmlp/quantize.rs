@@ -56,16 +56,7 @@ pub fn column_range(w: &[f32], cols: usize, start: usize, end: usize) -> Vec<f32
         .collect()
 }
 
-/// The transpose of a row-major `[rows, cols]` matrix.
-pub fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0f32; w.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = w[r * cols + c];
-        }
-    }
-    t
-}
+pub use crate::tensor::transpose;
 
 #[cfg(test)]
 mod tests {

@@ -63,18 +63,16 @@ fn time_runs(
 /// Refuses options no run can honour: batch 0, more than [`MAX_BENCH_RUNS`] timed runs.
 pub(super) fn check_options(options: &ValidateOptions) -> Result<()> {
     if options.batch == 0 {
-        return Err(Error::InvalidArgument(
-            "the batch must be at least 1".into(),
-        ));
+        return Err(Error::OutOfRange("the batch must be at least 1".into()));
     }
     if options.bench > MAX_BENCH_RUNS {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::OutOfRange(format!(
             "{} timed runs are more than {MAX_BENCH_RUNS}",
             options.bench
         )));
     }
     if options.reference.is_some() && (options.inputs.is_some() || options.expected.is_some()) {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Conflict(
             "a reference brings its own inputs and outputs: it cannot be combined with input or expected files".into(),
         ));
     }

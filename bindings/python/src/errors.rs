@@ -15,10 +15,14 @@ use crate::cli;
 fn class_of(error: &Error) -> &'static str {
     match error {
         Error::InvalidConfig(_) => "ConfigError",
-        Error::InvalidArgument(_)
-        | Error::PastPositions(_)
-        | Error::OutsideVocabulary { .. }
-        | Error::Setting(_) => "InvalidArgumentError",
+        Error::InvalidArgument(_) | Error::Setting(_) => "InvalidArgumentError",
+        Error::Conflict(_) => "OptionConflictError",
+        Error::OutOfRange(_) => "OutOfRangeError",
+        Error::OutputPath(_) => "OutputPathError",
+        Error::ContradictsWeights(_) => "ModuleMismatchError",
+        Error::BatchShape(_) => "BatchShapeError",
+        Error::PastPositions(_) => "PastPositionsError",
+        Error::OutsideVocabulary { .. } => "OutsideVocabularyError",
         Error::UnknownLayout(_) => "UnsupportedModuleError",
         Error::TooLarge(_) => "TooLargeError",
         Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {

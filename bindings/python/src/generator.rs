@@ -279,12 +279,10 @@ impl Generator {
 /// Refuses an empty batch, an empty prompt or an id outside the vocabulary.
 fn check_request(prompts: &[Vec<i64>], vocab: usize) -> anyhow::Result<()> {
     if prompts.is_empty() {
-        anyhow::bail!(gmlp_onnx::Error::InvalidArgument("no prompt".into()));
+        anyhow::bail!(gmlp_onnx::Error::BatchShape("no prompt".into()));
     }
     if prompts.iter().any(Vec::is_empty) {
-        anyhow::bail!(gmlp_onnx::Error::InvalidArgument(
-            "a prompt is empty".into()
-        ));
+        anyhow::bail!(gmlp_onnx::Error::BatchShape("a prompt is empty".into()));
     }
     check_vocabulary(prompts.iter().flatten(), vocab, "prompt token id")?;
     Ok(())

@@ -344,7 +344,7 @@ def test_messages_name_settings_as_keywords(cases, tmp_path):
     """A refusal the command words with flags (`--eos-token-id applies to causal token
     models`) names the keyword instead, and writes nothing."""
     m = cases["timm_gmlp"].module()
-    with pytest.raises(gmlp_onnx.InvalidArgumentError) as e:
+    with pytest.raises(gmlp_onnx.OptionConflictError) as e:
         gmlp_onnx.export(m, tmp_path / "m.onnx", eos_token_id=1)
     assert str(e.value) == "invalid argument: eos_token_id applies to causal token models"
     assert not (tmp_path / "m.onnx").exists()

@@ -55,7 +55,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
                 ("--in-chans", a.in_chans),
             ];
             if let Some((flag, _)) = vision_only.iter().find(|(_, v)| v.is_some()) {
-                anyhow::bail!(Error::InvalidArgument(format!(
+                anyhow::bail!(Error::Conflict(format!(
                     "{flag} applies to vision presets, and {preset_name} is a token preset"
                 )));
             }
@@ -70,7 +70,7 @@ fn apply_overrides(cfg: &mut GmlpConfig, a: &BuildArgs, preset_name: &str) -> an
         } => {
             let token_only = [("--seq-len", a.seq_len), ("--vocab-size", a.vocab_size)];
             if let Some((flag, _)) = token_only.iter().find(|(_, v)| v.is_some()) {
-                anyhow::bail!(Error::InvalidArgument(format!(
+                anyhow::bail!(Error::Conflict(format!(
                     "{flag} applies to token presets, and {preset_name} is a vision preset (use --image-size / --patch-size)"
                 )));
             }
@@ -100,7 +100,7 @@ fn from_checkpoint(
         ("--num-classes", a.num_classes),
     ];
     if let Some((flag, _)) = architecture_flags.iter().find(|(_, v)| v.is_some()) {
-        anyhow::bail!(Error::InvalidArgument(format!(
+        anyhow::bail!(Error::Conflict(format!(
             "{flag} cannot be combined with --weights: the architecture is read from the checkpoint"
         )));
     }
@@ -108,7 +108,7 @@ fn from_checkpoint(
         .toeplitz_tol
         .unwrap_or(gmlp_onnx::checkpoint::TOEPLITZ_TOLERANCE);
     if !(toeplitz_tol.is_finite() && toeplitz_tol >= 0.0) {
-        anyhow::bail!(Error::InvalidArgument(
+        anyhow::bail!(Error::OutOfRange(
             "--toeplitz-tol must be a finite number >= 0".into()
         ));
     }
@@ -132,7 +132,7 @@ fn from_checkpoint(
     if let Some(n) = a.seq_len {
         let stored = import.config.seq_len();
         if stored != n {
-            anyhow::bail!(Error::InvalidArgument(format!(
+            anyhow::bail!(Error::ContradictsWeights(format!(
                 "--seq-len {n} disagrees with the checkpoint, whose spatial weights have {stored} tokens (--seq-len is for checkpoints that do not show it)"
             )));
         }
@@ -184,14 +184,14 @@ fn check_output_paths(a: &BuildArgs, weights_file: bool) -> anyhow::Result<()> {
     };
     if let Some(saved) = &a.save_weights {
         if same(saved, &a.output) || same(saved, &data_file) {
-            anyhow::bail!(Error::InvalidArgument(format!(
+            anyhow::bail!(Error::OutputPath(format!(
                 "--save-weights {} and the model output name the same file",
                 saved.display()
             )));
         }
         if let Some(weights) = a.weights.as_ref().filter(|_| weights_file) {
             if same(saved, weights) {
-                anyhow::bail!(Error::InvalidArgument(format!(
+                anyhow::bail!(Error::OutputPath(format!(
                     "--save-weights {} would overwrite the --weights input",
                     saved.display()
                 )));
@@ -200,7 +200,7 @@ fn check_output_paths(a: &BuildArgs, weights_file: bool) -> anyhow::Result<()> {
     }
     if let Some(weights) = a.weights.as_ref().filter(|_| weights_file) {
         if same(weights, &a.output) || same(weights, &data_file) {
-            anyhow::bail!(Error::InvalidArgument(format!(
+            anyhow::bail!(Error::OutputPath(format!(
                 "-o {} would overwrite the --weights input",
                 a.output.display()
             )));
@@ -214,9 +214,7 @@ fn check_output_paths(a: &BuildArgs, weights_file: bool) -> anyhow::Result<()> {
 fn triton_plan(a: &BuildArgs) -> anyhow::Result<Option<(PathBuf, TritonOptions)>> {
     let Some(repo) = &a.triton_repo else {
         if let Some(flag) = a.triton.any_given() {
-            anyhow::bail!(Error::InvalidArgument(format!(
-                "{flag} applies to --triton-repo"
-            )));
+            anyhow::bail!(Error::Conflict(format!("{flag} applies to --triton-repo")));
         }
         return Ok(None);
     };
@@ -229,7 +227,7 @@ fn triton_plan(a: &BuildArgs) -> anyhow::Result<Option<(PathBuf, TritonOptions)>
 /// A preset with seeded weights (`--preset NAME`, architecture overrides applied).
 fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Result<ModelSource> {
     if a.shift_tokens > 0 {
-        anyhow::bail!(Error::InvalidArgument(
+        anyhow::bail!(Error::Conflict(
             "--shift-tokens applies to --weights (g-mlp-pytorch checkpoints)".into()
         ));
     }
@@ -240,7 +238,7 @@ fn from_preset(name: &str, a: &BuildArgs, target: &BuildTarget) -> anyhow::Resul
         ("--gate-act", a.gate_act != GateAct::Identity),
     ];
     if let Some((flag, _)) = import_only.iter().find(|(_, given)| *given) {
-        anyhow::bail!(Error::InvalidArgument(format!(
+        anyhow::bail!(Error::Conflict(format!(
             "{flag} applies to --weights (it describes the checkpoint)"
         )));
     }
@@ -276,7 +274,7 @@ pub struct Plan {
 /// the pipeline's request.
 pub fn plan(a: &BuildArgs, memory: Option<Checkpoint>) -> anyhow::Result<Plan> {
     if a.tolerance.given() && !a.validate {
-        anyhow::bail!(Error::InvalidArgument(
+        anyhow::bail!(Error::Conflict(
             "--rtol and --atol bound the comparison of --validate; add --validate".into()
         ));
     }
@@ -284,7 +282,7 @@ pub fn plan(a: &BuildArgs, memory: Option<Checkpoint>) -> anyhow::Result<Plan> {
     let triton = triton_plan(a)?;
     if let Some(dir) = &a.genai_dir {
         if a.with_past.is_none() {
-            anyhow::bail!(Error::InvalidArgument(
+            anyhow::bail!(Error::Conflict(
                 "--genai-dir needs --with-past (onnxruntime-genai runs the static state)".into()
             ));
         }

@@ -20,12 +20,37 @@ class InvalidArgumentError(GmlpOnnxError, ValueError):
     """An option or argument that is malformed, out of range or contradicts another."""
 
 
+class OptionConflictError(InvalidArgumentError):
+    """Options that cannot go together, or one that applies only with another."""
+
+
+class OutOfRangeError(InvalidArgumentError):
+    """A value outside what its option takes."""
+
+
+class OutputPathError(InvalidArgumentError):
+    """Output paths that would overwrite each other or the input, or cannot be written."""
+
+
+class BatchShapeError(InvalidArgumentError):
+    """Prompts in a shape the generator cannot take (an empty prompt, an empty batch)."""
+
+
+class PastPositionsError(InvalidArgumentError):
+    """Tokens that would pass the model's positions (prompt plus new tokens over n)."""
+
+
+class OutsideVocabularyError(InvalidArgumentError):
+    """A token id outside the model's vocabulary."""
+
+
 class UnknownOptionError(GmlpOnnxError, TypeError):
     """A keyword that is no option of the call (the build command's flags, dashes as underscores)."""
 
 
 class ModuleMismatchError(InvalidArgumentError):
-    """A keyword that contradicts what the module itself says (``causal=False`` for a causal module)."""
+    """A keyword that contradicts what the module or its weights show (``causal=False`` for a
+    causal module, a ``seq_len`` other than the spatial weights')."""
 
 
 class UnsupportedModuleError(GmlpOnnxError, ValueError):
@@ -87,6 +112,12 @@ class ValidationError(GmlpOnnxError):
 __all__ = [
     "GmlpOnnxError",
     "InvalidArgumentError",
+    "OptionConflictError",
+    "OutOfRangeError",
+    "OutputPathError",
+    "BatchShapeError",
+    "PastPositionsError",
+    "OutsideVocabularyError",
     "UnknownOptionError",
     "ModuleMismatchError",
     "UnsupportedModuleError",
