@@ -10,12 +10,12 @@
 
 use std::time::Instant;
 
-use ndarray::ArrayView2;
+use ndarray::{Array2, ArrayView2};
 
 use crate::error::{Error, Result};
 use crate::generation::decoder::Decoder;
 use crate::generation::model::check_vocabulary;
-use crate::generation::sampling::{Sampler, SamplingError};
+use crate::generation::sampling::{argmax, Sampler, SamplingError};
 
 /// How the next tokens are picked.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -197,8 +197,8 @@ impl<'m> Generator<'m> {
         mut observe: Option<Observer>,
     ) -> Result<Generation> {
         let mut run = self.start(prompts, new_tokens)?;
-        while self
-            .step_observing(&mut run, observe.as_deref_mut())?
+        while run
+            .step(&mut self.decoder, self.end_token, observe.as_deref_mut())?
             .is_some()
         {
             progress(run.steps);
@@ -209,9 +209,8 @@ impl<'m> Generator<'m> {
     /// Starts a generation: checks the request, feeds `prompts` (one per sequence of the
     /// decoder, from a fresh state) and returns the loop's state, which
     /// [`Generator::step`] advances one pick at a time (a front end that returns to its
-    /// caller between steps: Python's `stream`, a server's).
+    /// caller between steps: Python's `stream`).
     pub fn start(&mut self, prompts: &[Vec<i64>], new_tokens: usize) -> Result<Run> {
-        let batch = self.decoder.batch();
         let n = self.decoder.model().info.max_sequence;
         if let Some(longest) = prompts.iter().map(Vec::len).max() {
             if longest + new_tokens > n {
@@ -220,93 +219,70 @@ impl<'m> Generator<'m> {
                 )));
             }
         }
-        let samplers = (0..batch)
-            .map(|_| self.sampling.sampler())
-            .collect::<Result<Vec<_>, _>>()?;
-        self.decoder.reset()?;
-        let started = Instant::now();
-        self.decoder.prefill(prompts)?;
-        Ok(Run {
-            greedy: samplers.iter().all(Sampler::is_greedy),
-            samplers,
-            new_tokens,
-            steps: 0,
-            tokens: vec![Vec::with_capacity(new_tokens); batch],
-            stopped: vec![None; batch],
-            last: vec![0; batch],
-            step_ms: Vec::with_capacity(new_tokens.saturating_sub(1)),
-            started,
-            prefill_ms: None,
-            prompt_tokens: prompts.iter().map(Vec::len).collect(),
-        })
+        Run::start(&mut self.decoder, prompts, new_tokens, self.sampling)
     }
 
-    /// One step of `run`: feeds the previous picks (after the first), picks the next token
-    /// of every sequence and returns each one's new token (`None` for a sequence that had
-    /// ended), or `None` when the generation is done (every sequence ended, or the tokens
-    /// asked for are there).
+    /// One step of `run` ([`Run::step`] on this generator's decoder, stopping each
+    /// sequence at its end token).
     pub fn step(&mut self, run: &mut Run) -> Result<Option<Vec<Option<i64>>>> {
-        self.step_observing(run, None)
-    }
-
-    fn step_observing<'o>(
-        &mut self,
-        run: &mut Run,
-        observe: Option<StepObserver<'_, 'o>>,
-    ) -> Result<Option<Vec<Option<i64>>>> {
-        if run.steps == run.new_tokens || run.stopped.iter().all(Option::is_some) {
-            return Ok(None);
-        }
-        if run.last.len() != self.decoder.batch() {
-            return Err(Error::Internal(
-                "a generation stepped on a generator of another batch".into(),
-            ));
-        }
-        let step = Instant::now();
-        if run.steps > 0 {
-            self.decoder.step(&run.last)?;
-        }
-        let next = match observe {
-            None if run.greedy => self.decoder.greedy_next()?,
-            observe => {
-                let logits = self.decoder.next_logits()?;
-                if let Some(observe) = observe {
-                    observe(logits.view());
-                }
-                logits
-                    .outer_iter()
-                    .zip(&mut run.samplers)
-                    .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
-                    .collect()
-            }
-        };
-        let mut picks = Vec::with_capacity(next.len());
-        for (b, t) in next.into_iter().enumerate() {
-            // An ended sequence goes on being fed its picks, unrecorded, so that the batch
-            // keeps its shape.
-            run.last[b] = t;
-            if run.stopped[b].is_some() {
-                picks.push(None);
-                continue;
-            }
-            run.tokens[b].push(t);
-            picks.push(Some(t));
-            if Some(t) == self.end_token {
-                run.stopped[b] = Some(StopReason::EndToken);
-            }
-        }
-        let ms = step.elapsed().as_secs_f64() * 1e3;
-        match run.prefill_ms {
-            None => run.prefill_ms = Some(run.started.elapsed().as_secs_f64() * 1e3),
-            Some(_) => run.step_ms.push(ms),
-        }
-        run.steps += 1;
-        Ok(Some(picks))
+        run.step(&mut self.decoder, self.end_token, None)
     }
 }
 
-/// A generation between its steps ([`Generator::start`], [`Generator::step`]): each
-/// sequence's sampler, tokens so far, whether it ended, its latest pick, and the timings.
+/// What the one generation loop ([`Run`]) runs on: a [`Decoder`] here, or a model served
+/// elsewhere (`serve::triton::remote`, one sequence a thread). It is fed each sequence's
+/// tokens and gives the logits, or the greedy picks, of each one's next token.
+pub trait Steps {
+    /// The sequences decoded at once.
+    fn batch(&self) -> usize;
+    /// Feeds the prompts, one per sequence, from a fresh state.
+    fn prefill(&mut self, prompts: &[Vec<i64>]) -> Result<()>;
+    /// Feeds each sequence's latest pick (an ended sequence's too: the batch keeps its
+    /// shape).
+    fn advance(&mut self, picks: &[i64]) -> Result<()>;
+    /// The logits `[batch, vocab]` of each sequence's next token; `last`: nothing is fed
+    /// after this pick (a served sequence ends with this request).
+    fn next_logits(&mut self, last: bool) -> Result<Array2<f32>>;
+    /// Each sequence's greedy next token (an engine that picks on its device returns the
+    /// ids alone); by default the argmax of [`Steps::next_logits`].
+    fn greedy_next(&mut self, last: bool) -> Result<Vec<i64>> {
+        let logits = self.next_logits(last)?;
+        Ok(logits
+            .outer_iter()
+            .map(|row| argmax(&row.to_vec()) as i64)
+            .collect())
+    }
+    /// The generation stopped before its last pick was fed, every sequence at its end
+    /// token: `picks` are the final ones (a served sequence frees its slot now).
+    fn end_early(&mut self, _picks: &[i64]) {}
+}
+
+impl Steps for Decoder<'_> {
+    fn batch(&self) -> usize {
+        Decoder::batch(self)
+    }
+
+    fn prefill(&mut self, prompts: &[Vec<i64>]) -> Result<()> {
+        self.reset()?;
+        Decoder::prefill(self, prompts)
+    }
+
+    fn advance(&mut self, picks: &[i64]) -> Result<()> {
+        Decoder::step(self, picks)
+    }
+
+    fn next_logits(&mut self, _last: bool) -> Result<Array2<f32>> {
+        Decoder::next_logits(self)
+    }
+
+    fn greedy_next(&mut self, _last: bool) -> Result<Vec<i64>> {
+        Decoder::greedy_next(self)
+    }
+}
+
+/// The one generation loop, between its steps: each sequence's sampler, tokens so far,
+/// whether it ended, its latest pick, and the timings. [`Run::start`] feeds the prompts,
+/// [`Run::step`] picks the next token of every sequence, over any [`Steps`].
 pub struct Run {
     samplers: Vec<Sampler>,
     greedy: bool,
@@ -324,6 +300,103 @@ pub struct Run {
 }
 
 impl Run {
+    /// Feeds `prompts` to `steps` (one per sequence) for up to `new_tokens` picks each, as
+    /// `sampling` says (each sequence its own sampler of the same seed, so that it gets the
+    /// tokens it would get decoded alone).
+    pub fn start(
+        steps: &mut dyn Steps,
+        prompts: &[Vec<i64>],
+        new_tokens: usize,
+        sampling: Sampling,
+    ) -> Result<Run> {
+        let batch = steps.batch();
+        let samplers = (0..batch)
+            .map(|_| sampling.sampler())
+            .collect::<Result<Vec<_>, _>>()?;
+        let started = Instant::now();
+        steps.prefill(prompts)?;
+        Ok(Run {
+            greedy: samplers.iter().all(Sampler::is_greedy),
+            samplers,
+            new_tokens,
+            steps: 0,
+            tokens: vec![Vec::with_capacity(new_tokens); batch],
+            stopped: vec![None; batch],
+            last: vec![0; batch],
+            step_ms: Vec::with_capacity(new_tokens.saturating_sub(1)),
+            started,
+            prefill_ms: None,
+            prompt_tokens: prompts.iter().map(Vec::len).collect(),
+        })
+    }
+
+    /// One step: feeds the previous picks (after the first), picks the next token of every
+    /// sequence (showing `observe` the logits it picks from, if given), and returns each
+    /// one's new token (`None` for a sequence that had ended), or `None` when the
+    /// generation is done: every sequence at `end_token`, or the tokens asked for made.
+    pub fn step(
+        &mut self,
+        steps: &mut dyn Steps,
+        end_token: Option<i64>,
+        observe: Option<StepObserver<'_, '_>>,
+    ) -> Result<Option<Vec<Option<i64>>>> {
+        if self.steps == self.new_tokens || self.stopped.iter().all(Option::is_some) {
+            return Ok(None);
+        }
+        if self.last.len() != steps.batch() {
+            return Err(Error::Internal(
+                "a generation stepped on steps of another batch".into(),
+            ));
+        }
+        let step = Instant::now();
+        if self.steps > 0 {
+            steps.advance(&self.last)?;
+        }
+        let last = self.steps + 1 == self.new_tokens;
+        let next = match observe {
+            None if self.greedy => steps.greedy_next(last)?,
+            observe => {
+                let logits = steps.next_logits(last)?;
+                if let Some(observe) = observe {
+                    observe(logits.view());
+                }
+                logits
+                    .outer_iter()
+                    .zip(&mut self.samplers)
+                    .map(|(row, sampler)| sampler.pick(&row.to_vec()) as i64)
+                    .collect()
+            }
+        };
+        let mut picks = Vec::with_capacity(next.len());
+        for (b, t) in next.into_iter().enumerate() {
+            self.last[b] = t;
+            if self.stopped[b].is_some() {
+                picks.push(None);
+                continue;
+            }
+            self.tokens[b].push(t);
+            picks.push(Some(t));
+            if Some(t) == end_token {
+                self.stopped[b] = Some(StopReason::EndToken);
+            }
+        }
+        let ms = step.elapsed().as_secs_f64() * 1e3;
+        match self.prefill_ms {
+            None => self.prefill_ms = Some(self.started.elapsed().as_secs_f64() * 1e3),
+            Some(_) => self.step_ms.push(ms),
+        }
+        self.steps += 1;
+        if !last && self.stopped.iter().all(Option::is_some) {
+            steps.end_early(&self.last);
+        }
+        Ok(Some(picks))
+    }
+
+    /// Picks made so far (the prefill's is the first).
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
     /// The new tokens of each sequence so far.
     pub fn tokens(&self) -> &[Vec<i64>] {
         &self.tokens

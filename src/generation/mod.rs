@@ -16,6 +16,6 @@ pub mod sampling;
 mod state;
 
 pub use decoder::Decoder;
-pub use generator::{Generation, Generator, Run, Sampling, StopReason};
+pub use generator::{Generation, Generator, Run, Sampling, Steps, StopReason};
 pub use model::{check_vocabulary, DecodingFile, DecodingModel, LoadedModel, StateWrites};
 pub use sampling::SamplingError;

@@ -4,15 +4,13 @@
 use clap::Parser;
 use gmlp_onnx::checkpoint::Checkpoint;
 use gmlp_onnx::gmlp::metadata::config_json;
-use gmlp_onnx::pipeline::{self, Event};
 use gmlp_onnx::runtime::ModelFile;
 use gmlp_onnx::validate::{validate_file, ValidateOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::cli::build::{plan, BuildArgs};
+use crate::cli::build::{build_with_progress, plan, BuildArgs};
 use crate::cli::distinct;
-use crate::cli::progress::progress_bar;
 use crate::errors::{detached, KEYWORDS};
 use crate::tensors::{memory_tensors, TensorRef};
 use crate::validate::{raise_on_miss, report_dict};
@@ -69,20 +67,8 @@ pub fn export<'py>(
         let target = plan.request.target.target.name().to_string();
         let opset = plan.request.target.opset;
         let mut notes = Vec::new();
-        let mut bar = None;
-        let built = pipeline::build(plan.source, &plan.request, &mut |event| match event {
-            Event::Note(note) => notes.push(note.render(KEYWORDS.setting)),
-            Event::Writing(total) => bar = Some(progress_bar(total, args.quiet, "writing weights")),
-            Event::Written(bytes) => {
-                if let Some(bar) = &bar {
-                    bar.set_position(bytes)
-                }
-            }
-            Event::Finished => {
-                if let Some(bar) = bar.take() {
-                    bar.finish_and_clear()
-                }
-            }
+        let built = build_with_progress(plan, args.quiet, &mut |note| {
+            notes.push(note.render(KEYWORDS.setting))
         })?;
         let report = if args.validate {
             let mut options = ValidateOptions::new(distinct(&args.runtimes.runtimes));

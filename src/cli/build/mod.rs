@@ -7,6 +7,7 @@ use std::sync::Arc;
 use gmlp_onnx::checkpoint::{Checkpoint, Import, ImportHints};
 use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, Task, WeightSource};
+use gmlp_onnx::message::Phrase;
 use gmlp_onnx::onnx::writer::data_file_name;
 use gmlp_onnx::pipeline::{
     self, Beside, BuildRequest, Built, Event, ModelSource, PastForm, SequenceChoice,
@@ -322,11 +323,15 @@ pub fn plan(a: &BuildArgs, memory: Option<Checkpoint>) -> anyhow::Result<Plan> {
 }
 
 /// Runs the pipeline of `plan`, with a progress bar in bytes of weights written (none
-/// with `quiet`) and its notes on stderr.
-pub fn build_with_progress(plan: Plan, quiet: bool) -> anyhow::Result<Built> {
+/// with `quiet`), showing `note` its notes.
+pub fn build_with_progress(
+    plan: Plan,
+    quiet: bool,
+    note: &mut dyn FnMut(&Phrase),
+) -> anyhow::Result<Built> {
     let mut bar = None;
     let built = pipeline::build(plan.source, &plan.request, &mut |event| match event {
-        Event::Note(note) => eprintln!("note: {}", note.render(super::setting_flag)),
+        Event::Note(phrase) => note(phrase),
         Event::Writing(total) => bar = Some(progress_bar(total, quiet, "writing weights")),
         Event::Written(bytes) => {
             if let Some(bar) = &bar {
@@ -348,7 +353,9 @@ pub fn build_with_progress(plan: Plan, quiet: bool) -> anyhow::Result<Built> {
 pub fn run(a: BuildArgs) -> anyhow::Result<()> {
     let plan = plan(&a, None)?;
     let tolerance = plan.tolerance;
-    let built = build_with_progress(plan, a.quiet)?;
+    let built = build_with_progress(plan, a.quiet, &mut |note| {
+        eprintln!("note: {}", note.render(super::setting_flag))
+    })?;
     for beside in &built.beside {
         match beside {
             Beside::NativeWeights(path) => println!("wrote {} (native layout)", path.display()),

@@ -1,8 +1,8 @@
 //! Generation against a Triton endpoint or the [router](super::router) in front of
-//! several: the same generation as the library's [`Generator`](crate::generation::Generator)
-//! (prompt, then pick and append until the end token or the tokens asked for, each
-//! sequence with its own [`Sampling`] stream), with the model run by the server and its
-//! state kept there, one thread per sequence.
+//! several: the library's one generation loop ([`Run`]: prompt, then pick and append
+//! until the end token or the tokens asked for, each sequence with its own [`Sampling`]
+//! stream) over [`Steps`] that send each sequence's tokens to the server, which runs the
+//! model and keeps its state; one thread per sequence.
 //!
 //! A server can be lost mid-sequence, and its state with it. When a request fails in a way
 //! that starting again can get past ([`RequestError::restartable`]: no answer, a 5xx, a
@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use super::client::{Answer, Endpoint, RequestError, ServedModel};
 use crate::error::{Error, Result};
-use crate::generation::{check_vocabulary, Sampling, StopReason};
+use ndarray::Array2;
+
+use crate::generation::{check_vocabulary, Run as Loop, Sampling, Steps, StopReason};
 use crate::message::{Phrase, Setting};
 use crate::rng::SplitMix64;
 
@@ -227,73 +229,44 @@ impl Remote {
 }
 
 impl Run<'_> {
-    /// One sequence: requests until done, starting again under a new id after a failure
-    /// a restart can get past.
+    /// One sequence: the library's loop over [`Served`] steps, which start again under a
+    /// new id after a failure a restart can get past.
     fn sequence(&self, index: usize, prompt: &[i64]) -> Result<RemoteSequence> {
-        let remote = self.remote;
-        let mut sampler = self.sampling.sampler()?;
-        let mut s = RemoteSequence {
-            prompt_tokens: prompt.len(),
-            tokens: Vec::with_capacity(self.new_tokens),
-            stopped: StopReason::MaxNewTokens,
+        let mut served = Served {
+            run: self,
+            index,
+            id: self.remote.ids.next(),
+            tokens: Vec::with_capacity(prompt.len() + self.new_tokens),
+            held: 0,
+            failed_in_a_row: 0,
             restarts: 0,
             servers: Vec::new(),
             failures: Vec::new(),
-            first_token_ms: 0.0,
             request_ms: Vec::new(),
-            done_ms: 0.0,
         };
-        let started = Instant::now();
-        let mut id = remote.ids.next();
-        // Tokens of prompt ++ tokens the server holds under `id` (0: the next request starts it).
-        let mut held = 0;
-        let mut failed_in_a_row = 0u32;
-        while s.tokens.len() < self.new_tokens {
-            let all: Vec<i64> = prompt.iter().chain(&s.tokens).copied().collect();
-            let end = s.tokens.len() + 1 == self.new_tokens;
-            let sent = Instant::now();
-            match remote
-                .endpoint
-                .infer(&remote.model, id, held == 0, end, &all[held..])
-            {
-                Ok(Answer { logits, server }) => {
-                    s.request_ms.push(sent.elapsed().as_secs_f64() * 1e3);
-                    held = all.len();
-                    failed_in_a_row = 0;
-                    if let Some(server) = server.filter(|x| s.servers.last() != Some(x)) {
-                        s.servers.push(server);
-                    }
-                    let t = sampler.pick(&logits) as i64;
-                    s.tokens.push(t);
-                    if s.tokens.len() == 1 {
-                        s.first_token_ms = started.elapsed().as_secs_f64() * 1e3;
-                    }
-                    if Some(t) == self.end_token {
-                        s.stopped = StopReason::EndToken;
-                        if !end {
-                            // Frees the server's slot now rather than when it idles out.
-                            let _ = remote.endpoint.infer(&remote.model, id, false, true, &[t]);
-                        }
-                        break;
-                    }
-                }
-                Err(e) if e.restartable() && s.restarts < remote.options.max_restarts => {
-                    (self.on_restart)(index, &e);
-                    s.failures.push(e.to_string());
-                    s.restarts += 1;
-                    id = remote.ids.next();
-                    held = 0;
-                    if failed_in_a_row > 0 {
-                        let pause = Duration::from_millis(100) * 2u32.pow(failed_in_a_row.min(5));
-                        std::thread::sleep(pause.min(MAX_BACKOFF));
-                    }
-                    failed_in_a_row += 1;
-                }
-                Err(e) => return Err(self.failure(e, s.restarts)),
-            }
-        }
-        s.done_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        Ok(s)
+        let mut run = Loop::start(
+            &mut served,
+            &[prompt.to_vec()],
+            self.new_tokens,
+            self.sampling,
+        )?;
+        while run.step(&mut served, self.end_token, None)?.is_some() {}
+        let g = run.finish();
+        Ok(RemoteSequence {
+            prompt_tokens: prompt.len(),
+            tokens: g.tokens.into_iter().next().unwrap_or_default(),
+            stopped: g
+                .stopped
+                .first()
+                .copied()
+                .unwrap_or(StopReason::MaxNewTokens),
+            restarts: served.restarts,
+            servers: served.servers,
+            failures: served.failures,
+            first_token_ms: g.prefill_ms,
+            request_ms: served.request_ms,
+            done_ms: self.started.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     fn failure(&self, e: RequestError, restarts: u32) -> Error {
@@ -312,6 +285,92 @@ impl Run<'_> {
                 reason: e.to_string(),
             }
         }
+    }
+}
+
+/// One sequence on the server, as [`Steps`] of one: the tokens fed so far (prompt, then
+/// picks), of which the server holds the first `held` under `id`; each call for logits
+/// sends the rest.
+struct Served<'r, 'a> {
+    run: &'r Run<'a>,
+    index: usize,
+    id: u64,
+    tokens: Vec<i64>,
+    /// Tokens the server holds under `id` (0: the next request starts the sequence).
+    held: usize,
+    failed_in_a_row: u32,
+    restarts: u32,
+    servers: Vec<String>,
+    failures: Vec<String>,
+    request_ms: Vec<f64>,
+}
+
+impl Steps for Served<'_, '_> {
+    fn batch(&self) -> usize {
+        1
+    }
+
+    fn prefill(&mut self, prompts: &[Vec<i64>]) -> Result<()> {
+        self.tokens.clear();
+        self.tokens.extend(prompts.iter().flatten());
+        self.held = 0;
+        Ok(())
+    }
+
+    fn advance(&mut self, picks: &[i64]) -> Result<()> {
+        self.tokens.extend_from_slice(picks);
+        Ok(())
+    }
+
+    /// Sends the tokens the server does not hold; after a failure a restart can get past,
+    /// starts the sequence again under a new id with every token so far.
+    fn next_logits(&mut self, last: bool) -> Result<Array2<f32>> {
+        let remote = self.run.remote;
+        loop {
+            let sent = Instant::now();
+            let start = self.held == 0;
+            match remote.endpoint.infer(
+                &remote.model,
+                self.id,
+                start,
+                last,
+                &self.tokens[self.held..],
+            ) {
+                Ok(Answer { logits, server }) => {
+                    self.request_ms.push(sent.elapsed().as_secs_f64() * 1e3);
+                    self.held = self.tokens.len();
+                    self.failed_in_a_row = 0;
+                    if let Some(server) = server.filter(|x| self.servers.last() != Some(x)) {
+                        self.servers.push(server);
+                    }
+                    let vocab = logits.len();
+                    return Array2::from_shape_vec((1, vocab), logits)
+                        .map_err(|e| Error::Internal(e.to_string()));
+                }
+                Err(e) if e.restartable() && self.restarts < remote.options.max_restarts => {
+                    (self.run.on_restart)(self.index, &e);
+                    self.failures.push(e.to_string());
+                    self.restarts += 1;
+                    self.id = remote.ids.next();
+                    self.held = 0;
+                    if self.failed_in_a_row > 0 {
+                        let pause =
+                            Duration::from_millis(100) * 2u32.pow(self.failed_in_a_row.min(5));
+                        std::thread::sleep(pause.min(MAX_BACKOFF));
+                    }
+                    self.failed_in_a_row += 1;
+                }
+                Err(e) => return Err(self.run.failure(e, self.restarts)),
+            }
+        }
+    }
+
+    /// Frees the server's slot now rather than when it idles out.
+    fn end_early(&mut self, picks: &[i64]) {
+        let remote = self.run.remote;
+        let _ = remote
+            .endpoint
+            .infer(&remote.model, self.id, false, true, picks);
     }
 }
 
