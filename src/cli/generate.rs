@@ -192,18 +192,18 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
         (Some(list), _) => parse_ids(list, "--prompt-ids")?,
         (None, Some(text)) => {
             if vocab != 256 {
-                anyhow::bail!(Error::InvalidArgument(format!(
+                anyhow::bail!(Error::Conflict(format!(
                     "--prompt-text needs a byte-level vocabulary of 256 tokens; this model has {vocab} (use --prompt-ids)"
                 )));
             }
             text.bytes().map(i64::from).collect()
         }
-        (None, None) => anyhow::bail!(Error::InvalidArgument(
+        (None, None) => anyhow::bail!(Error::Conflict(
             "give --prompt-ids or --prompt-text".into()
         )),
     };
     if ids.is_empty() {
-        anyhow::bail!(Error::InvalidArgument("the prompt is empty".into()));
+        anyhow::bail!(Error::BatchShape("the prompt is empty".into()));
     }
     check_vocabulary(&ids, vocab, "prompt token id")?;
     Ok(ids)
@@ -290,7 +290,7 @@ pub(crate) fn sampling(a: &GenerateArgs) -> Sampling {
 /// Checks the sampling flags, naming the flag that is wrong.
 pub(crate) fn check_sampling(a: &GenerateArgs) -> Result<(), Error> {
     sampling(a).sampler().map(drop).map_err(|e| {
-        Error::InvalidArgument(
+        Error::OutOfRange(
             match e {
                 SamplingError::Temperature => "--temperature must be a finite number >= 0",
                 SamplingError::TopK => "--top-k must be at least 1",
@@ -316,7 +316,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let path = match (&a.server, &a.model) {
         (Some(url), _) => return server::run(&a, url),
         (None, Some(path)) => path,
-        (None, None) => anyhow::bail!(Error::InvalidArgument(
+        (None, None) => anyhow::bail!(Error::Conflict(
             "give a model file or --server".into()
         )),
     };
@@ -328,14 +328,14 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let n = model.info.max_sequence;
     let prompt = parse_prompt(&a, model.vocab_size)?;
     if prompt.len() > n {
-        anyhow::bail!(Error::InvalidArgument(format!(
+        anyhow::bail!(Error::PastPositions(format!(
             "the prompt has {} tokens, more than the model's {n} positions",
             prompt.len()
         )));
     }
     let room = n - prompt.len();
     let new_tokens = match a.max_new_tokens {
-        Some(k) if k > room => anyhow::bail!(Error::InvalidArgument(format!(
+        Some(k) if k > room => anyhow::bail!(Error::PastPositions(format!(
             "--max-new-tokens {k} would generate past the model's {n} positions ({} prompt tokens leave room for {room})",
             prompt.len()
         ))),

@@ -29,7 +29,7 @@ pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Resul
         .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?
         .len();
     if size > MAX_PROMPTS_FILE_BYTES {
-        anyhow::bail!(Error::InvalidArgument(format!(
+        anyhow::bail!(Error::OutOfRange(format!(
             "{what}: {size} bytes is more than the {MAX_PROMPTS_FILE_BYTES} a prompts file may have"
         )));
     }
@@ -41,7 +41,7 @@ pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Resul
             continue;
         }
         if prompts.len() == MAX_PROMPTS {
-            anyhow::bail!(Error::InvalidArgument(format!(
+            anyhow::bail!(Error::OutOfRange(format!(
                 "{what}: more than {MAX_PROMPTS} prompts (decode them in several runs)"
             )));
         }
@@ -49,7 +49,7 @@ pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Resul
         let ids = parse_ids(line, &line_what)?;
         check_vocabulary(&ids, vocab, &format!("{line_what}: token id"))?;
         if ids.len() > n {
-            anyhow::bail!(Error::InvalidArgument(format!(
+            anyhow::bail!(Error::PastPositions(format!(
                 "{line_what}: {} tokens, more than the model's {n} positions",
                 ids.len()
             )));
@@ -57,7 +57,7 @@ pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Resul
         prompts.push(ids);
     }
     if prompts.is_empty() {
-        anyhow::bail!(Error::InvalidArgument(format!("{what}: no prompt")));
+        anyhow::bail!(Error::BatchShape(format!("{what}: no prompt")));
     }
     Ok(prompts)
 }
@@ -70,7 +70,7 @@ pub fn run(a: &GenerateArgs, file: &DecodingFile, prompts_file: &Path) -> anyhow
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let room = n - longest;
     let new_tokens = match a.max_new_tokens {
-        Some(k) if k > room => anyhow::bail!(Error::InvalidArgument(format!(
+        Some(k) if k > room => anyhow::bail!(Error::PastPositions(format!(
             "--max-new-tokens {k} would generate past the model's {n} positions (the longest prompt, {longest} tokens, leaves room for {room})"
         ))),
         Some(k) => k,

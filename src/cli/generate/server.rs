@@ -106,16 +106,16 @@ pub fn run(a: &GenerateArgs, url: &str) -> anyhow::Result<()> {
     };
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let new_tokens = match (a.max_new_tokens, n) {
-        (Some(k), Some(n)) if longest + k > n => anyhow::bail!(Error::InvalidArgument(format!(
+        (Some(k), Some(n)) if longest + k > n => anyhow::bail!(Error::PastPositions(format!(
             "--max-new-tokens {k} would generate past the served model's {n} positions (the longest prompt, {longest} tokens, leaves room for {})",
             n.saturating_sub(longest)
         ))),
         (Some(k), _) => k,
-        (None, Some(n)) if longest > n => anyhow::bail!(Error::InvalidArgument(format!(
+        (None, Some(n)) if longest > n => anyhow::bail!(Error::PastPositions(format!(
             "a prompt of {longest} tokens is longer than the served model's {n} positions"
         ))),
         (None, Some(n)) => n - longest,
-        (None, None) => anyhow::bail!(Error::InvalidArgument(
+        (None, None) => anyhow::bail!(Error::Conflict(
             "give --max-new-tokens: the served model's state grows, and its configuration does not say how far".into()
         )),
     };
