@@ -198,9 +198,7 @@ fn parse_prompt(a: &GenerateArgs, vocab: usize) -> anyhow::Result<Vec<i64>> {
             }
             text.bytes().map(i64::from).collect()
         }
-        (None, None) => anyhow::bail!(Error::Conflict(
-            "give --prompt-ids or --prompt-text".into()
-        )),
+        (None, None) => anyhow::bail!(Error::Conflict("give --prompt-ids or --prompt-text".into())),
     };
     if ids.is_empty() {
         anyhow::bail!(Error::BatchShape("the prompt is empty".into()));
@@ -316,9 +314,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     let path = match (&a.server, &a.model) {
         (Some(url), _) => return server::run(&a, url),
         (None, Some(path)) => path,
-        (None, None) => anyhow::bail!(Error::Conflict(
-            "give a model file or --server".into()
-        )),
+        (None, None) => anyhow::bail!(Error::Conflict("give a model file or --server".into())),
     };
     let file = DecodingFile::read(path)?;
     let model = file.description();
