@@ -348,3 +348,21 @@ def test_messages_name_settings_as_keywords(cases, tmp_path):
         gmlp_onnx.export(m, tmp_path / "m.onnx", eos_token_id=1)
     assert str(e.value) == "invalid argument: eos_token_id applies to causal token models"
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("name", ["tiny_gmlp", "tiny_amlp"])
+def test_a_gmlp_tinygrad_state_dict_of_numpy_arrays_matches_tinygrads_outputs(name, tmp_path, ort_run):
+    """gmlp-tinygrad's model through its state dict (as numpy arrays, the way
+    `nn.state.get_state_dict` gives them), against the outputs tinygrad itself wrote
+    (fixtures/NAME/io.safetensors, scripts/make_fixtures.py)."""
+    from safetensors.numpy import load_file
+
+    folder = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", name)
+    state = load_file(os.path.join(folder, "model.safetensors"))
+    io = load_file(os.path.join(folder, "io.safetensors"))
+    flags = json.load(open(os.path.join(folder, "meta.json")))["flags"]
+    path = tmp_path / f"{name}.onnx"
+    gmlp_onnx.export(state, path, **flags)
+    got = ort_run(path, {"inputs_embeds": io["inputs_embeds"]})[0]
+    want = io["last_hidden_state"]
+    assert G.rel_error(got, want) <= BOUND
