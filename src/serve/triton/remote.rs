@@ -1,7 +1,7 @@
 //! Generation against a Triton endpoint or the [router](super::router) in front of
-//! several: the library's one generation loop ([`Run`]: prompt, then pick and append
-//! until the end token or the tokens asked for, each sequence with its own [`Sampling`]
-//! stream) over [`Steps`] that send each sequence's tokens to the server, which runs the
+//! several: the library's one generation loop ([`Run`](crate::generation::Run): prompt,
+//! then pick and append until the end token or the tokens asked for, each sequence with
+//! its own [`Sampling`] stream) over [`Steps`] that send each sequence's tokens to the server, which runs the
 //! model and keeps its state; one thread per sequence.
 //!
 //! A server can be lost mid-sequence, and its state with it. When a request fails in a way
