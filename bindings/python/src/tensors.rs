@@ -114,10 +114,6 @@ pub fn memory_tensors(refs: Vec<TensorRef>) -> anyhow::Result<Vec<(String, Memor
 /// Arrays from Python (model inputs or reference outputs: f32, f64, i32, i64) as named
 /// tensors (copied: they are small and the runtimes take owned arrays).
 pub fn named_tensors(refs: Vec<TensorRef>) -> anyhow::Result<Vec<NamedTensor>> {
-    memory_tensors_any(refs)
-}
-
-fn memory_tensors_any(refs: Vec<TensorRef>) -> anyhow::Result<Vec<NamedTensor>> {
     refs.into_iter()
         .map(|(name, ptr, dtype, shape, strides, owner)| {
             let size = match dtype.as_str() {
