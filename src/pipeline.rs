@@ -247,7 +247,7 @@ fn record_end_token(id: Option<i64>, cfg: &GmlpConfig, model: &mut Export) -> Re
         }
     };
     end_token_for(None, Some(id), vocab).map_err(|_| {
-        Error::InvalidArgument(format!(
+        Error::OutOfRange(format!(
             "--eos-token-id {id} is not one of the model's {vocab} token ids"
         ))
     })?;

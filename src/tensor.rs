@@ -57,35 +57,129 @@ impl TensorValue {
 }
 
 /// The `rows × cols` row-major matrix `values` transposed (`cols × rows`, row-major): a
-/// PyTorch `Linear.weight [out, in]` read as `[in, out]` ([`transpose_with`]).
+/// PyTorch `Linear.weight [out, in]` read as `[in, out]`.
 pub fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     assert_eq!(
         values.len(),
         rows * cols,
         "transpose: {rows} x {cols} values"
     );
-    transpose_with(rows, cols, |k| values[k])
+    let mut out = recycled::zeroed(rows * cols);
+    for (block, r0) in values
+        .chunks(TRANSPOSE_ROWS * cols.max(1))
+        .zip((0..).step_by(TRANSPOSE_ROWS))
+    {
+        transpose_block(block, r0, rows, cols, &mut out);
+    }
+    out
 }
 
-/// The transpose of the `rows × cols` row-major matrix whose element at flat index `k`
-/// is `element(k)` (a stored tensor's bytes decoded where they lie), in tiles of 32 × 32:
-/// each output row of a tile is written in one run while the tile's input rows stay in
-/// cache (the 32000 × 512 head of amlp-base in one pass).
-pub fn transpose_with(rows: usize, cols: usize, element: impl Fn(usize) -> f32) -> Vec<f32> {
-    const TILE: usize = 32;
-    let mut out = vec![0f32; rows * cols];
-    for r0 in (0..rows).step_by(TILE) {
-        let r1 = (r0 + TILE).min(rows);
-        for c0 in (0..cols).step_by(TILE) {
-            for c in c0..(c0 + TILE).min(cols) {
-                let run = &mut out[c * rows + r0..c * rows + r1];
-                for (value, r) in run.iter_mut().zip(r0..r1) {
-                    *value = element(r * cols + c);
-                }
+/// Rows of the input a transpose reads at once: 16 f32 make one 64-byte line of each
+/// output row, written whole while the 16 input rows stream through the cache.
+pub const TRANSPOSE_ROWS: usize = 16;
+
+/// The transpose of the `rows × cols` matrix whose rows `r0..r0 + n` the closure writes
+/// (row-major, `n ≤ TRANSPOSE_ROWS`) into the buffer it is given: a stored tensor's bytes
+/// decoded a block of rows at a time, each block transposed while it is in cache.
+pub fn transpose_with(
+    rows: usize,
+    cols: usize,
+    mut fill: impl FnMut(std::ops::Range<usize>, &mut [f32]),
+) -> Vec<f32> {
+    let mut out = recycled::zeroed(rows * cols);
+    let mut block = vec![0f32; TRANSPOSE_ROWS * cols];
+    for r0 in (0..rows).step_by(TRANSPOSE_ROWS) {
+        let r1 = (r0 + TRANSPOSE_ROWS).min(rows);
+        let block = &mut block[..(r1 - r0) * cols];
+        fill(r0..r1, block);
+        transpose_block(block, r0, rows, cols, &mut out);
+    }
+    out
+}
+
+/// Writes the rows `r0..` of a `rows × cols` matrix held in `block` (row-major, whole
+/// rows) into their columns of `out`, the transpose.
+fn transpose_block(block: &[f32], r0: usize, rows: usize, cols: usize, out: &mut [f32]) {
+    if cols == 0 {
+        return;
+    }
+    let n = block.len() / cols;
+    for (c, column) in out.chunks_exact_mut(rows).enumerate() {
+        for (value, row) in column[r0..r0 + n].iter_mut().zip(block.chunks_exact(cols)) {
+            *value = row[c];
+        }
+    }
+}
+
+/// Weight buffers used again: the model writer gives each tensor's values back once they
+/// are written, and the reads that produce the next tensor (decodes, transposes) take
+/// them, so that a build's weights go through memory already mapped rather than fresh
+/// pages faulted in one by one (amlp-base, 538 MB: 171k page faults and 1.4 s of kernel
+/// time per build without it). A few buffers at most are kept, and none once a write ends.
+pub mod recycled {
+    use std::sync::Mutex;
+
+    static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+    /// Buffers kept at most (the writer's three tensors in flight, the matrices they are
+    /// cut from, spares).
+    const KEEP: usize = 8;
+    /// Smaller buffers (1 MB) are not kept: the allocator reuses them itself.
+    const SMALLEST: usize = 1 << 18;
+
+    fn pool() -> std::sync::MutexGuard<'static, Vec<Vec<f32>>> {
+        POOL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `len` zeros, in the smallest kept buffer that holds them, else newly allocated.
+    pub fn zeroed(len: usize) -> Vec<f32> {
+        let found = {
+            let mut pool = pool();
+            let best = (0..pool.len())
+                .filter(|&k| pool[k].capacity() >= len)
+                .min_by_key(|&k| pool[k].capacity());
+            best.map(|k| pool.swap_remove(k))
+        };
+        match found {
+            Some(mut buffer) => {
+                buffer.clear();
+                buffer.resize(len, 0.0);
+                buffer
+            }
+            None => vec![0f32; len],
+        }
+    }
+
+    /// Keeps `buffer` for a later [`zeroed`] (in place of a smaller one when enough are
+    /// kept).
+    pub fn give(buffer: Vec<f32>) {
+        if buffer.capacity() < SMALLEST {
+            return;
+        }
+        let mut pool = pool();
+        if pool.len() < KEEP {
+            pool.push(buffer);
+        } else if let Some(k) = (0..pool.len()).min_by_key(|&k| pool[k].capacity()) {
+            if pool[k].capacity() < buffer.capacity() {
+                pool[k] = buffer;
             }
         }
     }
-    out
+
+    /// Frees every kept buffer.
+    pub fn release_all() {
+        pool().clear();
+    }
+}
+
+/// The flat index of the first value of `values` that is not finite, if any: a scan
+/// without branches (it vectorizes) over blocks, the offender located only on failure.
+pub fn first_not_finite(values: &[f32]) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    values
+        .chunks(BLOCK)
+        .enumerate()
+        .find(|(_, c)| !c.iter().fold(true, |ok, v| ok & v.is_finite()))
+        .and_then(|(b, c)| c.iter().position(|v| !v.is_finite()).map(|k| b * BLOCK + k))
 }
 
 /// A named tensor: a model input or output.
@@ -99,7 +193,7 @@ pub struct NamedTensor {
 
 #[cfg(test)]
 mod transpose_tests {
-    use super::transpose;
+    use super::{first_not_finite, transpose, transpose_with};
 
     /// Tiled as it is, the transpose is the element-by-element one, at sizes on and off the
     /// tile (1, 31, 32, 33, 70).
@@ -122,6 +216,25 @@ mod transpose_tests {
                 }
             }
             assert_eq!(transpose(&values, rows, cols), plain, "{rows} x {cols}");
+            let filled = transpose_with(rows, cols, |at, block| {
+                block.copy_from_slice(&values[at.start * cols..at.end * cols])
+            });
+            assert_eq!(filled, plain, "{rows} x {cols}, filled by blocks");
         }
+    }
+
+    #[test]
+    fn the_first_value_not_finite_is_found_in_any_block() {
+        let mut values = vec![1.5f32; 10_000];
+        assert_eq!(first_not_finite(&values), None);
+        for (k, bad) in [
+            (9_999, f32::NAN),
+            (4_096, f32::INFINITY),
+            (3, f32::NEG_INFINITY),
+        ] {
+            values[k] = bad;
+            assert_eq!(first_not_finite(&values), Some(k));
+        }
+        assert_eq!(first_not_finite(&[]), None);
     }
 }

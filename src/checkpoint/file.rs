@@ -50,45 +50,55 @@ impl StoredType {
 
     /// Little-endian elements of this type, one after the other, as f32 (one loop per type).
     fn decode_all(self, bytes: &[u8]) -> Vec<f32> {
+        let mut values = crate::tensor::recycled::zeroed(bytes.len() / self.size());
+        self.decode_into(bytes, &mut values);
+        values
+    }
+
+    /// Decodes the little-endian elements of `bytes` into `out` (as many as it holds):
+    /// f32 on a little-endian machine is one copy.
+    fn decode_into(self, bytes: &[u8], out: &mut [f32]) {
         match self {
-            StoredType::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            StoredType::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            StoredType::BF16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            StoredType::F64 => bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
-                .collect(),
+            StoredType::F32 if cfg!(target_endian = "little") => {
+                let n = out.len() * 4;
+                bytemuck::cast_slice_mut::<f32, u8>(out).copy_from_slice(&bytes[..n])
+            }
+            StoredType::F32 => {
+                for (v, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            StoredType::F16 => {
+                for (v, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            StoredType::BF16 => {
+                for (v, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            StoredType::F64 => {
+                for (v, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *v = f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32;
+                }
+            }
         }
     }
 
-    /// The little-endian `rows × cols` matrix in `bytes`, transposed, as f32 (one tiled
-    /// pass per type: [`crate::tensor::transpose_with`]).
+    /// The little-endian `rows × cols` matrix in `bytes`, transposed, as f32: aligned f32
+    /// read where it lies, other types decoded a block of rows at a time
+    /// ([`crate::tensor::transpose_with`]).
     fn decode_transposed(self, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
-        use crate::tensor::transpose_with;
-        let at = |k: usize, n: usize| &bytes[k * n..(k + 1) * n];
-        match self {
-            StoredType::F32 => transpose_with(rows, cols, |k| {
-                f32::from_le_bytes(at(k, 4).try_into().expect("4 bytes"))
-            }),
-            StoredType::F16 => transpose_with(rows, cols, |k| {
-                half::f16::from_le_bytes(at(k, 2).try_into().expect("2 bytes")).to_f32()
-            }),
-            StoredType::BF16 => transpose_with(rows, cols, |k| {
-                half::bf16::from_le_bytes(at(k, 2).try_into().expect("2 bytes")).to_f32()
-            }),
-            StoredType::F64 => transpose_with(rows, cols, |k| {
-                f64::from_le_bytes(at(k, 8).try_into().expect("8 bytes")) as f32
-            }),
+        if self == StoredType::F32 && cfg!(target_endian = "little") {
+            if let Ok(values) = bytemuck::try_cast_slice::<u8, f32>(bytes) {
+                return crate::tensor::transpose(values, rows, cols);
+            }
         }
+        let row = cols * self.size();
+        crate::tensor::transpose_with(rows, cols, |at, block| {
+            self.decode_into(&bytes[at.start * row..at.end * row], block)
+        })
     }
 
     /// One little-endian element of this type (`bytes` holds exactly its size) as f32.
@@ -492,7 +502,7 @@ impl Checkpoint {
                 dtype.decode_all(bytes)
             }
         };
-        if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+        if let Some(k) = crate::tensor::first_not_finite(&values) {
             return Err(Error::NotFinite(format!(
                 "{key}: value {} at flat index {k} is not finite",
                 values[k]
@@ -508,12 +518,28 @@ impl Checkpoint {
     /// pass where they are row-major (safetensors, a contiguous tensor in memory), else
     /// read as [`Checkpoint::f32`] does and transposed; refuses what `f32` refuses.
     pub fn f32_transposed(&self, key: &str) -> Result<Vec<f32>> {
+        let rows = match self.shape(key).unwrap_or(&[]) {
+            &[rows, _] => rows,
+            _ => 0,
+        };
+        self.f32_transposed_rows(key, 0, rows)
+    }
+
+    /// Rows `[start, end)` of the 2-D tensor `key` `[rows, cols]`, transposed to
+    /// `[cols, end - start]` (columns of the graph's `[in, out]`): only those rows are
+    /// read; refuses what [`Checkpoint::f32_transposed`] refuses, and rows outside the tensor.
+    pub fn f32_transposed_rows(&self, key: &str, start: usize, end: usize) -> Result<Vec<f32>> {
         let shape = self.shape(key).unwrap_or(&[]);
         let &[rows, cols] = shape else {
             return Err(Error::BadTensor(format!(
                 "{key}: expected a 2-D weight, got {shape:?}"
             )));
         };
+        if start > end || end > rows {
+            return Err(Error::BadTensor(format!(
+                "{key}: rows {start}..{end} of a [{rows}, {cols}] weight"
+            )));
+        }
         let direct = match &self.storage {
             Storage::Mapped {
                 map,
@@ -537,10 +563,13 @@ impl Checkpoint {
             Storage::Loaded(_) => None,
         };
         let Some((dtype, bytes)) = direct else {
-            return Ok(crate::tensor::transpose(&self.f32(key)?, rows, cols));
+            let all = self.f32(key)?;
+            let part = &all[start * cols..end * cols];
+            return Ok(crate::tensor::transpose(part, end - start, cols));
         };
-        let values = dtype.decode_transposed(bytes, rows, cols);
-        if values.iter().any(|v| !v.is_finite()) {
+        let row = cols * dtype.size();
+        let values = dtype.decode_transposed(&bytes[start * row..end * row], end - start, cols);
+        if crate::tensor::first_not_finite(&values).is_some() {
             // `f32` names the first value that is not finite in the stored order.
             self.f32(key)?;
         }

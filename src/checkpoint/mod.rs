@@ -223,4 +223,28 @@ impl WeightSource for ImportedWeights {
         }
         Ok(values)
     }
+
+    fn columns(&self, spec: &ParamSpec, start: usize, end: usize) -> Result<Vec<f32>> {
+        match self.rules.get(&spec.name) {
+            // Columns of a transposed weight are rows of the stored one.
+            Some(Rule::Transposed(key)) if spec.shape.len() == 2 => {
+                let values = self.checkpoint.f32_transposed_rows(key, start, end)?;
+                if values.len() != spec.shape[0] * (end - start) {
+                    return Err(Error::BadTensor(format!(
+                        "{}: the checkpoint gives {} values for columns {start}..{end}, the model needs {:?}",
+                        spec.name,
+                        values.len(),
+                        spec.shape
+                    )));
+                }
+                Ok(values)
+            }
+            _ => Ok(crate::gmlp::quantize::column_range(
+                self.values(spec)?,
+                spec.shape.get(1).copied().unwrap_or(1),
+                start,
+                end,
+            )),
+        }
+    }
 }

@@ -71,7 +71,7 @@ impl ToleranceFlags {
                 ToleranceError::Rtol => "--rtol",
                 ToleranceError::Atol => "--atol",
             };
-            Error::InvalidArgument(format!("{flag} must be a finite number >= 0"))
+            Error::OutOfRange(format!("{flag} must be a finite number >= 0"))
         })
     }
 }

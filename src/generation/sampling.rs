@@ -23,7 +23,7 @@ pub enum SamplingError {
 
 impl From<SamplingError> for crate::error::Error {
     fn from(e: SamplingError) -> Self {
-        crate::error::Error::InvalidArgument(e.to_string())
+        crate::error::Error::OutOfRange(e.to_string())
     }
 }
 

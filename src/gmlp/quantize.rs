@@ -49,11 +49,16 @@ pub fn quantize_columns(mut w: Vec<f32>, scales: &[f32]) -> Vec<f32> {
     w
 }
 
-/// Columns `[start, end)` of a row-major matrix with `cols` columns.
-pub fn column_range(w: &[f32], cols: usize, start: usize, end: usize) -> Vec<f32> {
-    w.chunks_exact(cols)
-        .flat_map(|row| row[start..end].iter().copied())
-        .collect()
+/// Columns `[start, end)` of a row-major matrix with `cols` columns (in a recycled
+/// buffer, `w`'s given back: [`crate::tensor::recycled`]).
+pub fn column_range(w: Vec<f32>, cols: usize, start: usize, end: usize) -> Vec<f32> {
+    let width = end - start;
+    let mut out = crate::tensor::recycled::zeroed(w.len() / cols.max(1) * width);
+    for (dst, row) in out.chunks_exact_mut(width.max(1)).zip(w.chunks_exact(cols)) {
+        dst.copy_from_slice(&row[start..end]);
+    }
+    crate::tensor::recycled::give(w);
+    out
 }
 
 pub use crate::tensor::transpose;
@@ -102,7 +107,7 @@ mod tests {
     #[test]
     fn slicing_and_transposing() {
         let w: Vec<f32> = (0..6).map(|i| i as f32).collect(); // [2, 3]
-        assert_eq!(column_range(&w, 3, 1, 3), vec![1.0, 2.0, 4.0, 5.0]);
+        assert_eq!(column_range(w.clone(), 3, 1, 3), vec![1.0, 2.0, 4.0, 5.0]);
         assert_eq!(transpose(&w, 2, 3), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     }
 }

@@ -233,6 +233,19 @@ fn block_specs(cfg: &GmlpConfig, i: usize, push: &mut impl FnMut(String, Vec<usi
 pub trait WeightSource: Send + Sync {
     /// The values of `spec`, row-major, exactly `spec.len()` of them.
     fn values(&self, spec: &ParamSpec) -> Result<Vec<f32>>;
+
+    /// Columns `[start, end)` of the 2-D `spec` (`[rows, end - start]`, row-major): this
+    /// default cuts them from [`WeightSource::values`]; a checkpoint reads only the stored
+    /// rows they are (one half of a PyTorch `proj_in [2f, d]`, not the whole).
+    fn columns(&self, spec: &ParamSpec, start: usize, end: usize) -> Result<Vec<f32>> {
+        let cols = spec.shape.get(1).copied().unwrap_or(1);
+        Ok(crate::gmlp::quantize::column_range(
+            self.values(spec)?,
+            cols,
+            start,
+            end,
+        ))
+    }
 }
 
 /// Checks that `values` fits `spec` and is finite; the error names the tensor.
@@ -246,14 +259,7 @@ pub fn check_values(spec: &ParamSpec, values: &[f32]) -> Result<()> {
             values.len()
         )));
     }
-    // Branch-free scan first (it vectorizes); locate the offender only on failure.
-    let all_finite = values
-        .chunks(4096)
-        .all(|c| c.iter().fold(true, |ok, v| ok & v.is_finite()));
-    if all_finite {
-        return Ok(());
-    }
-    if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+    if let Some(k) = crate::tensor::first_not_finite(values) {
         return Err(Error::NotFinite(format!(
             "{}: value {} at flat index {k} is not finite",
             spec.name, values[k]

@@ -110,7 +110,7 @@ pub enum ToleranceError {
 
 impl From<ToleranceError> for crate::Error {
     fn from(e: ToleranceError) -> Self {
-        crate::Error::InvalidArgument(e.to_string())
+        crate::Error::OutOfRange(e.to_string())
     }
 }
 

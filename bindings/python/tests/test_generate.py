@@ -117,6 +117,14 @@ def test_prompts_that_are_not_token_ids_are_refused(files):
     assert gen.generate(PROMPT, max_new_tokens=2) == gen.generate(PROMPT, max_new_tokens=NEW)[:2]
 
 
+def test_sampling_settings_outside_their_range_are_refused_as_out_of_range(files):
+    gen = gmlp_onnx.Generator(files["static"])
+    for bad in (dict(temperature=-1.0), dict(top_p=1.5), dict(top_k=0)):
+        with pytest.raises(gmlp_onnx.OutOfRangeError):
+            gen.generate(PROMPT, max_new_tokens=2, **bad)
+    assert gen.generate(PROMPT, max_new_tokens=2) == gen.generate(PROMPT, max_new_tokens=NEW)[:2]
+
+
 def test_two_generators_in_two_threads_give_their_tokens(files, expected):
     gens = [gmlp_onnx.Generator(files["static"]), gmlp_onnx.Generator(files["growing"], runtime="tract")]
     results = [[], []]

@@ -139,6 +139,36 @@ impl Emitter {
         )
     }
 
+    /// An initializer named `init_name`: columns `[start, end)` of the 2-D parameter
+    /// `param` (checked finite), read from the source when the file is written
+    /// ([`WeightSource::columns`]: a checkpoint reads only those), stored as `elem`.
+    pub(crate) fn column_param(
+        &mut self,
+        init_name: &str,
+        param: &str,
+        (start, end): (usize, usize),
+        elem: ElemType,
+    ) -> Result<Value> {
+        let spec = self.spec(param)?;
+        let dims = [spec.shape[0], end - start];
+        let source = self.source.clone();
+        let produce = move || {
+            let v = source.columns(&spec, start, end)?;
+            let part = ParamSpec {
+                shape: vec![spec.shape[0], end - start],
+                ..spec.clone()
+            };
+            check_values(&part, &v)?;
+            Ok(v)
+        };
+        self.g.weight_as(
+            init_name,
+            &dims,
+            elem,
+            TensorData::LazyF32(Arc::new(produce)),
+        )
+    }
+
     /// A parameter stored as is, in the model's storage type.
     pub(crate) fn param(&mut self, name: &str) -> Result<Value> {
         let dims = self.spec(name)?.shape;

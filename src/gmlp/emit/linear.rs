@@ -163,7 +163,7 @@ impl Emitter {
             if (start, end) == (0, total) {
                 v
             } else {
-                column_range(&v, total, start, end)
+                column_range(v, total, start, end)
             }
         };
         let y = match form {
@@ -201,13 +201,11 @@ impl Emitter {
             }
             WeightForm::Float => {
                 let elem = self.cfg.dtype.elem();
-                let w = self.derived_param(
-                    &format!("{weight}{suffix}"),
-                    weight,
-                    &[rows, width],
-                    elem,
-                    slice,
-                )?;
+                let name = format!("{weight}{suffix}");
+                let w = match cols {
+                    Some(range) => self.column_param(&name, weight, range, elem)?,
+                    None => self.derived_param(&name, weight, &[rows, width], elem, slice)?,
+                };
                 self.g.matmul(local, x, &w)?
             }
         };

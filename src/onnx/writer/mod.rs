@@ -1,8 +1,8 @@
 //! Writing a [`Graph`] as an ONNX `ModelProto`.
 //!
 //! Writing streams: the model and graph headers are encoded with prost, then each
-//! initializer is produced, encoded and written one at a time, so peak memory is one
-//! tensor, not the model. Protobuf allows fields in any order, so the `graph` field (and
+//! initializer is produced, encoded and written one at a time (the next produced on a
+//! second thread while one is written), so peak memory is three tensors, not the model. Protobuf allows fields in any order, so the `graph` field (and
 //! inside it the `initializer` fields) come last; lengths are known in advance from the
 //! tensor shapes. Files go to a temporary file beside the target and are renamed into
 //! place only when complete.
@@ -301,30 +301,52 @@ pub fn encode_model(
     w.write_all(&layout.graph_head).map_err(io)?;
     let count = graph.initializers.len();
     let mut data_pos = 0u64;
-    for (k, (head, init)) in layout
-        .tensor_heads
-        .iter()
-        .zip(&graph.initializers)
-        .enumerate()
-    {
-        let values = tensor_values(init)?;
-        let byte_len = init.byte_len() as u64;
-        let t = Layout::tensor_len(head, byte_len, inline);
-        w.write_all(&[GRAPH_INITIALIZER_KEY]).map_err(io)?;
-        write_varint(w, t).map_err(io)?;
-        w.write_all(head).map_err(io)?;
-        if inline {
-            w.write_all(&[TENSOR_RAW_DATA_KEY]).map_err(io)?;
-            write_varint(w, byte_len).map_err(io)?;
-            write_floats(w, &values, init.elem).map_err(io)?;
-        } else if let Some(d) = data_file.as_deref_mut() {
-            let pad = layout.offsets[k] - data_pos;
-            d.write_all(&vec![0u8; pad as usize]).map_err(io)?;
-            write_floats(d, &values, init.elem).map_err(io)?;
-            data_pos = layout.offsets[k] + byte_len;
+    // The next tensor's values are produced (read, transposed, checked) on a second thread
+    // while this one writes the last: a build costs the larger of the two, not their sum.
+    let streamed = std::thread::scope(|scope| -> Result<()> {
+        let (send, produced) = std::sync::mpsc::sync_channel(1);
+        scope.spawn(move || {
+            for init in &graph.initializers {
+                let values = tensor_values(init);
+                let failed = values.is_err();
+                if send.send(values).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        for (k, (head, init)) in layout
+            .tensor_heads
+            .iter()
+            .zip(&graph.initializers)
+            .enumerate()
+        {
+            let values = produced.recv().map_err(|_| {
+                Error::Internal(format!("{}: its values were not produced", init.name))
+            })??;
+            let byte_len = init.byte_len() as u64;
+            let t = Layout::tensor_len(head, byte_len, inline);
+            w.write_all(&[GRAPH_INITIALIZER_KEY]).map_err(io)?;
+            write_varint(w, t).map_err(io)?;
+            w.write_all(head).map_err(io)?;
+            if inline {
+                w.write_all(&[TENSOR_RAW_DATA_KEY]).map_err(io)?;
+                write_varint(w, byte_len).map_err(io)?;
+                write_floats(w, &values, init.elem).map_err(io)?;
+            } else if let Some(d) = data_file.as_deref_mut() {
+                let pad = layout.offsets[k] - data_pos;
+                d.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+                write_floats(d, &values, init.elem).map_err(io)?;
+                data_pos = layout.offsets[k] + byte_len;
+            }
+            if let std::borrow::Cow::Owned(values) = values {
+                crate::tensor::recycled::give(values);
+            }
+            on_tensor(k + 1, count);
         }
-        on_tensor(k + 1, count);
-    }
+        Ok(())
+    });
+    crate::tensor::recycled::release_all();
+    streamed?;
     Ok(layout.total_len)
 }
 
