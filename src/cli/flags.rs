@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use gmlp_onnx::runtime::{CudaOptions, OrtOptions, RuntimeKind, RuntimeOptions};
+use gmlp_onnx::runtime::{CudaOptions, OrtOptions, RuntimeKind, RuntimeOptions, TractOptions};
 use gmlp_onnx::validate::{ToleranceError, ToleranceRequest};
 use gmlp_onnx::Error;
 
@@ -15,7 +15,8 @@ pub struct OrtFlags {
     /// Path of libonnxruntime.so (else ORT_DYLIB_PATH, else a Python environment's onnxruntime; see `gmlp-onnx doctor`).
     #[arg(long, value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,
-    /// ONNX Runtime's intra-op threads (0: its default, one per physical core).
+    /// Threads of a run: ONNX Runtime's intra-op threads (0: its default, one per physical
+    /// core) and tract's matrix products (0: one).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// ort-cuda: the CUDA device to run on (its ordinal, as nvidia-smi numbers them).
@@ -80,6 +81,10 @@ impl OrtFlags {
     /// Runtime options with these flags and the rest at their defaults.
     pub fn runtime_options(&self) -> RuntimeOptions {
         RuntimeOptions {
+            tract: TractOptions {
+                threads: self.threads,
+                ..Default::default()
+            },
             ort: OrtOptions {
                 library: self.ort_lib.clone(),
                 threads: self.threads,

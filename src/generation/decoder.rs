@@ -364,6 +364,7 @@ mod tests {
         let options = RuntimeOptions {
             tract: crate::runtime::TractOptions {
                 dequantize_nbits: true,
+                ..Default::default()
             },
             ..Default::default()
         };

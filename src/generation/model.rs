@@ -216,7 +216,7 @@ impl LoadedModel {
         let engine = if writes == StateWrites::InPlace && binds(kind, &description) {
             file.with_decoded(|file| open_session(kind, file, options))?
         } else {
-            Engine::Runs(open(kind, file, options)?)
+            Engine::Runs(open(kind, file, &decoding(options))?)
         };
         Ok(LoadedModel {
             description,
@@ -294,6 +294,16 @@ fn binds(kind: RuntimeKind, description: &DecodingModel) -> bool {
 
 /// The session of bound buffers running the decoded `file` with its step graph's outputs,
 /// with CUDA graphs on ort-cuda where ONNX Runtime takes them.
+/// The settings a decoder runs a runtime with: `options`, but tract's matrix products on
+/// the calling thread alone. A step is many small products, where tract's thread pool
+/// costs more than it saves (amlp-base, 6 blocks, 2 cores: 34.5 ms a step on 2 threads,
+/// 27.5 ms on one; BENCHMARKS.md, "tract at its limit").
+fn decoding(options: &RuntimeOptions) -> RuntimeOptions {
+    let mut options = options.clone();
+    options.tract.threads = 0;
+    options
+}
+
 fn open_session(kind: RuntimeKind, file: ModelFile, options: &RuntimeOptions) -> Result<Engine> {
     let bytes = step_graph(file)?;
     let source = ModelSource::Edited {

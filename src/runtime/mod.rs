@@ -80,6 +80,10 @@ pub struct TractOptions {
     /// dequantized from the file ([`crate::onnx::dequantize`]), saying so in
     /// [`Runtime::note`]; off: such a file fails to load.
     pub dequantize_nbits: bool,
+    /// Threads of tract's matrix products (tract-linalg's pool); 0 or 1: the calling
+    /// thread alone. Each output tile is computed as on one thread, so the results are
+    /// the same whatever the count.
+    pub threads: usize,
 }
 
 /// ONNX Runtime's settings, on either execution provider.
@@ -402,9 +406,9 @@ pub fn open<'a>(
 ) -> Result<Box<dyn Runtime>> {
     let model = model.into();
     match kind {
-        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_file(
+        RuntimeKind::Tract => Ok(Box::new(tract::TractRuntime::load_file_with(
             model,
-            options.tract.dequantize_nbits,
+            &options.tract,
         )?)),
         RuntimeKind::OrtCpu | RuntimeKind::OrtCuda => Ok(Box::new(onnxruntime::OrtRuntime::load(
             model.path,

@@ -10,7 +10,7 @@ use ndarray::ArrayD;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Remedy, Result};
-use crate::runtime::{ModelFile, Runtime};
+use crate::runtime::{ModelFile, Runtime, TractOptions};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
@@ -89,10 +89,21 @@ impl TractRuntime {
     /// [`Self::load_with`] of a file the caller may have decoded already: the file is
     /// decoded by the tool only to dequantize it, and not again if the caller has.
     pub fn load_file(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
-        contain_panic("tract", || Self::load_unguarded(file, dequantize_nbits))
+        let options = TractOptions {
+            dequantize_nbits,
+            ..Default::default()
+        };
+        Self::load_file_with(file, &options)
     }
 
-    fn load_unguarded(file: ModelFile, dequantize_nbits: bool) -> Result<Self> {
+    /// [`Self::load_file`] with tract's `options` (its matrix products on
+    /// `options.threads` threads).
+    pub fn load_file_with(file: ModelFile, options: &TractOptions) -> Result<Self> {
+        contain_panic("tract", || Self::load_unguarded(file, options))
+    }
+
+    fn load_unguarded(file: ModelFile, options: &TractOptions) -> Result<Self> {
+        let dequantize_nbits = options.dequantize_nbits;
         // A model the caller decoded is checked before tract reads it; a file tract
         // refuses is checked then (see `failed_to_load`).
         if file.decoded.is_some_and(has_tensor_scatter) {
@@ -138,10 +149,17 @@ impl TractRuntime {
                     .unwrap_or_else(|| model.node(o.node).name.clone())
             })
             .collect();
-        let plan = model
+        let mut typed = model.into_typed().map_err(|e| failed_to_load(file, e))?;
+        own_copy_of_shared_weights(&mut typed).map_err(failed)?;
+        let run_options = RunOptions {
+            executor: (options.threads > 1)
+                .then(|| tract_linalg::multithread::Executor::multithread(options.threads)),
+            ..Default::default()
+        };
+        let plan = typed
             .into_optimized()
             .map_err(|e| failed_to_load(file, e))?
-            .into_runnable()
+            .into_runnable_with_options(&run_options)
             .map_err(|e| failed_to_load(file, e))?;
         Ok(TractRuntime {
             plan,
@@ -186,6 +204,48 @@ impl TractRuntime {
         }
         Ok(parsed.model)
     }
+}
+
+/// Gives every reader of a weight read by several nodes its own constant node (the same
+/// tensor, shared, not copied). tract folds the work on a constant (a `Transpose`, the
+/// packing of a MatMul's weight into its kernel's panels) into a new constant once, at
+/// load, except where the constant has several readers and is larger than
+/// `CONST_FOLD_MEM_BUDGET` (4 MB, tract-core 0.23 `optim/prop_const.rs`), so that a large
+/// weight is not duplicated per reader. The tied embedding of a token model is such a
+/// weight: read by the input's `Gather` and by the head's `Transpose` → `MatMul`, it was
+/// transposed and packed again on every run (amlp-base: 65 MB, ~16k page faults per
+/// decoding step). Split, the head's copy is folded once; the `Gather` keeps the table.
+fn own_copy_of_shared_weights(model: &mut TypedModel) -> TractResult<()> {
+    use tract_onnx::tract_core::ops::konst::Const;
+    let shared: Vec<(usize, Arc<Tensor>)> = model
+        .nodes()
+        .iter()
+        .filter(|n| n.outputs.len() == 1 && n.outputs[0].successors.len() > 1)
+        .filter_map(|n| {
+            let value = n.op_as::<Const>()?.val().clone();
+            let bytes = value.datum_type().size_of() * value.volume();
+            (bytes as u64 > tract_onnx::tract_core::optim::CONST_FOLD_MEM_BUDGET)
+                .then_some((n.id, value))
+        })
+        .collect();
+    for (node, value) in shared {
+        let readers = model.nodes()[node].outputs[0].successors.clone();
+        let name = model.nodes()[node].name.clone();
+        for (k, reader) in readers.into_iter().enumerate().skip(1) {
+            // A node of its own: `add_const` would hand back the shared one (it merges
+            // equal values).
+            let fact = TypedFact::try_from(value.clone())?;
+            let copy: OutletId = model
+                .add_node(
+                    format!("{name}.reader{k}"),
+                    Const::new(value.clone())?,
+                    tvec!(fact),
+                )?
+                .into();
+            model.add_edge(copy, reader)?;
+        }
+    }
+    Ok(())
 }
 
 impl Runtime for TractRuntime {
