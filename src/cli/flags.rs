@@ -96,7 +96,6 @@ impl OrtFlags {
                 no_cpu_fallback: self.cuda_no_cpu_fallback,
                 ..Default::default()
             },
-            ..Default::default()
         }
     }
 }

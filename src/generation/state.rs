@@ -319,7 +319,7 @@ mod tests {
     use crate::runtime::testing::write_tiny;
     use crate::runtime::{open, RuntimeKind, RuntimeOptions};
 
-    /// A carried state on tract (host arrays) grows by the rows of each run, and a run the
+    /// A carried state on tract (its own values) grows by the rows of each run, and a run the
     /// runtime refuses leaves it as it was (what `Runtime::run_carrying` promises).
     #[test]
     fn a_carried_state_grows_by_each_run_and_survives_a_failed_one() {

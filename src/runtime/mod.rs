@@ -184,8 +184,8 @@ fn carry_on_host(
     run: impl FnOnce(&[NamedTensor]) -> Result<Vec<NamedTensor>>,
 ) -> Result<Vec<NamedTensor>> {
     for (_, value) in &mut state.values {
-        if let StateValue::Ort(v) = value {
-            *value = StateValue::Host(v.to_host()?);
+        if !matches!(value, StateValue::Host(_)) {
+            *value = StateValue::Host(value.to_host()?);
         }
     }
     let mut feed = inputs.to_vec();
@@ -193,7 +193,7 @@ fn carry_on_host(
     feed.extend(std::mem::take(&mut state.values).into_iter().filter_map(
         |(name, value)| match value {
             StateValue::Host(value) => Some(NamedTensor { name, value }),
-            StateValue::Ort(_) => None,
+            StateValue::Ort(_) | StateValue::Tract(_) => None,
         },
     ));
     let split = run(&feed).and_then(|outputs| split_carried(runtime, outputs, carry));
@@ -322,6 +322,8 @@ pub enum StateValue {
     Host(TensorValue),
     /// An ONNX Runtime output value, fed back to the session that made it as it is.
     Ort(onnxruntime::OrtValue),
+    /// A tract output value, fed back to the plan that made it as it is.
+    Tract(tract::TractValue),
 }
 
 impl StateValue {
@@ -330,6 +332,7 @@ impl StateValue {
         match self {
             StateValue::Host(t) => Ok(t.clone()),
             StateValue::Ort(v) => v.to_host(),
+            StateValue::Tract(v) => v.to_host(),
         }
     }
 }

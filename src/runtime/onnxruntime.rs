@@ -483,6 +483,12 @@ impl OrtRuntime {
                 match v {
                     StateValue::Host(t) => host_input(name, t)?,
                     StateValue::Ort(v) => (&v.value).into(),
+                    // A state is carried by the runtime that made it.
+                    StateValue::Tract(_) => {
+                        return Err(Error::Internal(format!(
+                            "{wanted}: a value of tract's fed to ONNX Runtime"
+                        )))
+                    }
                 }
             } else {
                 return Err(Error::BadTensor(format!(

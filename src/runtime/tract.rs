@@ -10,7 +10,9 @@ use ndarray::ArrayD;
 use tract_onnx::prelude::*;
 
 use crate::error::{contain_panic, one_line, Error, Remedy, Result};
-use crate::runtime::{ModelFile, Runtime, TractOptions};
+use crate::runtime::{
+    missing_output, CarriedState, Carry, ModelFile, Runtime, StateValue, TractOptions,
+};
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
 /// A model loaded and optimized by tract.
@@ -263,6 +265,17 @@ impl Runtime for TractRuntime {
         contain_panic("tract", || self.run_into_unguarded(inputs, outputs))
     }
 
+    fn run_carrying(
+        &mut self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[Carry],
+    ) -> Result<Vec<NamedTensor>> {
+        contain_panic("tract", || {
+            self.run_carrying_unguarded(inputs, state, carry)
+        })
+    }
+
     fn note(&self) -> Option<String> {
         (self.dequantized > 0).then(|| {
             let n = self.dequantized;
@@ -274,7 +287,94 @@ impl Runtime for TractRuntime {
     }
 }
 
+/// A value a tract plan returned, held to be fed back to it as it is (no copy to or from
+/// host arrays between runs: [`Runtime::run_carrying`]).
+pub struct TractValue(TValue);
+
+impl TractValue {
+    /// A host copy of the value.
+    pub fn to_host(&self) -> Result<TensorValue> {
+        host_value(&self.0)
+    }
+}
+
+/// A host array as the tensor tract reads (one copy, into the aligned storage tract's
+/// tensors own).
+fn tract_tensor(name: &str, value: &TensorValue) -> Result<Tensor> {
+    with_array!(value, a => {
+        let a = a.as_standard_layout();
+        let data = a
+            .as_slice()
+            .ok_or_else(|| Error::Internal(format!("input {name} is not contiguous")))?;
+        Tensor::from_shape(a.shape(), data).map_err(failed)
+    })
+}
+
+/// tract's output `t` as a new host array.
+fn host_value(t: &Tensor) -> Result<TensorValue> {
+    let fresh = |a: Option<TensorValue>| a.ok_or_else(|| Error::Internal("no array".into()));
+    match t.datum_type() {
+        DatumType::F32 => fresh(copy_out::<f32>(t, None)?.map(TensorValue::F32)),
+        DatumType::F64 => fresh(copy_out::<f64>(t, None)?.map(TensorValue::F64)),
+        DatumType::I32 => fresh(copy_out::<i32>(t, None)?.map(TensorValue::I32)),
+        DatumType::I64 => fresh(copy_out::<i64>(t, None)?.map(TensorValue::I64)),
+        other => Err(failed(format!(
+            "an output of type {other:?}; only float32, float64, int32 and int64 outputs are compared"
+        ))),
+    }
+}
+
 impl TractRuntime {
+    /// [`Runtime::run_carrying`]: the carried values are tract's own, fed by reference
+    /// (the state keeps them until the run has succeeded, so a refused run leaves it as it
+    /// was), and the carried outputs kept as they came.
+    fn run_carrying_unguarded(
+        &self,
+        inputs: &[NamedTensor],
+        state: &mut CarriedState,
+        carry: &[Carry],
+    ) -> Result<Vec<NamedTensor>> {
+        let mut values: TVec<TValue> = tvec!();
+        for name in &self.input_names {
+            let value = match inputs.iter().find(|t| &t.name == name) {
+                Some(t) => tract_tensor(name, &t.value)?.into_tvalue(),
+                None => match state.values.iter().find(|(n, _)| n == name) {
+                    Some((_, StateValue::Tract(v))) => v.0.clone(),
+                    Some((_, held)) => tract_tensor(name, &held.to_host()?)?.into_tvalue(),
+                    None => {
+                        return Err(Error::BadTensor(format!(
+                            "no value given for model input {name}"
+                        )))
+                    }
+                },
+            };
+            values.push(value);
+        }
+        let results = self.plan.run(values).map_err(failed)?;
+        let mut carried: Vec<Option<TValue>> = vec![None; carry.len()];
+        let mut rest = Vec::new();
+        for (t, name) in results.into_iter().zip(&self.output_names) {
+            match carry.iter().position(|pair| &pair.output == name) {
+                Some(k) => carried[k] = Some(t),
+                None => rest.push(NamedTensor {
+                    name: name.clone(),
+                    value: host_value(&t)?,
+                }),
+            }
+        }
+        if !carry.is_empty() {
+            state.values = carry
+                .iter()
+                .zip(carried)
+                .map(|(pair, value)| {
+                    let value = value.ok_or_else(|| missing_output("tract", &pair.output))?;
+                    Ok((pair.input.clone(), StateValue::Tract(TractValue(value))))
+                })
+                .collect::<Result<Vec<_>>>()?;
+        }
+        Ok(rest)
+    }
+
     fn run_into_unguarded(
         &self,
         inputs: &[NamedTensor],
@@ -285,15 +385,7 @@ impl TractRuntime {
             let input = inputs.iter().find(|t| &t.name == name).ok_or_else(|| {
                 Error::BadTensor(format!("no value given for model input {name}"))
             })?;
-            // One copy, into the aligned storage tract's tensors own.
-            let tensor = with_array!(&input.value, a => {
-                let a = a.as_standard_layout();
-                let data = a.as_slice().ok_or_else(|| {
-                    Error::Internal(format!("input {name} is not contiguous"))
-                })?;
-                Tensor::from_shape(a.shape(), data).map_err(failed)?
-            });
-            values.push(tensor.into_tvalue());
+            values.push(tract_tensor(name, &input.value)?.into_tvalue());
         }
         let results = self.plan.run(values).map_err(failed)?;
         outputs.truncate(results.len());

@@ -336,6 +336,7 @@ mod with_onnxruntime {
         let tract = RuntimeOptions {
             tract: gmlp_onnx::runtime::TractOptions {
                 dequantize_nbits: true,
+                ..Default::default()
             },
             ..Default::default()
         };
