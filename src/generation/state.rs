@@ -1,7 +1,7 @@
 //! What one decoder keeps between runs, apart from the loaded model it runs on
 //! ([`LoadedModel`](crate::generation::LoadedModel)), as one [`State`] of its storage forms:
 //! [`Carried`], the `past_*` values carried from run to run ([`Runtime::run_carrying`]:
-//! ONNX Runtime's own values, on the host or the CUDA device, or host arrays on tract);
+//! ONNX Runtime's own values, on the host or the CUDA device, or tract's own values);
 //! [`BoundState`], a static state in buffers bound once to the model's session and written
 //! in place (bound.rs); [`Prefix`], no state: every token fed so far re-run (a
 //! variable-length model). Each form runs on its engine ([`Engine::runs`],
