@@ -1,8 +1,8 @@
 //! The decoding layer, on top of the engine ([`crate::runtime`]): the decoding model read
 //! from a file's metadata ([`model`]), the [`Decoder`] that feeds
 //! tokens and keeps the state between runs ([`decoder`], in one of the storage forms of
-//! state.rs: carried, bound to a session (bound.rs, with its step graph, step_graph.rs) or
-//! a re-run prefix), the choice of the next token
+//! state.rs: carried, bound to a session (bound.rs, which also writes the session's step
+//! graph, `step_graph`) or a re-run prefix), the choice of the next token
 //! ([`sampling`]) and the one generation loop ([`generator`]). The engine knows nothing of
 //! this layer (`tests/suite/layers.rs` checks it); docs/architecture.md draws `generate`'s
 //! path through both.
