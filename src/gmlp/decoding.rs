@@ -253,7 +253,7 @@ pub enum StateStart {
     Any,
     /// Zeros (or any finite values): the graph reads every row, those after a sequence's
     /// last one with a weight of 0, which a NaN there would turn into NaN (`--target
-    /// ort-gpu`'s fused step, which saves the copy of every state every step). Every loop
+    /// onnxruntime`'s fused step, which saves the copy of every state every step). Every loop
     /// the project ships starts a sequence on zeroed buffers.
     Zeroed,
 }

@@ -15,7 +15,8 @@
 //! - `portable` combines all of these: opset 13, LayerNorm as primitive ops with
 //!   sum-then-divide means, Toeplitz expanded;
 //! - tract 0.23 has no `TensorScatter` (opset 24), which writes the static state in place
-//!   with its write index checked on the device: `ort-gpu` is ONNX Runtime alone, at
+//!   with its write index checked on the device: `onnxruntime` (earlier `ort-gpu`) is
+//!   ONNX Runtime alone, at
 //!   opset 24 (measured on an H100: a CUDA-graph step 0.53 ms vs 0.90 with `ScatterND`).
 //!
 //! No profile restricts the storage type: OpenCV 4.14 runs our f16 files (it converts f16
@@ -48,13 +49,17 @@ pub enum Target {
     ///
     /// Today's graph, opsets above 18 refused.
     OrtLegacy,
-    /// ONNX Runtime 1.31 alone, CPU or CUDA: opset 24, the static state written by
-    /// TensorScatter, every node of a step on the GPU (CUDA graphs); not tract.
+    /// ONNX Runtime 1.31 alone, CPU or CUDA (ort-gpu, its earlier name, still accepted):
+    /// opset 24, the fused static step, its fastest form on either; not tract.
     ///
     /// At opset 24 the static state is written by `TensorScatter` (in place, its write
-    /// index checked on the device), and every node of a step can run on the GPU and be
-    /// captured as a CUDA graph. tract 0.23 cannot read it (no `TensorScatter`).
-    OrtGpu,
+    /// index checked on the device), the static step is ONNX Runtime's fused kernels
+    /// (the fastest step this tool writes on the CPU provider too), and every node of a
+    /// step can run on the GPU and be captured as a CUDA graph. tract 0.23 cannot read it
+    /// (no `TensorScatter`).
+    #[value(name = "onnxruntime", alias = "ort-gpu")]
+    #[serde(rename = "onnxruntime")]
+    OnnxRuntime,
     /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
     /// LayerNorm as primitive ops, Toeplitz expanded.
     ///
@@ -83,7 +88,7 @@ impl Target {
     pub fn default_opset(self) -> i64 {
         match self {
             Target::Portable => 13,
-            Target::OrtGpu => TENSOR_SCATTER_OPSET,
+            Target::OnnxRuntime => TENSOR_SCATTER_OPSET,
             _ => 17,
         }
     }
@@ -96,7 +101,7 @@ impl Target {
                 mean: MeanForm::SumThenDivide,
                 fusions: Fusions::Standard,
             },
-            Target::OrtGpu => OpForms {
+            Target::OnnxRuntime => OpForms {
                 fusions: Fusions::OnnxRuntime,
                 ..OpForms::default()
             },
@@ -153,7 +158,7 @@ impl Target {
                 " opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)",
             )),
             // Said once per build: earlier builds wrote the growing form here.
-            Target::Ort | Target::OrtLegacy | Target::OrtGpu => (
+            Target::Ort | Target::OrtLegacy | Target::OnnxRuntime => (
                 SequenceMode::Static,
                 Phrase::setting(Setting::WithPast)
                     .then(" builds the static state (a `position` input, n rows written in place: docs/static-state.md); ")
@@ -178,7 +183,7 @@ impl Target {
                 "ONNX Runtime >= 1.15, tract, OpenVINO, onnxruntime-node, onnx.reference, OpenCV 5"
             }
             Target::OrtLegacy => "ONNX Runtime <= 1.14 (IR <= 8, opset <= 18)",
-            Target::OrtGpu => {
+            Target::OnnxRuntime => {
                 "ONNX Runtime 1.31 alone, CPU or CUDA (opset 24: TensorScatter state, CUDA-graph ready; not tract)"
             }
             Target::Portable => {
@@ -266,14 +271,14 @@ impl BuildTarget {
     }
 
     /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort` and
-    /// `ort-gpu`: their projections are ONNX
+    /// `onnxruntime`: their projections are ONNX
     /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; OpenVINO
     /// reads it too, tract its 4-bit form), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and
     /// onnx2torch do not have.
     pub fn check_dtype(&self, dtype: Precision) -> Result<()> {
         let t = self.target;
         let block = matches!(dtype, Precision::Int4 | Precision::Int8WeightOnly);
-        if block && !matches!(t, Target::Ort | Target::OrtGpu) {
+        if block && !matches!(t, Target::Ort | Target::OnnxRuntime) {
             return Err(Error::Setting(
                 Phrase::setting(Setting::Dtype)
                     .then(format!(
@@ -321,7 +326,7 @@ mod tests {
         for &t in Target::value_variants() {
             let (mode, note) = t.with_past_for(&causal);
             match t {
-                Target::Ort | Target::OrtLegacy | Target::OrtGpu => {
+                Target::Ort | Target::OrtLegacy | Target::OnnxRuntime => {
                     assert_eq!(mode, SequenceMode::Static, "{}", t.name());
                     assert_eq!(
                         note.settings().collect::<Vec<_>>(),

@@ -44,7 +44,7 @@ fn failed(e: impl std::fmt::Display) -> Error {
 
 /// tract's refusal to load `file`, said in our words where the file is one of ours that
 /// tract cannot run by design: opset 24's `TensorScatter`, which tract 0.23 lacks, writes the
-/// static state of `--target ort-gpu` files (exit 3, like a runtime that is not there).
+/// static state of `--target onnxruntime` files (exit 3, like a runtime that is not there).
 /// The file's own nodes decide, not tract's wording; it is decoded for that (if the caller
 /// has not) only once tract has refused it, so a file tract loads costs no second decode.
 fn failed_to_load(file: ModelFile, e: impl std::fmt::Display) -> Error {
@@ -71,7 +71,7 @@ fn refused(tensor_scatter: bool, e: impl std::fmt::Display) -> Error {
 fn no_tensor_scatter() -> Error {
     Error::RuntimeUnavailable {
         runtime: "tract".into(),
-        reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the ort-gpu target)".into(),
+        reason: "tract 0.23 has no TensorScatter, which writes this file's static state (opset 24, the onnxruntime target)".into(),
         remedy: Some(Remedy::OrtRuntimeOrOrtTarget),
     }
 }

@@ -190,7 +190,7 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
         (
             "ort-gpu",
             cfg.clone(),
-            BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
+            BuildTarget::resolve(Target::OnnxRuntime, None).unwrap(),
             vec![RuntimeKind::OrtCpu],
         ),
     ]

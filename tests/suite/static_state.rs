@@ -184,7 +184,7 @@ fn static_state_graphs_make_int64_values_by_cast_alone() {
     let source: Arc<dyn WeightSource> = Arc::new(spread(3));
     for (name, cfg) in causal_configs() {
         for (file, path, target) in static_files(&cfg, name, source.clone(), dir.path()) {
-            if target.target == Target::OrtGpu {
+            if target.target == Target::OnnxRuntime {
                 continue;
             }
             let made = int64_values(&read_model(&path).unwrap());
@@ -504,7 +504,7 @@ mod with_onnxruntime {
             &cfg,
             Arc::new(spread(3)),
             SequenceMode::Static,
-            &BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
+            &BuildTarget::resolve(Target::OnnxRuntime, None).unwrap(),
             dir.path(),
             "fused.onnx",
         );
@@ -542,7 +542,7 @@ mod with_onnxruntime {
                 ),
                 (
                     "ort-gpu",
-                    BuildTarget::resolve(Target::OrtGpu, None).unwrap(),
+                    BuildTarget::resolve(Target::OnnxRuntime, None).unwrap(),
                     vec![RuntimeKind::OrtCpu],
                 ),
             ];
@@ -821,7 +821,7 @@ mod with_onnxruntime {
         );
         let folder = dir.join("genai");
         let o = gmlp(&["genai", path_str(&fused), "--out", path_str(&folder)]);
-        assert_fails(&o, 2, &["must start zeroed", "--target ort-gpu"]);
+        assert_fails(&o, 2, &["must start zeroed", "--target onnxruntime"]);
         assert!(!folder.exists(), "genai wrote a folder it refused");
     }
 

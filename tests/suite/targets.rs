@@ -40,6 +40,21 @@ fn cli_target_flags_and_refusals() {
     assert_eq!(json["opsets"][0]["version"], 13);
     assert_eq!(json["config"]["spatial"], "toeplitz-expand");
     assert!(json["ops"].get("LayerNormalization").is_none(), "{json}");
+    // onnxruntime, and ort-gpu (its name before 0.9.0) for the same file: opset 24,
+    // recorded under its new name.
+    let o = build_with(&["--target", "onnxruntime"]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert!(output_text(&o).contains("target onnxruntime, opset 24"));
+    let json = inspect_json(&out);
+    assert_eq!(json["target"], "onnxruntime");
+    let new_name = std::fs::read(&out).unwrap();
+    let o = build_with(&["--target", "ort-gpu"]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        new_name,
+        "ort-gpu is onnxruntime"
+    );
     // Explicit --opset and --spatial win over the profile.
     let o = build_with(&[
         "--target",

@@ -1,5 +1,5 @@
-//! The static-state step in ONNX Runtime's fused kernels (`--target ort-gpu`;
-//! docs/static-state.md, "The ort-gpu step"). The same network and interface as
+//! The static-state step in ONNX Runtime's fused kernels (`--target onnxruntime`;
+//! docs/static-state.md, "The onnxruntime step"). The same network and interface as
 //! static_state.rs's graph, fewer nodes: on a GPU every node is at least one kernel launch,
 //! and a decode step of a small model is bound by launches, not bytes. Per block:
 //!

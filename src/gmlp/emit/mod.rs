@@ -4,7 +4,7 @@
 //! context.rs    the emitter: graph builder, parameters by name, shared constants
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
 //! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
-//! fused_step.rs the static step in ONNX Runtime's fused kernels (`--target ort-gpu`)
+//! fused_step.rs the static step in ONNX Runtime's fused kernels (`--target onnxruntime`)
 //! linear.rs     x·W + b in f32/f16, as a dynamically quantized int8 MatMul, or as a
 //!               block-quantized MatMulNBits (int4)
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds

@@ -25,7 +25,7 @@ use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 
 /// The operator that writes a run's new rows into a static state: opset 24's
-/// `TensorScatter` from [`TENSOR_SCATTER_OPSET`] on (`--target ort-gpu`), `ScatterND` below
+/// `TensorScatter` from [`TENSOR_SCATTER_OPSET`] on (`--target onnxruntime`), `ScatterND` below
 /// (which tract also reads). The emitter's one choice, which the build's summary asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateScatter {

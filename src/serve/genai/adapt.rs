@@ -58,7 +58,7 @@ pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
                 "its state buffers must start zeroed, which genai does not do on every device (build it without ",
             )
             .and(Setting::Target)
-            .then(" ort-gpu: the default target's step ignores whatever the buffers hold)"),
+            .then(" onnxruntime: the default target's step ignores whatever the buffers hold)"),
         )),
         SequenceMode::Static => Ok(info),
         SequenceMode::Fixed | SequenceMode::Variable => Err(refused_for_setting(

@@ -70,7 +70,7 @@ def export(source: Any, path: PathLike, **options: Any) -> ExportResult:
     ``source`` is a ``torch.nn.Module`` (read where it is: its CPU tensors are not
     copied), a state dict (``str`` -> torch tensor or numpy array), or a checkpoint path.
     ``options`` are the build command's flags as keywords, dashes as underscores
-    (``causal=True``, ``with_past="static"``, ``dtype="int4"``, ``target="ort-gpu"``,
+    (``causal=True``, ``with_past="static"``, ``dtype="int4"``, ``target="onnxruntime"``,
     ``opset=21``); what a module's classes keep (g-mlp-pytorch's ``causal``, ``act``,
     ``shift_tokens``) is read from it, and a keyword that contradicts it is refused.
     An existing ``path`` is replaced atomically; on an error nothing is written.
