@@ -160,9 +160,9 @@ pub trait Runtime: Send {
     /// matched by name. Each output named as the `output` of a pair in `carry` is not
     /// returned: it becomes `state`'s value under the pair's `input` name, fed by the next
     /// call; the other outputs come back in graph order. On error `state` is unchanged.
-    /// ONNX Runtime keeps the carried values as its own (on the device for ort-cuda: no
-    /// copy between runs); this default carries them as host arrays through
-    /// [`Runtime::run`] (tract).
+    /// ONNX Runtime and tract keep the carried values as their own (on the device for
+    /// ort-cuda: no copy between runs); this default carries them as host arrays through
+    /// [`Runtime::run`].
     fn run_carrying(
         &mut self,
         inputs: &[NamedTensor],
