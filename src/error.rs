@@ -11,9 +11,13 @@ pub enum Error {
     /// A model configuration that cannot be built (zero or absurd sizes, bad combinations).
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),
-    /// A command-line or API argument that is malformed or out of range.
+    /// A value that does not parse as what it names (a token id that is not a number, a
+    /// name with characters its target cannot write); kinds of their own say the rest.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A name that is none of the known ones (a preset): the message lists them.
+    #[error("invalid argument: {0}")]
+    UnknownName(String),
     /// Options that cannot go together, or one that applies only with another (a vision
     /// option for a token model, a validation bound without validation).
     #[error("invalid argument: {0}")]
@@ -109,6 +113,19 @@ pub enum Error {
         /// How to build one that has it.
         remedy: Remedy,
     },
+    /// A model a serving target (Triton, onnxruntime-genai) cannot take as it is: the
+    /// message says what the target needs that the file lacks.
+    #[error("{0}")]
+    Unservable(String),
+    /// An ONNX file this tool did not write (no `gmlp_onnx.config` metadata) asked for what
+    /// only its own files record.
+    #[error("{0}")]
+    ForeignModel(String),
+    /// A request inside the tool's range of kinds but outside what it does (an input element
+    /// type, a folder name ONNX Runtime cannot take, a block the stepwise reference does
+    /// not cover).
+    #[error("{0}")]
+    Unsupported(String),
     /// A bug in this program (e.g. two graph-builder helpers disagreeing on a shape): not
     /// the user's input. The command line reports it as an internal error (exit 101).
     #[error("internal error: {0}")]

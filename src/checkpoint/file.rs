@@ -300,10 +300,10 @@ impl Checkpoint {
         let file_meta = file.metadata().map_err(|e| Error::io(path, e))?;
         let len = file_meta.len();
         if file_meta.is_dir() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::Checkpoint(CheckpointError::NotACheckpoint(format!(
                 "{} is a directory, not a checkpoint file",
                 path.display()
-            )));
+            ))));
         }
         if len < 8 {
             return Err(too_short(path, len));

@@ -278,7 +278,7 @@ pub(super) fn image_side(
         })?,
     };
     if side % patch != 0 || (side / patch) * (side / patch) != n {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::ContradictsWeights(format!(
             "image size {side} with {patch}x{patch} patches gives {} tokens, but the checkpoint's spatial weight has {n}",
             (side / patch) * (side / patch)
         )));

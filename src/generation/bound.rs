@@ -412,7 +412,10 @@ pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
     let path = file.path;
     let (input_ids, position, logits) = (INPUT_IDS, POSITION, LOGITS);
     let model = file.model()?;
-    let bad = |what: String| Error::InvalidArgument(format!("{}: {what}", path.display()));
+    let bad = |reason: String| Error::BadModel {
+        path: path.to_path_buf(),
+        reason,
+    };
     let graph = model
         .graph
         .as_ref()

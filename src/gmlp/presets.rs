@@ -97,5 +97,5 @@ pub fn preset(name: &str) -> Result<Preset> {
     let joined = names.join(", ");
     all.into_iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| Error::InvalidArgument(format!("unknown preset '{name}' (known: {joined})")))
+        .ok_or_else(|| Error::UnknownName(format!("unknown preset '{name}' (known: {joined})")))
 }

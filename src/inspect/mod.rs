@@ -203,7 +203,7 @@ pub fn summarize(model: &ModelProto, path: &Path) -> ModelSummary {
     count_ops(graph, &mut ops, &mut nodes);
     let (spatial, spatial_unavailable) = match spatial_weights(model, path) {
         Ok(w) => (w.iter().map(SpatialWeights::summary).collect(), None),
-        Err(Error::InvalidArgument(m)) => (Vec::new(), Some(m)),
+        Err(Error::ForeignModel(m)) => (Vec::new(), Some(m)),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
     ModelSummary {

@@ -64,7 +64,7 @@ pub fn inspect_and_plot(path: &Path, dir: &Path) -> Result<ModelSummary> {
     let model = read_model(checked_onnx_path(path)?)?;
     let mut summary = summarize(&model, path);
     let weights = spatial_weights(&model, path).map_err(|e| match e {
-        Error::InvalidArgument(m) => Error::Setting(
+        Error::ForeignModel(m) => Error::Setting(
             Phrase::setting(Setting::Plot).then(format!(": {}: {m}", path.display())),
         ),
         other => other,

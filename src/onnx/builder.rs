@@ -38,7 +38,7 @@ impl GraphBuilder {
     /// A new, empty graph targeting `opset` that spells operations in `forms`.
     pub fn with_forms(opset: i64, forms: OpForms) -> Result<Self> {
         if !OPSET_RANGE.contains(&opset) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutOfRange(format!(
                 "opset {opset} is not supported (supported: {}..={})",
                 OPSET_RANGE.start(),
                 OPSET_RANGE.end()
@@ -371,13 +371,7 @@ mod tests {
         let graph = g.finish("g", vec![out]);
         assert_eq!(graph.nodes[1].outputs, vec!["logits".to_string()]);
         assert!(graph.value_info.iter().all(|v| v.name != "logits"));
-        assert!(matches!(
-            GraphBuilder::new(12),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            GraphBuilder::new(25),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(GraphBuilder::new(12), Err(Error::OutOfRange(_))));
+        assert!(matches!(GraphBuilder::new(25), Err(Error::OutOfRange(_))));
     }
 }

@@ -173,7 +173,7 @@ fn best_scale(block: &[f32], bits: usize) -> Result<f32> {
         .iter()
         .fold(0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
     let start = block_scale(m, bits).ok_or_else(|| {
-        Error::InvalidArgument(format!(
+        Error::BadTensor(format!(
             "a weight of magnitude {:e} is too large for {bits}-bit block quantization (its scale, stored as f16, would overflow; the limit is {:e})",
             m.abs(),
             65504.0 * (1u32 << (bits - 1)) as f32
@@ -476,7 +476,7 @@ mod tests {
         assert!(q.scales.iter().all(|&s| s == 1.0));
         assert!(q.dequantized().iter().all(|&x| x == 0.0));
         let err = quantize(&[1e6, 0.0], 2, 1, 4, 16).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl Image {
 pub fn write_pngs(dir: &Path, pictures: &[(String, Image)]) -> Result<Vec<PlotFile>> {
     let mut created = crate::fs::CreatedDirs::new();
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::OutputPath(format!(
             "picture directory {} is not a directory",
             dir.display()
         )));

@@ -279,7 +279,7 @@ impl OrtRuntime {
                     _ => Path::new("."),
                 };
                 let folder = folder.to_str().ok_or_else(|| {
-                    Error::InvalidArgument(format!(
+                    Error::Unsupported(format!(
                         "the folder of {} is not UTF-8, which ONNX Runtime needs to find its external data",
                         path.display()
                     ))

@@ -79,7 +79,7 @@ pub fn input_shapes(
         total = match count.and_then(|c| total.checked_add(c)) {
             Some(t) if t <= MAX_INPUT_ELEMENTS => t,
             _ => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::TooLarge(format!(
                     "input {} of shape {shape:?} is too large to generate (limit {MAX_INPUT_ELEMENTS} elements for all inputs together)",
                     input.name
                 )))
@@ -181,13 +181,13 @@ pub fn make_inputs(
         });
     }
     if out.is_empty() {
-        return Err(Error::InvalidArgument("the model declares no input".into()));
+        return Err(Error::Unsupported("the model declares no input".into()));
     }
     Ok(out)
 }
 
 fn unsupported_input(name: &str, elem_type: i32) -> Error {
-    Error::InvalidArgument(format!(
+    Error::Unsupported(format!(
         "input {name} has element type {}; only float32, float64, int32 and int64 inputs are supported",
         type_name(elem_type)
     ))
@@ -204,7 +204,7 @@ pub fn check_inputs(
 ) -> Result<Vec<NamedTensor>> {
     let declared = declared_inputs(model);
     if declared.is_empty() {
-        return Err(Error::InvalidArgument("the model declares no input".into()));
+        return Err(Error::Unsupported("the model declares no input".into()));
     }
     let bad = |msg: String| Error::BadTensor(format!("{what}: {msg}"));
     let declared_names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();

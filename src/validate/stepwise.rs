@@ -56,7 +56,7 @@ impl DecodingPlan {
             chunk,
         };
         if prefill == 0 || plan.tokens() > n {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::PastPositions(format!(
                 "decoding check: prefill {prefill} (at least 1) + {steps} steps + a chunk of {chunk} must fit in the model's {n} positions"
             )));
         }
@@ -336,7 +336,7 @@ mod tests {
         let p = DecodingPlan::new(32, Some(20), Some(4), None).unwrap();
         assert_eq!(p.chunk, 4);
         let err = DecodingPlan::new(32, Some(30), Some(4), None).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+        assert!(matches!(err, Error::PastPositions(_)), "{err:?}");
         assert!(DecodingPlan::new(32, Some(0), None, None).is_err());
         let pieces = DecodingPlan::new(16, Some(3), Some(2), Some(5))
             .unwrap()

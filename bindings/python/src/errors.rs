@@ -23,6 +23,10 @@ fn class_of(error: &Error) -> &'static str {
         Error::BatchShape(_) => "BatchShapeError",
         Error::PastPositions(_) => "PastPositionsError",
         Error::OutsideVocabulary { .. } => "OutsideVocabularyError",
+        Error::UnknownName(_) => "UnknownNameError",
+        Error::Unservable(_) => "UnservableModelError",
+        Error::ForeignModel(_) => "ForeignModelError",
+        Error::Unsupported(_) => "UnsupportedError",
         Error::UnknownLayout(_) => "UnsupportedModuleError",
         Error::TooLarge(_) => "TooLargeError",
         Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {

@@ -288,6 +288,33 @@ def test_other_sources_are_refused_at_once(tmp_path):
     assert G.folder_listing(tmp_path) == []
 
 
+def test_an_opset_outside_the_supported_range_is_out_of_range(cases, tmp_path):
+    path = tmp_path / "m.onnx"
+    with pytest.raises(gmlp_onnx.OutOfRangeError) as e:
+        gmlp_onnx.export(cases["lucid_mlm"].module(), path, opset=12)
+    assert isinstance(e.value, gmlp_onnx.InvalidArgumentError) and isinstance(e.value, ValueError)
+    assert "opset 12" in str(e.value) and "\n" not in str(e.value)
+    assert not path.exists()
+
+
+def test_a_file_whose_input_has_an_unread_element_type_is_unsupported(tmp_path):
+    # A file of another producer, made with onnx's own helpers: one bool input.
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["flags"], ["out"])],
+        "flags",
+        [helper.make_tensor_value_info("flags", TensorProto.BOOL, [2])],
+        [helper.make_tensor_value_info("out", TensorProto.BOOL, [2])],
+    )
+    path = tmp_path / "flags.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(gmlp_onnx.UnsupportedError) as e:
+        gmlp_onnx.validate(path)
+    assert isinstance(e.value, gmlp_onnx.GmlpOnnxError) and isinstance(e.value, ValueError)
+    assert "flags" in str(e.value) and "bool" in str(e.value) and "\n" not in str(e.value)
+
+
 # ---------------------------------------------------------------------------------------
 # 8. Atomic replacement
 

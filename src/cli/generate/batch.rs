@@ -26,15 +26,14 @@ pub const MAX_PROMPTS_FILE_BYTES: u64 = 16 << 20;
 pub(super) fn read_prompts(file: &Path, vocab: usize, n: usize) -> anyhow::Result<Vec<Vec<i64>>> {
     let what = format!("--prompts-file {}", file.display());
     let size = std::fs::metadata(file)
-        .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?
+        .map_err(|e| Error::io(file, e))?
         .len();
     if size > MAX_PROMPTS_FILE_BYTES {
         anyhow::bail!(Error::OutOfRange(format!(
             "{what}: {size} bytes is more than the {MAX_PROMPTS_FILE_BYTES} a prompts file may have"
         )));
     }
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))?;
+    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, e))?;
     let mut prompts = Vec::new();
     for (k, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

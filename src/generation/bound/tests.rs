@@ -56,7 +56,7 @@ fn a_static_model_gains_the_two_step_outputs_after_its_own() {
     let twice = dir.path().join("twice.onnx");
     std::fs::write(&twice, &bytes).unwrap();
     let err = step_graph(ModelFile::from(&twice)).unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
 }
 
 /// tract runs the edited graph: its greedy tokens are the host's pick from its logits

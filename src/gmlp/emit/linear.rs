@@ -489,7 +489,7 @@ impl Emitter {
 /// `e` with the parameter's name in front.
 fn in_param(name: &str, e: Error) -> Error {
     match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
+        Error::BadTensor(m) => Error::BadTensor(format!("{name}: {m}")),
         other => other,
     }
 }

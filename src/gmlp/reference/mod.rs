@@ -66,7 +66,7 @@ pub fn forward_tokens(
         tied_embedding,
     } = cfg.task
     else {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "forward_tokens needs a token model".into(),
         ));
     };
@@ -107,7 +107,7 @@ pub fn forward_backbone(
     embeds: ArrayView3<f32>,
 ) -> Result<Array3<f32>> {
     let Task::Backbone { seq_len } = cfg.task else {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "forward_backbone needs a backbone".into(),
         ));
     };
@@ -143,7 +143,7 @@ pub fn forward_vision(
         num_classes,
     } = cfg.task
     else {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "forward_vision needs a vision model".into(),
         ));
     };

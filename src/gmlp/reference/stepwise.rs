@@ -111,24 +111,24 @@ pub fn forward_tokens_stepwise(
         tied_embedding,
     } = cfg.task
     else {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "forward_tokens_stepwise needs a token model".into(),
         ));
     };
     if !cfg.causal {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "stepwise decoding needs a causal model".into(),
         ));
     }
     if cfg.block.has_local_mixing() || cfg.block.stack != StackKind::Sequential {
-        return Err(Error::InvalidArgument(
+        return Err(Error::Unsupported(
             "the stepwise reference covers the paper's block (no windows, folds or reversible stacks)"
                 .into(),
         ));
     }
     let total = ids.ncols();
     if chunks.iter().sum::<usize>() != total || total > seq_len || chunks.contains(&0) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Unsupported(format!(
             "chunks {chunks:?} must be non-empty and cover the {total} tokens (at most {seq_len})"
         )));
     }

@@ -17,7 +17,7 @@ pub fn recorded_config(model: &ModelProto) -> Result<GmlpConfig> {
     let cfg = metadata_value(model, CONFIG_KEY)
         .and_then(parse_config)
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::ForeignModel(format!(
                 "no {CONFIG_KEY} metadata: W is found through the configuration `gmlp-onnx build` records, and this file has none"
             ))
         })?;

@@ -290,9 +290,7 @@ pub fn encode_model(
     }
     let inline = *data == DataLayout::Inline;
     if !inline && data_file.is_none() {
-        return Err(Error::InvalidArgument(
-            "external data needs a data file".into(),
-        ));
+        return Err(Error::Internal("external data needs a data file".into()));
     }
     let io = |e: std::io::Error| Error::io("<onnx stream>", e);
     w.write_all(&layout.model_head).map_err(io)?;
@@ -400,7 +398,7 @@ pub fn data_file_name(model_path: &Path) -> Result<String> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::OutputPath(format!(
                 "output path {} has no file name",
                 model_path.display()
             ))

@@ -93,7 +93,7 @@ pub struct FolderWritten {
 
 /// A file genai cannot run, in one line.
 fn refused(why: &str) -> Error {
-    Error::InvalidArgument(format!("{GENAI_REFUSES}{why}"))
+    Error::Unservable(format!("{GENAI_REFUSES}{why}"))
 }
 
 /// A file genai cannot run as built, saying which settings build one it can.
@@ -112,9 +112,11 @@ pub fn end_token_for(
 ) -> Result<EndToken> {
     match requested.or(model_end) {
         Some(id) if id >= 0 && (id as u64) < vocab as u64 => Ok(EndToken::Model(id)),
-        Some(id) => Err(Error::InvalidArgument(format!(
-            "end token {id} is not one of the model's {vocab} token ids"
-        ))),
+        Some(id) => Err(Error::OutsideVocabulary {
+            what: "end token".into(),
+            id,
+            vocab,
+        }),
         None => Ok(EndToken::Added(vocab as i64)),
     }
 }
@@ -124,7 +126,7 @@ pub fn model_end_token(model: &crate::onnx::proto::ModelProto) -> Result<Option<
     metadata_value(model, END_TOKEN_KEY)
         .map(|v| {
             v.parse::<i64>().map_err(|_| {
-                Error::InvalidArgument(format!("metadata {END_TOKEN_KEY} is not a token id: {v}"))
+                Error::Unservable(format!("metadata {END_TOKEN_KEY} is not a token id: {v}"))
             })
         })
         .transpose()
@@ -134,14 +136,14 @@ pub fn model_end_token(model: &crate::onnx::proto::ModelProto) -> Result<Option<
 pub fn check_target(dir: &Path) -> Result<()> {
     if dir.exists() {
         if !dir.is_dir() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutputPath(format!(
                 "{} is not a directory",
                 dir.display()
             )));
         }
         let mut entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
         if entries.next().is_some() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::OutputPath(format!(
                 "{} already exists and is not empty; pick another folder or remove it",
                 dir.display()
             )));
@@ -470,7 +472,10 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(
+            matches!(e, Error::OutsideVocabulary { id: 50, .. }),
+            "{e:?}"
+        );
         // The model's own end token is kept (no added logit).
         let w = write_folder(
             &built,
@@ -486,8 +491,8 @@ mod tests {
             &dir.path().join("again"),
             &GenaiOptions::default(),
         );
-        assert!(matches!(again, Err(Error::InvalidArgument(_))), "{again:?}");
+        assert!(matches!(again, Err(Error::Unservable(_))), "{again:?}");
         let full = write_folder(&built, &w.dir, &GenaiOptions::default());
-        assert!(matches!(full, Err(Error::InvalidArgument(_))), "{full:?}");
+        assert!(matches!(full, Err(Error::OutputPath(_))), "{full:?}");
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{invalid, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
+use super::{unservable, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
 use crate::error::{Error, Result};
 use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::INPUT_IDS;
@@ -29,7 +29,7 @@ pub const NEXT_POSITION: &str = "triton_next_position";
 /// it is limited to letters, digits, `_`, `-` and `.`, at most 128 characters, and may not
 /// start with `.` (Triton skips hidden directories of a repository) or `-`.
 pub fn check_model_name(name: &str) -> Result<()> {
-    let bad = |why: &str| invalid(format!("Triton model name {name:?} {why}"));
+    let bad = |why: &str| Error::InvalidArgument(format!("Triton model name {name:?} {why}"));
     if name.is_empty() {
         return Err(bad("is empty"));
     }
@@ -161,7 +161,7 @@ impl TritonConfig {
 
 fn triton_tensor(t: &DeclaredTensor, batched: bool, role: &str) -> Result<TritonTensor> {
     let data_type = triton_data_type(t.elem_type).ok_or_else(|| {
-        invalid(format!(
+        unservable(format!(
             "{role} {} has ONNX element type {} ({}), which Triton's ONNX Runtime backend cannot carry",
             t.name,
             t.elem_type,
@@ -255,7 +255,7 @@ fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Resul
     let int64 = DataType::Int64 as i32;
     if position.elem_type != int64 || !matches!(position.shape.as_slice(), [Dim::Symbol(_)]) {
         let shape: Vec<String> = position.shape.iter().map(Dim::to_string).collect();
-        return Err(invalid(format!(
+        return Err(unservable(format!(
             "a static-state model's {POSITION} input must be int64 [batch] (one position per sequence) for Triton to count it; it is {} [{}]",
             refused_or_named(position.elem_type),
             shape.join(", ")
@@ -265,7 +265,7 @@ fn position_state(position: &DeclaredTensor, inputs: &[DeclaredTensor]) -> Resul
         .iter()
         .any(|t| t.name == INPUT_IDS && t.elem_type == int64 && t.shape.len() == 2);
     if !tokens_ok {
-        return Err(invalid(format!(
+        return Err(unservable(format!(
             "a static-state model served with its position kept by Triton needs an int64 input {INPUT_IDS} [batch, sequence], whose length advances the position"
         )));
     }
@@ -324,7 +324,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         states.push(state);
     }
     if inputs.is_empty() {
-        return Err(invalid("the model has no input besides its states"));
+        return Err(unservable("the model has no input besides its states"));
     }
     let outputs = declared_out
         .iter()
@@ -332,7 +332,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
         .map(|t| triton_tensor(t, batched, "output"))
         .collect::<Result<Vec<_>>>()?;
     if outputs.is_empty() {
-        return Err(invalid("the model has no output besides its states"));
+        return Err(unservable("the model has no output besides its states"));
     }
     super::pairing::check_state_pairing(
         states
@@ -353,7 +353,7 @@ pub fn plan(model: &onnx::ModelProto, options: &TritonOptions) -> Result<TritonC
 fn check_tensor_names<'t>(tensors: impl Iterator<Item = &'t DeclaredTensor>) -> Result<()> {
     for t in tensors {
         if t.name.is_empty() || t.name.chars().any(|c| c.is_control()) {
-            return Err(invalid(format!(
+            return Err(unservable(format!(
                 "tensor name {:?} cannot be written in config.pbtxt",
                 t.name
             )));
@@ -395,8 +395,8 @@ fn max_batch_size(option: Option<u32>, past_kind: Option<PastKind>) -> Result<u3
             ))
         }
         (Some(0), Some(PastKind::Static)) => {
-            return Err(invalid(
-                "a static-state model is served by Triton's sequence batcher with its state per sequence, which needs max_batch_size >= 1 (0 would make the batch part of the state)",
+            return Err(Error::OutOfRange(
+                "a static-state model is served by Triton's sequence batcher with its state per sequence, which needs max_batch_size >= 1 (0 would make the batch part of the state)".into(),
             ))
         }
         (Some(n), _) => n,
@@ -415,7 +415,7 @@ fn past_state(
 ) -> Result<ImplicitState> {
     let present = format!("{PRESENT_PREFIX}{suffix}");
     let Some(out) = outputs_by_name.get(present.as_str()) else {
-        return Err(invalid(format!(
+        return Err(unservable(format!(
             "input {} looks like a with-past state but the model has no output {present} to carry it to the next request",
             t.name
         )));
@@ -423,7 +423,7 @@ fn past_state(
     let input = triton_tensor(t, batched, "state input")?;
     let output = triton_tensor(out, batched, "state output")?;
     if input.data_type != output.data_type || input.dims.len() != output.dims.len() {
-        return Err(invalid(format!(
+        return Err(unservable(format!(
             "state input {} ({} {:?}) and output {present} ({} {:?}) differ in type or rank",
             t.name, input.data_type, input.dims, output.data_type, output.dims
         )));
@@ -434,7 +434,7 @@ fn past_state(
     let kind = match past_kind {
         Some(PastKind::Static) => {
             if output.dims != input.dims {
-                return Err(invalid(format!(
+                return Err(unservable(format!(
                     "static state input {} {:?} and output {present} {:?} differ in size",
                     t.name, input.dims, output.dims
                 )));
@@ -443,7 +443,7 @@ fn past_state(
         }
         _ => {
             if variable.len() != 1 || output.dims[variable[0]] != -1 {
-                return Err(invalid(format!(
+                return Err(unservable(format!(
                     "state input {} needs exactly one variable dimension besides the batch (the past positions), shared with {present}; it has dims {:?}",
                     t.name, input.dims
                 )));

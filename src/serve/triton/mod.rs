@@ -165,6 +165,7 @@ impl TritonOptions {
     }
 }
 
-fn invalid(message: impl Into<String>) -> Error {
-    Error::InvalidArgument(message.into())
+/// A model Triton cannot serve as it is ([`Error::Unservable`]).
+fn unservable(message: impl Into<String>) -> Error {
+    Error::Unservable(message.into())
 }

@@ -7,7 +7,7 @@
 //! the names this tool writes (`past_X` → `present_X`, `position` →
 //! `triton_next_position`) sort alike, which the tests below pin on a real model.
 
-use super::invalid;
+use super::unservable;
 use crate::error::Result;
 
 /// Checks that sorting the states by input name and by output name gives the same order,
@@ -20,7 +20,7 @@ pub fn check_state_pairing<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str
     by_output.sort_by_key(|&(_, output)| output);
     for (k, (i, o)) in by_input.iter().zip(&by_output).enumerate() {
         if i.0 != o.0 {
-            return Err(invalid(format!(
+            return Err(unservable(format!(
                 "state names that Triton would pair wrongly: the {}th state by input name is {} (output {}) but the {}th by output name is {} (input {}); Triton pairs them by their sorted order (server#8586)",
                 k + 1,
                 i.0,
@@ -49,7 +49,7 @@ mod tests {
             ("cache_last_channel_len", "cache_last_channel_len_next"),
         ];
         let e = check_state_pairing(states).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(matches!(e, Error::Unservable(_)), "{e:?}");
         assert!(check_state_pairing(states[..1].iter().copied()).is_ok());
     }
 

@@ -308,7 +308,7 @@ instance_group [
             .contains("max_sequence_idle_microseconds: 2500000"));
         options.max_batch_size = Some(0);
         let e = plan(&m, &options).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(matches!(e, Error::OutOfRange(_)), "{e:?}");
     }
 
     #[test]
@@ -335,7 +335,7 @@ instance_group [
         ] {
             let m = model(&[tokens, position, past.clone()], &outputs);
             let e = plan(&m, &TritonOptions::new("lm")).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+            assert!(matches!(e, Error::Unservable(_)), "{e:?}");
         }
         // A stateless model has no sequence to be idle.
         let mut options = TritonOptions::new("tiny");

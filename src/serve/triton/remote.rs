@@ -188,7 +188,7 @@ impl Remote {
             (self.model.max_sequence, prompts.iter().map(Vec::len).max())
         {
             if longest + new_tokens > n {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::PastPositions(format!(
                     "{new_tokens} new tokens after a prompt of {longest} would pass the served model's {n} positions"
                 )));
             }

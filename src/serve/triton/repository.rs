@@ -10,7 +10,7 @@ use super::config::{plan, TritonConfig};
 use super::state::{
     adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
 };
-use super::{invalid, TritonOptions};
+use super::{unservable, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
 use crate::message::{Phrase, Setting};
@@ -57,7 +57,7 @@ impl RepositoryPaths {
 pub fn check_target(repo: &Path, options: &TritonOptions) -> Result<RepositoryPaths> {
     options.check()?;
     if repo.exists() && !repo.is_dir() {
-        return Err(invalid(format!(
+        return Err(Error::OutputPath(format!(
             "model repository {} is not a directory",
             repo.display()
         )));
@@ -65,7 +65,10 @@ pub fn check_target(repo: &Path, options: &TritonOptions) -> Result<RepositoryPa
     let paths = RepositoryPaths::new(repo, options);
     for dir in [&paths.model_dir, &paths.version_dir] {
         if dir.exists() && !dir.is_dir() {
-            return Err(invalid(format!("{} is not a directory", dir.display())));
+            return Err(Error::OutputPath(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
         }
     }
     if paths.version_dir.is_dir() {
@@ -169,7 +172,7 @@ fn check_not_adapted(model: &onnx::ModelProto, model_path: &Path) -> Result<()> 
         .iter()
         .any(|key| metadata_value(model, key).is_some())
     {
-        return Err(invalid(format!(
+        return Err(unservable(format!(
             "{} already carries the Triton state adapter; give the original with-past model",
             model_path.display()
         )));

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::config::{ImplicitState, StateKind, NEXT_POSITION};
-use super::invalid;
+use super::unservable;
 use crate::error::Result;
 use crate::gmlp::emit::INPUT_IDS;
 use crate::onnx::dtype::DataType;
@@ -26,7 +26,7 @@ pub const COUNTER_METADATA_KEY: &str = "gmlp_onnx.triton_position_counter";
 /// A name the adapter adds, refused when the model already uses it.
 fn fresh(taken: &HashSet<String>, name: String) -> Result<String> {
     if taken.contains(&name) {
-        Err(invalid(format!(
+        Err(unservable(format!(
             "the model already uses the name {name}, which the Triton state adapter needs"
         )))
     } else {
@@ -52,8 +52,8 @@ pub fn add_position_counter(model: &mut onnx::ModelProto, states: &[ImplicitStat
         .into_iter()
         .find(|t| t.name == position)
         .and_then(|t| t.shape.into_iter().next())
-        .ok_or_else(|| invalid(format!("the model has no input {position}")))?;
-    let mut edit = ModelEdit::new(model).ok_or_else(|| invalid("the model has no graph"))?;
+        .ok_or_else(|| unservable(format!("the model has no input {position}")))?;
+    let mut edit = ModelEdit::new(model).ok_or_else(|| unservable("the model has no graph"))?;
     let taken = edit.value_names();
     let flat = fresh(&taken, format!("{position}/triton_flat"))?;
     let flat_shape = fresh(&taken, "triton_position/flat_shape".into())?;
@@ -94,11 +94,11 @@ pub fn add_position_counter(model: &mut onnx::ModelProto, states: &[ImplicitStat
 /// one-slot zero `initial_state`, the model therefore sees an empty past on the first
 /// request and exactly its own `present_X` afterwards.
 pub fn adapt_with_past(model: &mut onnx::ModelProto, states: &[ImplicitState]) -> Result<()> {
-    let mut edit = ModelEdit::new(model).ok_or_else(|| invalid("the model has no graph"))?;
+    let mut edit = ModelEdit::new(model).ok_or_else(|| unservable("the model has no graph"))?;
     let taken = edit.value_names();
     let fresh = |base: String| fresh(&taken, base);
     if edit.has_subgraphs() {
-        return Err(invalid(
+        return Err(unservable(
             "the Triton state adapter does not handle models with subgraphs (If, Loop, Scan)",
         ));
     }
@@ -117,7 +117,7 @@ pub fn adapt_with_past(model: &mut onnx::ModelProto, states: &[ImplicitState]) -
         let slot = fresh(format!("{past}/triton_slot"))?;
         let inner_present = fresh(format!("{present}/triton_without_slot"))?;
         if !edit.is_computed(present) {
-            return Err(invalid(format!(
+            return Err(unservable(format!(
                 "output {present} is not computed by a node, so the Triton state adapter cannot wrap it"
             )));
         }
@@ -274,7 +274,7 @@ mod tests {
         assert!(metadata_value(&m, COUNTER_METADATA_KEY).is_some());
         // A second counter needs names the first one took.
         let e = add_position_counter(&mut m, &config.states).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(matches!(e, Error::Unservable(_)), "{e:?}");
     }
 
     #[test]

@@ -44,6 +44,10 @@ class OutsideVocabularyError(InvalidArgumentError):
     """A token id outside the model's vocabulary."""
 
 
+class UnknownNameError(InvalidArgumentError):
+    """A name that is none of the known ones (a preset); the message lists them."""
+
+
 class UnknownOptionError(GmlpOnnxError, TypeError):
     """A keyword that is no option of the call (the build command's flags, dashes as underscores)."""
 
@@ -75,6 +79,19 @@ class ModelFileError(GmlpOnnxError, ValueError):
 
 class NeedsRebuildError(ModelFileError):
     """A model that cannot do what was asked as it was built; the message says how to build it."""
+
+
+class UnservableModelError(ModelFileError):
+    """A model a serving target (Triton, onnxruntime-genai) cannot take as it is."""
+
+
+class ForeignModelError(ModelFileError):
+    """An ONNX file gmlp_onnx did not write, asked for what only its own files record."""
+
+
+class UnsupportedError(GmlpOnnxError, ValueError):
+    """A request outside what gmlp_onnx does (an input element type, a folder name ONNX
+    Runtime cannot take)."""
 
 
 class TooLargeError(GmlpOnnxError, ValueError):
@@ -118,6 +135,7 @@ __all__ = [
     "BatchShapeError",
     "PastPositionsError",
     "OutsideVocabularyError",
+    "UnknownNameError",
     "UnknownOptionError",
     "ModuleMismatchError",
     "UnsupportedModuleError",
@@ -126,6 +144,9 @@ __all__ = [
     "NotFiniteError",
     "ModelFileError",
     "NeedsRebuildError",
+    "UnservableModelError",
+    "ForeignModelError",
+    "UnsupportedError",
     "TooLargeError",
     "GmlpOnnxFileNotFoundError",
     "GmlpOnnxOSError",

@@ -89,7 +89,7 @@ fn a_past_input_without_its_present_output_is_refused() {
         )],
     );
     let e = plan(&m, &TritonOptions::new("lm")).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert!(matches!(e, Error::Unservable(_)), "{e:?}");
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn types_triton_cannot_carry_are_refused() {
             &[tensor("y", DataType::Float, &["batch", "4"])],
         );
         let e = plan(&m, &TritonOptions::new("m")).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(matches!(e, Error::Unservable(_)), "{e:?}");
         // The one test of this family's words: the message names the refused type, on
         // one line.
         let e = e.to_string();
