@@ -5,10 +5,33 @@
 //! [`gmlp::build_graph`] through [`onnx::builder::GraphBuilder`] → [`onnx::writer`] →
 //! [`runtime`] (tract, ONNX Runtime) → [`generation`] (decoding) or [`validate`].
 //!
-//! Layers, each importing only from the ones before it: [`message`] → [`error`] → [`tensor`], [`rng`],
-//! [`fs`], [`archive`], [`spelling`] → [`npz`], [`plot`] → [`onnx`] → [`gmlp`] → [`checkpoint`] → [`inspect`] →
-//! [`runtime`] → [`generation`] → [`serve`] → [`validate`] → [`pipeline`] (the build both front ends run).
-//! `tests/suite/layers.rs` checks this order on the sources.
+//! The modules form a graph without a circle; each line names a module and the modules it
+//! uses (`tests/suite/layers.rs` checks it on the sources, both ways: no use outside it,
+//! no edge the sources lack). Modules that use none of each other's are siblings:
+//! [`checkpoint`], [`inspect`] and [`runtime`] over [`gmlp`] (the engine's own code uses
+//! none of it; its unit tests build their models with it); [`serve`] and [`validate`]
+//! over [`generation`]; [`pipeline`] (the build both front ends run) on top.
+//!
+//! ```text
+//! message:
+//! tensor:
+//! rng:
+//! spelling:
+//! error: message
+//! fs: error
+//! archive: error
+//! npz: archive, error, fs, tensor
+//! plot: error, fs
+//! onnx: error, fs, rng, tensor
+//! gmlp: error, message, onnx, rng, spelling, tensor
+//! checkpoint: archive, error, fs, gmlp, message, npz, tensor
+//! inspect: error, gmlp, message, onnx, plot
+//! runtime: error, gmlp, onnx, spelling, tensor
+//! generation: error, gmlp, onnx, rng, runtime, tensor
+//! serve: error, fs, generation, gmlp, message, onnx, rng, runtime, tensor
+//! validate: error, generation, gmlp, message, npz, onnx, plot, rng, runtime, tensor
+//! pipeline: checkpoint, error, gmlp, inspect, message, onnx, runtime, serve
+//! ```
 #![warn(missing_docs)]
 // `unsafe` only where a module or item says why it allows it: ONNX Runtime's buffer
 // module (raw tensor memory, the CUDA runtime's copies) and the read-only map of a

@@ -4,7 +4,7 @@
 //! inputs; a growing-state model (position P = tokens fed so far, one P for the whole
 //! batch) takes them as they are; a static-state model (fixed [batch, n, ·] state, one
 //! position per sequence, docs/static-state.md) keeps its state in buffers bound once
-//! where the runtime binds buffers and the file allows it (bound.rs: ONNX Runtime, on the
+//! where the runtime binds buffers and the file allows it (resident.rs: ONNX Runtime, on the
 //! host or the CUDA device), else carries it like the growing form. A variable-length
 //! model without state is re-run on the whole prefix every time (what the state avoids).
 //! The decoder keeps each sequence's position. The generation loop over a decoder is
@@ -19,7 +19,7 @@ use crate::error::{Error, Remedy, Result};
 use crate::generation::model::{check_vocabulary, DecodingModel, Engine};
 use crate::generation::model::{LoadedModel, StateWrites};
 use crate::generation::state::State;
-use crate::gmlp::decoding::SequenceMode;
+use crate::gmlp::interface::SequenceMode;
 use crate::runtime::{ModelFile, RuntimeKind, RuntimeOptions};
 use crate::tensor::NamedTensor;
 

@@ -1,17 +1,17 @@
 //! The decoding layer, on top of the engine ([`crate::runtime`]): the decoding model read
 //! from a file's metadata ([`model`]), the [`Decoder`] that feeds
 //! tokens and keeps the state between runs ([`decoder`], in one of the storage forms of
-//! state.rs: carried, bound to a session (bound.rs, which also writes the session's step
+//! state.rs: carried, bound to a session (resident.rs, which also writes the session's step
 //! graph, `step_graph`) or a re-run prefix), the choice of the next token
 //! ([`sampling`]) and the one generation loop ([`generator`]). The engine knows nothing of
 //! this layer (`tests/suite/layers.rs` checks it); docs/architecture.md draws `generate`'s
 //! path through both.
 #![deny(unsafe_code)]
 
-mod bound;
 pub mod decoder;
 pub mod generator;
 pub mod model;
+mod resident;
 pub mod sampling;
 mod state;
 

@@ -8,13 +8,13 @@
 //! ([`Decoder::new`](crate::generation::Decoder::new)), one at a time. A loaded model runs
 //! on one `Engine`: a runtime of runs (the state carried from run to run, or the prefix
 //! re-run), or a session of bound buffers running the file with its step graph's outputs
-//! (a static state written in place, bound.rs).
+//! (a static state written in place, resident.rs).
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{one_line, Error, Remedy, Result};
-use crate::generation::bound::step_graph;
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode};
+use crate::generation::resident::step_graph;
+use crate::gmlp::interface::{DecodingInfo, SequenceMode};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;

@@ -3,7 +3,7 @@
 //! [`Carried`], the `past_*` values carried from run to run ([`Runtime::run_carrying`]:
 //! ONNX Runtime's own values, on the host or the CUDA device, or tract's own values);
 //! [`BoundState`], a static state in buffers bound once to the model's session and written
-//! in place (bound.rs); [`Prefix`], no state: every token fed so far re-run (a
+//! in place (resident.rs); [`Prefix`], no state: every token fed so far re-run (a
 //! variable-length model). Each form runs on its engine ([`Engine::runs`],
 //! [`Engine::session`]). A new form is a variant here, its file, and its choice in
 //! [`State::new`].
@@ -11,12 +11,12 @@
 use ndarray::{s, Array1, Array2, Array3, ArrayD, ArrayView2, Axis, IxDyn};
 
 use crate::error::{Error, Result};
-use crate::generation::bound::BoundState;
 use crate::generation::model::DecodingModel;
 use crate::generation::model::Engine;
+use crate::generation::resident::BoundState;
 use crate::generation::sampling::argmax;
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode, POSITION};
 use crate::runtime::{CarriedState, Carry, Runtime};
 use crate::tensor::{NamedTensor, TensorValue};
 

@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart};
 use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
 use crate::gmlp::emit::{build_graph_in, fused_step_applies, HEAD_SCOPE};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart};
 use crate::gmlp::metadata::{
     config_json, quantization_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY,
     QUANTIZATION_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,

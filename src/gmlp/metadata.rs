@@ -27,7 +27,7 @@ pub const PRESET_KEY: &str = "gmlp_onnx.preset";
 pub const TARGET_KEY: &str = "gmlp_onnx.target";
 
 /// How a causal token model's sequence axis was emitted (variable length, or with the
-/// per-block state): [`crate::gmlp::decoding::DecodingInfo`] as JSON with n, the state names
+/// per-block state): [`crate::gmlp::interface::DecodingInfo`] as JSON with n, the state names
 /// and widths and the state bytes per token per block; absent for fixed-length models.
 pub const DECODING_KEY: &str = "gmlp_onnx.decoding";
 

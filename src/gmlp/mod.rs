@@ -6,10 +6,10 @@
 //! knows protobuf.
 
 pub mod config;
-pub mod decoding;
 pub mod emit;
 pub mod export;
 pub mod init;
+pub mod interface;
 pub mod metadata;
 pub mod presets;
 pub mod quantize;
@@ -22,8 +22,8 @@ pub use config::{
     BlockOptions, GateAct, GeluForm, GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task,
     TokenMixing,
 };
-pub use decoding::SequenceMode;
 pub use emit::{build_graph, build_graph_in, fused_step_applies};
 pub use init::{InitScheme, SeededInit};
+pub use interface::SequenceMode;
 pub use presets::{preset, presets, Preset};
 pub use weights::{param_specs, ParamSpec, WeightSource};

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
-use crate::gmlp::decoding::{first_local_block, SequenceMode};
+use crate::gmlp::interface::{first_local_block, SequenceMode};
 use crate::message::{Phrase, Setting};
 use crate::onnx::forms::{Fusions, LayerNormForm, MeanForm, OpForms};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;

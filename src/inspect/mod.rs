@@ -18,7 +18,7 @@ pub mod spatial;
 pub use pictures::inspect_and_plot;
 
 use crate::error::{Error, Remedy, Result};
-use crate::gmlp::decoding::DecodingInfo;
+use crate::gmlp::interface::DecodingInfo;
 use crate::gmlp::metadata::{
     parse_config, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, QUANTIZATION_KEY, TARGET_KEY,
 };

@@ -4,7 +4,7 @@
 
 use super::spatial::spatial_lines;
 use super::*;
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart, StateTensor};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart, StateTensor};
 use crate::gmlp::metadata::{CONFIG_KEY, QUANTIZATION_KEY};
 
 /// A declared shape as `[batch, 16]`.

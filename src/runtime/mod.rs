@@ -22,14 +22,14 @@ use crate::onnx::reader::read_model;
 use crate::spelling::spelling;
 use crate::tensor::{NamedTensor, TensorValue};
 
-mod bound;
+mod binding;
 pub mod discovery;
 pub mod onnxruntime;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tract;
 
-pub use bound::{BindingId, BoundSession, BufferId, Element, Replay};
+pub use binding::{BindingId, BoundSession, BufferId, Element, Replay};
 
 /// Which runtime to use (`--runtimes`, `--runtime`, `--compare`; each variant's first doc
 /// paragraph is its `--help` line).

@@ -23,13 +23,13 @@ use crate::runtime::{
 };
 use crate::tensor::{with_array, NamedTensor, TensorValue};
 
-mod bound;
+mod io_binding;
 // The runtime layer's only `unsafe` (runtime/mod.rs denies it elsewhere).
 #[allow(unsafe_code)]
 mod buffer;
 mod outputs;
 
-pub(crate) use bound::OrtBound;
+pub(crate) use io_binding::OrtBound;
 
 /// The ONNX Runtime version this build is written against (`ort` feature `api-31`).
 pub const REQUIRED_ORT: &str = "1.31";

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::gmlp::decoding::DecodingInfo;
 use crate::gmlp::export::export_for;
 use crate::gmlp::init::{InitScheme, SeededInit};
+use crate::gmlp::interface::DecodingInfo;
 use crate::gmlp::metadata::DECODING_KEY;
 use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::{GmlpConfig, Precision, SequenceMode, SpatialForm, Task};

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, POSITION};
 use crate::gmlp::emit::BATCH;
+use crate::gmlp::interface::{DecodingInfo, POSITION};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY};
 use crate::gmlp::{GmlpConfig, Task};
 use crate::message::{Phrase, Setting};

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::generation::DecodingModel;
-use crate::gmlp::decoding::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
+use crate::gmlp::interface::{SequenceMode, PAST_SEQUENCE, SEQUENCE};
 use crate::message::{Phrase, Setting};
 use crate::npz;
 use crate::onnx::proto::ModelProto;

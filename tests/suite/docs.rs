@@ -428,3 +428,62 @@ fn the_path_scan_finds_paths_and_skips_the_rest() {
         );
     }
 }
+
+/// The `.rs` names in `text` (`generation/resident.rs`, `mod.rs`, `src/fs.rs`).
+fn rust_file_names(text: &str) -> Vec<&str> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_/".contains(c);
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(".rs") {
+        let after = rest[at + 3..].chars().next();
+        let start = rest[..at]
+            .rfind(|c: char| !is_path_char(c))
+            .map_or(0, |k| k + 1);
+        if !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && start < at {
+            found.push(&rest[start..at + 3]);
+        }
+        rest = &rest[at + 3..];
+    }
+    found
+}
+
+/// docs/architecture.md walks the code file by file: every file it names (a path under
+/// src/ with or without the `src/` in front, or a file name under the folder its line
+/// describes) is a file of the tree, so the page fails here when a file moves or goes.
+#[test]
+fn every_source_file_the_architecture_page_names_exists() {
+    let mut sources = vec![root().join("build.rs")];
+    for folder in ["src", "tests", "bindings", "fuzz", "build", "examples"] {
+        text_files(&root().join(folder), &mut sources);
+    }
+    let sources: Vec<String> = sources
+        .iter()
+        .filter_map(|p| p.strip_prefix(root()).ok())
+        .map(|p| p.to_string_lossy().replace('\\', "/"))
+        .filter(|p| p.ends_with(".rs"))
+        .collect();
+    let page = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let names = rust_file_names(&page);
+    assert!(
+        names.len() > 50,
+        "only {} names: the scan is broken",
+        names.len()
+    );
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|name| {
+            !sources
+                .iter()
+                .any(|s| s == name || s.ends_with(&format!("/{name}")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names files the tree does not have: {missing:?}"
+    );
+    assert_eq!(
+        rust_file_names("walks gmlp/interface.rs, (mod.rs) and `src/fs.rs`; not .rsx or x.rst"),
+        ["gmlp/interface.rs", "mod.rs", "src/fs.rs"]
+    );
+}

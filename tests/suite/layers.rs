@@ -1,33 +1,89 @@
-//! The library's modules form one stack, each importing only from the layers below it, so the
-//! data path points one way and there is no import circle (docs/architecture.md). This reads
-//! the sources and checks every `crate::NAME` reference against the order documented in
-//! src/lib.rs; it also checks that the gMLP model knows nothing of protobuf, and that the
-//! engine (`src/runtime/`) knows nothing of the decoding layer on top of it
-//! (`src/generation/`) nor any tensor name of the model.
+//! The library's modules form a graph without a circle, each using only the modules the
+//! graph gives it, so the data path points one way (docs/architecture.md). This reads the
+//! sources and checks every `crate::NAME` reference against [`USES`], the real graph (an
+//! edge the sources do not have fails too, so the table claims nothing false), and that
+//! src/lib.rs's doc draws the same graph; it also checks that the gMLP model knows nothing
+//! of protobuf, and that the engine (`src/runtime/`) knows nothing of the decoding layer on
+//! top of it (`src/generation/`) nor any tensor name of the model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level modules by layer; a module may use its own layer's module only if it is
-/// itself, and any module of a lower layer.
-const LAYERS: &[&[&str]] = &[
-    &["message"],
-    &["error"],
-    &["tensor", "rng", "fs", "archive", "spelling"],
-    &["npz", "plot"],
-    &["onnx"],
-    &["gmlp"],
-    &["checkpoint"],
-    &["inspect"],
-    &["runtime"],
-    &["generation"],
-    &["serve"],
-    &["validate"],
-    &["pipeline"],
+/// Each top-level library module and the modules its files use (`crate::NAME` anywhere,
+/// doc links and unit tests included): modules used by none of each other's are siblings
+/// (`runtime` and `checkpoint` over `gmlp`; `serve` and `validate` over `generation`).
+const USES: &[(&str, &[&str])] = &[
+    ("message", &[]),
+    ("tensor", &[]),
+    ("rng", &[]),
+    ("spelling", &[]),
+    ("error", &["message"]),
+    ("fs", &["error"]),
+    ("archive", &["error"]),
+    ("npz", &["archive", "error", "fs", "tensor"]),
+    ("plot", &["error", "fs"]),
+    ("onnx", &["error", "fs", "rng", "tensor"]),
+    (
+        "gmlp",
+        &["error", "message", "onnx", "rng", "spelling", "tensor"],
+    ),
+    (
+        "checkpoint",
+        &["archive", "error", "fs", "gmlp", "message", "npz", "tensor"],
+    ),
+    ("inspect", &["error", "gmlp", "message", "onnx", "plot"]),
+    ("runtime", &["error", "gmlp", "onnx", "spelling", "tensor"]),
+    (
+        "generation",
+        &["error", "gmlp", "onnx", "rng", "runtime", "tensor"],
+    ),
+    (
+        "serve",
+        &[
+            "error",
+            "fs",
+            "generation",
+            "gmlp",
+            "message",
+            "onnx",
+            "rng",
+            "runtime",
+            "tensor",
+        ],
+    ),
+    (
+        "validate",
+        &[
+            "error",
+            "generation",
+            "gmlp",
+            "message",
+            "npz",
+            "onnx",
+            "plot",
+            "rng",
+            "runtime",
+            "tensor",
+        ],
+    ),
+    (
+        "pipeline",
+        &[
+            "checkpoint",
+            "error",
+            "gmlp",
+            "inspect",
+            "message",
+            "onnx",
+            "runtime",
+            "serve",
+        ],
+    ),
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+/// The modules `module` may use, or `None` for a module not in [`USES`].
+fn uses_of(module: &str) -> Option<&'static [&'static str]> {
+    USES.iter().find(|(m, _)| *m == module).map(|(_, u)| *u)
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -70,47 +126,49 @@ fn crate_references(text: &str) -> Vec<String> {
 }
 
 /// The `crate::NAME` references of `text`, a source file of the top-level module
-/// `module`, that point to a module of its own or a later layer (or to none in LAYERS).
-fn references_up(module: &str, text: &str) -> Vec<String> {
-    let own = layer_of(module).expect("a module in LAYERS");
+/// `module`, to a module the graph does not give it (itself and the crate root's
+/// `Error`/`Result` aside).
+fn undeclared(module: &str, text: &str) -> Vec<String> {
+    let uses = uses_of(module).expect("a module in USES");
     crate_references(text)
         .into_iter()
         .filter(|used| {
             !(used == module
                 || used == "Error"
                 || used == "Result"
-                || matches!(layer_of(used), Some(l) if l < own))
+                || uses.contains(&used.as_str()))
         })
         .collect()
 }
 
-#[test]
-fn modules_import_only_from_the_layers_below() {
+/// Every library source file with its top-level module (the crate root, the binary and the
+/// command line, which sit on top of everything, aside).
+fn library_files() -> Vec<(String, PathBuf)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .filter_map(|file| Some((module_of(&src, &file)?, file)))
+        .filter(|(module, _)| !["lib", "main", "cli"].contains(&module.as_str()))
+        .collect()
+}
+
+#[test]
+fn modules_use_only_what_the_graph_gives_them() {
     let mut violations = BTreeMap::new();
     let mut checked = 0;
-    for file in &files {
-        let Some(module) = module_of(&src, file) else {
-            continue;
-        };
-        if ["lib", "main", "cli"].contains(&module.as_str()) {
-            continue; // the crate root and the binary sit on top of everything
-        }
+    for (module, file) in library_files() {
         assert!(
-            layer_of(&module).is_some(),
-            "{}: module {module} is not in LAYERS",
+            uses_of(&module).is_some(),
+            "{}: module {module} is not in USES",
             file.display()
         );
-        let text = std::fs::read_to_string(file).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
         checked += crate_references(&text).len();
-        let upward = references_up(&module, &text);
-        if !upward.is_empty() {
-            violations.insert(
-                format!("{}", file.strip_prefix(&src).unwrap().display()),
-                upward,
-            );
+        let undeclared = undeclared(&module, &text);
+        if !undeclared.is_empty() {
+            violations.insert(file.display().to_string(), undeclared);
         }
     }
     assert!(
@@ -119,8 +177,66 @@ fn modules_import_only_from_the_layers_below() {
     );
     assert!(
         violations.is_empty(),
-        "imports that point up or sideways: {violations:?}"
+        "uses the graph does not have (add the edge to USES and lib.rs if it belongs): {violations:?}"
     );
+}
+
+#[test]
+fn the_graph_claims_no_use_the_sources_do_not_have() {
+    let mut used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in library_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        used.entry(module)
+            .or_default()
+            .extend(crate_references(&text));
+    }
+    for (module, uses) in USES {
+        let seen = used.get(*module).cloned().unwrap_or_default();
+        for u in *uses {
+            assert!(
+                seen.contains(*u),
+                "USES says {module} uses {u}, but no file of {module} does"
+            );
+        }
+    }
+    assert_eq!(
+        used.keys().cloned().collect::<BTreeSet<_>>(),
+        USES.iter()
+            .map(|(m, _)| m.to_string())
+            .collect::<BTreeSet<_>>(),
+        "the modules of src/ and of USES"
+    );
+}
+
+#[test]
+fn the_graph_has_no_circle_and_lib_rs_draws_it() {
+    let edges: BTreeMap<String, BTreeSet<String>> = USES
+        .iter()
+        .map(|(m, u)| (m.to_string(), u.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert_eq!(find_cycle(&edges), None);
+    // src/lib.rs's doc lists the graph, a line per module: `module: used, used, ...`.
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let drawn: Vec<(String, Vec<String>)> = lib
+        .lines()
+        .skip_while(|l| !l.starts_with("//! ```text"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("//! ```"))
+        .map(|l| {
+            let (module, uses) = l.trim_start_matches("//!").trim().split_once(':').unwrap();
+            let uses = uses.split(',').map(str::trim).filter(|u| !u.is_empty());
+            (
+                module.trim().to_string(),
+                uses.map(str::to_string).collect(),
+            )
+        })
+        .collect();
+    let table: Vec<(String, Vec<String>)> = USES
+        .iter()
+        .map(|(m, u)| (m.to_string(), u.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert_eq!(drawn, table, "src/lib.rs's graph and USES");
 }
 
 #[test]
@@ -152,19 +268,20 @@ fn the_gmlp_model_knows_nothing_of_protobuf() {
 /// decoding layer, a doc link included, is one pointing up; the other way is allowed.
 #[test]
 fn the_engine_never_refers_to_the_decoding_layer() {
-    assert!(layer_of("runtime").unwrap() < layer_of("generation").unwrap());
+    assert!(!uses_of("runtime").unwrap().contains(&"generation"));
+    assert!(uses_of("generation").unwrap().contains(&"runtime"));
     assert_eq!(
-        references_up("runtime", "use crate::generation::Decoder;"),
+        undeclared("runtime", "use crate::generation::Decoder;"),
         vec!["generation"]
     );
     assert_eq!(
-        references_up(
+        undeclared(
             "runtime",
             "/// See [`Sampler`](crate::generation::sampling::Sampler)."
         ),
         vec!["generation"]
     );
-    assert!(references_up("generation", "use crate::runtime::{open, Runtime};").is_empty());
+    assert!(undeclared("generation", "use crate::runtime::{open, Runtime};").is_empty());
     // And on the sources: no file of the engine names the decoding layer at all.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
     let mut files = Vec::new();

@@ -801,7 +801,7 @@ mod with_onnxruntime {
         plain_run: &serde_json::Value,
         dir: &std::path::Path,
     ) {
-        use gmlp_onnx::gmlp::decoding::StateStart;
+        use gmlp_onnx::gmlp::interface::StateStart;
         let fused = dir.join("fused.onnx");
         fx.build(
             "model.safetensors",

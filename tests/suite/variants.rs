@@ -80,7 +80,7 @@ fn local_windows_keep_only_the_rows_they_can_still_see() {
         .into_iter()
         .find(|(n, _)| *n == "fold3-window2-attn-heads2")
         .unwrap();
-    let info = gmlp_onnx::gmlp::decoding::DecodingInfo::of(&cfg, SequenceMode::Growing).unwrap();
+    let info = gmlp_onnx::gmlp::interface::DecodingInfo::of(&cfg, SequenceMode::Growing).unwrap();
     let windows: Vec<(String, Option<usize>)> = info
         .state
         .iter()

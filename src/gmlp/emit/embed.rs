@@ -9,7 +9,7 @@ use super::sequence::{FixedPositions, Sequence};
 use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
 use crate::error::Result;
 use crate::gmlp::config::Task;
-use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
+use crate::gmlp::interface::{SequenceMode, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {

@@ -28,7 +28,7 @@
 //! devices, refuses such a file). That saves static_state.rs's copy of every state every
 //! step (its cost grows with the state, not with the rows a step writes).
 //!
-//! [`StateStart::Zeroed`]: crate::gmlp::decoding::StateStart::Zeroed
+//! [`StateStart::Zeroed`]: crate::gmlp::interface::StateStart::Zeroed
 
 use std::collections::HashMap;
 
@@ -38,7 +38,7 @@ use super::static_state::{static_state_input, StaticInputs};
 use super::{BATCH, INPUT_IDS, MASK_VALUE};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task};
-use crate::gmlp::decoding::{SequenceMode, SEQUENCE};
+use crate::gmlp::interface::{SequenceMode, SEQUENCE};
 use crate::onnx::forms::{Fusions, OpForms};
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;

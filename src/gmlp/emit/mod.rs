@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::gmlp::config::{GmlpConfig, Task};
-use crate::gmlp::decoding::{mode_state, SequenceMode};
+use crate::gmlp::interface::{mode_state, SequenceMode};
 use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;

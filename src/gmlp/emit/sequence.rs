@@ -20,7 +20,7 @@ use super::context::Emitter;
 use super::static_state::{StaticInputs, StaticState};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
-use crate::gmlp::decoding::{
+use crate::gmlp::interface::{
     block_state, first_local_block, static_local_mixing_refused, SequenceMode, StateTensor,
     TOTAL_SEQUENCE,
 };

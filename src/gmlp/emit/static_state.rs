@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use super::context::Emitter;
 use super::MASK_VALUE;
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{
+use crate::gmlp::interface::{
     first_local_block, mode_state, static_local_mixing_refused, SequenceMode, POSITION, SEQUENCE,
 };
 use crate::onnx::graph::{Dim, ElemType, Value};
@@ -412,7 +412,7 @@ pub(crate) fn static_state_input(
     past: &HashMap<String, Value>,
     i: usize,
     kind: &str,
-) -> Result<(crate::gmlp::decoding::StateTensor, Value)> {
+) -> Result<(crate::gmlp::interface::StateTensor, Value)> {
     let tensor = mode_state(cfg, SequenceMode::Static)
         .into_iter()
         .find(|s| s.block == i && s.kind() == kind)

@@ -18,8 +18,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{DecodingInfo, SequenceMode, StateStart, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart, POSITION};
 use crate::gmlp::metadata::DECODING_KEY;
 use crate::message::{Phrase, Setting};
 use crate::onnx::dtype::DataType;

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::gmlp::decoding::StateTensor;
+use crate::gmlp::interface::StateTensor;
 
 /// Name template of genai's past keys (`decoder.inputs.past_key_names`).
 pub const PAST_KEY: &str = "past_key_values.%d.key";

@@ -26,7 +26,7 @@ use prost::Message;
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
 use crate::gmlp::config::Task;
-use crate::gmlp::decoding::DecodingInfo;
+use crate::gmlp::interface::DecodingInfo;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::message::Phrase;
 use crate::onnx::edit::ModelEdit;

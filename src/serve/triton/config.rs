@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::{unservable, TritonOptions, DEFAULT_MAX_BATCH_SIZE, WITH_PAST_MAX_BATCH_SIZE};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::INPUT_IDS;
+use crate::gmlp::interface::POSITION;
 use crate::message::{Phrase, Setting};
 use crate::onnx::dtype::DataType;
 use crate::onnx::graph::Dim;

@@ -12,7 +12,7 @@ use super::super::context::Emitter;
 use super::super::sequence::{GrowingState, Sequence};
 use super::super::static_state::{StaticState, Written};
 use crate::error::{Error, Result};
-use crate::gmlp::decoding::{PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
+use crate::gmlp::interface::{PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
 use crate::onnx::graph::{Dim, Value};
 
 impl Emitter {

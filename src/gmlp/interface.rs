@@ -1,6 +1,7 @@
-//! Causal token models as generators (docs/design.md, "The causal state"): how the
-//! sequence axis is emitted ([`SequenceMode`]), the names and shapes of the per-block state
-//! of a `--with-past` graph, and the description of it stored in the model's metadata.
+//! The interface a causal token model's file offers a decoder (docs/design.md, "The causal
+//! state"): how the sequence axis is emitted ([`SequenceMode`]), the names and shapes of the
+//! per-block state of a `--with-past` graph, and the description of it stored in the
+//! model's metadata. Decoding itself is src/generation/'s.
 //!
 //! At position t a causal block needs only u_s = LN_sgu(z2_s) for s ≤ t (and, for aMLP, the
 //! keys and values k_s, v_s); everything else is per token. So the state of block i after

@@ -2,8 +2,8 @@
 //! when they grow).
 
 use super::*;
-use crate::gmlp::decoding::POSITION;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::interface::POSITION;
 use crate::gmlp::SequenceMode;
 use crate::runtime::testing::{first_largest, tiny_info, write_tiny};
 use crate::runtime::ModelSource;

@@ -27,8 +27,8 @@ use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 
 use crate::error::{Error, Result};
 use crate::generation::sampling::argmax;
-use crate::gmlp::decoding::{DecodingInfo, StateTensor, POSITION};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::interface::{DecodingInfo, StateTensor, POSITION};
 use crate::onnx::edit::{add_node, arg_max_node, value_names, ModelEdit};
 use crate::onnx::proto::{GraphProto, ModelProto, ValueInfoProto};
 use crate::runtime::{BindingId, BoundSession, BufferId, Element, ModelFile, Replay};
