@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use gmlp_onnx::generation::SamplingError;
 use gmlp_onnx::generation::{check_vocabulary, Decoder, DecodingFile, DecodingModel, StateWrites};
-use gmlp_onnx::generation::{Generator, Sampling, StopReason};
+use gmlp_onnx::generation::{fused_twin, Generator, Sampling, StepForm, StopReason};
 use gmlp_onnx::runtime::{RuntimeKind, RuntimeOptions};
 use gmlp_onnx::Error;
 
@@ -49,6 +49,9 @@ pub struct GenerateArgs {
     /// it in place (for measuring what writing in place saves).
     #[arg(long)]
     pub copy_state: bool,
+    /// A static-state file of the portable step: also run the fused step of its configuration (what `build --target onnxruntime` writes; a twin with seeded weights, built in memory, since a step's time does not depend on the weights' values) on each ONNX Runtime runtime, after the file, and report both median steps (3 runs of up to 32 steps each, alternating).
+    #[arg(long, conflicts_with = "copy_state")]
+    pub fused_gain: bool,
     /// Tokens to generate [default: until the model's n positions are full].
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
@@ -77,7 +80,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub ort: OrtFlags,
     /// Generate on a Triton server, or on the router in front of several (http://HOST:PORT), instead of in-process: KServe v2 HTTP, tokens only, the state kept by the server; a sequence whose request fails starts again under a new sequence id with its tokens so far as the prompt.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "runtime", "compare", "copy_state"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "runtime", "compare", "copy_state", "fused_gain"])]
     pub server: Option<String>,
     /// --server: the model's name on the server [default: the server's only model].
     #[arg(long, requires = "server")]
@@ -116,6 +119,38 @@ pub(crate) struct GenerationReport {
     /// dequantized 8-bit `MatMulNBits`, ort-cuda's CUDA graphs), also printed on stderr.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
+    /// The static step the file runs (static-state files only): `fused`,
+    /// `portable-fusable` (`--target onnxruntime` would write it fused) or `portable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) step_form: Option<StepForm>,
+    /// `--fused-gain`: the fused twin's median step on this runtime, measured after the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fused_step_median_ms: Option<f64>,
+    /// `--fused-gain`: the file's median step over the fused twin's (above 1: the fused
+    /// step is faster), each the median of three runs of up to 32 steps, the two
+    /// alternating.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fused_gain: Option<f64>,
+}
+
+impl GenerationReport {
+    /// The line saying which static step ran and what the fused one gains (or how to
+    /// measure it), for ONNX Runtime's runs of a static-state file.
+    pub(crate) fn form_line(&self) -> Option<String> {
+        let form = self.step_form?;
+        let on_ort = self.runtime != RuntimeKind::Tract.name();
+        Some(match (form, self.fused_step_median_ms, self.fused_gain) {
+            (StepForm::PortableFusable, Some(fused), Some(gain)) => format!(
+                "form:    {}; the fused one (build --target onnxruntime): median step {fused:.2} ms here, {gain:.2}x as fast (3 runs each side by side, a twin with seeded weights)",
+                form.describe()
+            ),
+            (StepForm::PortableFusable, _, _) if on_ort => format!(
+                "form:    {}; --fused-gain measures the fused one (build --target onnxruntime), which tract cannot read",
+                form.describe()
+            ),
+            _ => format!("form:    {}", form.describe()),
+        })
+    }
 }
 
 /// A [`GenerationReport`]'s sequences: one prompt's fields as they are, a batch's as
@@ -272,7 +307,84 @@ pub(crate) fn generate_on(
         step_median_ms: g.step_median_ms(),
         step_tokens_per_s: g.step_tokens_per_s(),
         note,
+        step_form: StepForm::of(file.decoded()),
+        fused_step_median_ms: None,
+        fused_gain: None,
     })
+}
+
+/// Generates on each runtime of the flags ([`generate_on`]); with `--fused-gain`, then the
+/// fused twin of the file on each ONNX Runtime runtime, its median step set beside the
+/// file's.
+pub(crate) fn generate_all(
+    a: &GenerateArgs,
+    file: &DecodingFile,
+    prompts: &[Vec<i64>],
+    new_tokens: usize,
+) -> anyhow::Result<Vec<GenerationReport>> {
+    let kinds = runtimes(a);
+    if a.fused_gain && !kinds.iter().any(|k| k.binds_buffers()) {
+        anyhow::bail!(Error::Conflict(
+            "--fused-gain measures the fused step in ONNX Runtime: give --runtime ort-cpu or ort-cuda (tract cannot read it)".into()
+        ));
+    }
+    let twin = if a.fused_gain {
+        Some(fused_twin(
+            file.decoded(),
+            &file.file().path.with_extension("fused-twin.onnx"),
+        )?)
+    } else {
+        None
+    };
+    let mut results = Vec::new();
+    for kind in kinds {
+        let mut report = generate_on(kind, a, file, prompts, new_tokens)?;
+        if let (Some(twin), true) = (&twin, kind.binds_buffers()) {
+            let (own, fused) = fused_gain_rounds(kind, a, file, twin, prompts, new_tokens)?;
+            report.fused_step_median_ms = Some(fused);
+            report.fused_gain = Some(own / fused);
+        }
+        results.push(report);
+    }
+    Ok(results)
+}
+
+/// Rounds of `--fused-gain`'s measurement, the file and its twin alternating.
+const FUSED_GAIN_ROUNDS: usize = 3;
+/// Steps per run of `--fused-gain`'s measurement, at most.
+const FUSED_GAIN_STEPS: usize = 32;
+
+/// The median steps of the file and of its fused twin on `kind`: [`FUSED_GAIN_ROUNDS`]
+/// rounds of one run each, side by side (file, twin, file, twin, ...), the median of each
+/// side's run medians.
+fn fused_gain_rounds(
+    kind: RuntimeKind,
+    a: &GenerateArgs,
+    file: &DecodingFile,
+    twin: &DecodingFile,
+    prompts: &[Vec<i64>],
+    new_tokens: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let steps = new_tokens.min(FUSED_GAIN_STEPS);
+    if steps < 2 {
+        anyhow::bail!(Error::OutOfRange(
+            "--fused-gain times steps: it needs at least 2 new tokens".into()
+        ));
+    }
+    let (mut own, mut fused) = (Vec::new(), Vec::new());
+    for _ in 0..FUSED_GAIN_ROUNDS {
+        for (side, f) in [(&mut own, file), (&mut fused, twin)] {
+            let median = generate_on(kind, a, f, prompts, steps)?.step_median_ms;
+            side.push(median.ok_or_else(|| {
+                Error::Internal("a measured run of --fused-gain without steps".into())
+            })?);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(&mut own), median(&mut fused)))
 }
 
 /// The sampling the flags ask for.
@@ -338,18 +450,8 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         Some(k) => k,
         None => room,
     };
-    let kinds = runtimes(&a);
     check_sampling(&a)?;
-    let mut results = Vec::new();
-    for kind in kinds {
-        results.push(generate_on(
-            kind,
-            &a,
-            &file,
-            std::slice::from_ref(&prompt),
-            new_tokens,
-        )?);
-    }
+    let results = generate_all(&a, &file, std::slice::from_ref(&prompt), new_tokens)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
@@ -394,6 +496,9 @@ fn print_reports(results: &[GenerationReport], model: &DecodingModel) -> anyhow:
                 }
             ),
             _ => println!("steps:   none"),
+        }
+        if let Some(line) = g.form_line() {
+            println!("{line}");
         }
     }
     Ok(())

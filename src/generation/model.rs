@@ -18,7 +18,7 @@ use crate::gmlp::interface::{DecodingInfo, SequenceMode};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::gmlp::Task;
 use crate::onnx::proto::ModelProto;
-use crate::onnx::reader::{metadata_value, read_model, updates_in_place};
+use crate::onnx::reader::{decode_model, metadata_value, read_model, updates_in_place};
 use crate::runtime::{
     open, open_bound, BoundSession, ModelFile, ModelSource, Runtime, RuntimeKind, RuntimeOptions,
 };
@@ -123,6 +123,24 @@ impl DecodingFile {
             model,
             description,
         })
+    }
+
+    /// A model held in memory as a decoding file named `label` (`bytes`, an encoded model
+    /// with its weights inline): runtimes load it from memory, nothing is read from or
+    /// written to `label`.
+    pub fn from_bytes(label: &Path, bytes: &[u8]) -> Result<DecodingFile> {
+        let model = decode_model(bytes, label)?;
+        let description = DecodingModel::of_file(ModelFile::decoded(label, &model))?;
+        Ok(DecodingFile {
+            path: label.to_path_buf(),
+            model,
+            description,
+        })
+    }
+
+    /// The decoded model.
+    pub fn decoded(&self) -> &ModelProto {
+        &self.model
     }
 
     /// The model's decoding description.

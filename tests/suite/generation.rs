@@ -427,4 +427,64 @@ mod with_onnxruntime {
         }
         assert!(lines[4].contains("median step"), "{text}");
     }
+
+    /// `generate --fused-gain` on a portable static-state file: the file's own generation
+    /// is as without the flag (same tokens), the report names the file's form and sets the
+    /// fused twin's measured median step beside the file's; on tract alone, or on a file
+    /// fused already, the flag is refused in one line.
+    #[test]
+    fn the_fused_gain_is_measured_beside_the_file_whose_tokens_stay_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = write_small_amlp(SequenceMode::Static, dir.path(), "static.onnx");
+        let model = path_str(&model);
+        let base = [
+            "generate",
+            model,
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "8",
+            "--runtime",
+            "ort-cpu",
+            "--json",
+        ];
+        let json = |extra: &[&str]| -> serde_json::Value {
+            let o = gmlp(&[&base[..], extra].concat());
+            assert!(o.status.success(), "{}", output_text(&o));
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()[0].clone()
+        };
+        let plain = json(&[]);
+        let measured = json(&["--fused-gain"]);
+        assert_eq!(plain["tokens"], measured["tokens"]);
+        assert_eq!(plain["step_form"], "portable-fusable");
+        assert!(plain.get("fused_gain").is_none(), "{plain}");
+        let fused = measured["fused_step_median_ms"].as_f64().unwrap();
+        let gain = measured["fused_gain"].as_f64().unwrap();
+        assert!(fused > 0.0 && gain.is_finite() && gain > 0.0, "{measured}");
+        let tract = [&base[..7], &["tract", "--fused-gain"]].concat();
+        assert_refused(
+            &tract,
+            "--fused-gain measures the fused step in ONNX Runtime",
+        );
+        // A file built fused has no fused form to compare.
+        let fused_file = dir.path().join("fused.onnx");
+        let (_, cfg) = causal_configs().swap_remove(1);
+        let target = BuildTarget::resolve(Target::OnnxRuntime, None).unwrap();
+        write_for(
+            &cfg,
+            Arc::new(spread(3)),
+            SequenceMode::Static,
+            &target,
+            dir.path(),
+            "fused.onnx",
+        );
+        let fused_args = [
+            "generate",
+            path_str(&fused_file),
+            "--prompt-ids",
+            "1,2",
+            "--fused-gain",
+        ];
+        assert_refused(&fused_args, "runs the fused static step already");
+    }
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use clap::Parser;
+use gmlp_onnx::generation::StepForm;
 use gmlp_onnx::generation::{
     check_vocabulary, Decoder, DecodingFile, LoadedModel, Run, Sampling, StateWrites,
 };
@@ -108,6 +109,7 @@ pub struct Generator {
     max_sequence: usize,
     eos_token_id: Option<i64>,
     note: Option<String>,
+    step_form: Option<&'static str>,
 }
 
 /// The sampling of a Python call: `{"temperature", "top_k", "top_p", "seed"}`.
@@ -145,6 +147,7 @@ impl Generator {
         detached(py, move || {
             let file = DecodingFile::read(&path)?;
             let description = file.description().clone();
+            let step_form = StepForm::of(file.decoded()).map(StepForm::name);
             let loaded = file.load(kind, &flags.ort.runtime_options(), StateWrites::InPlace)?;
             let note = loaded.note(1);
             Ok(Generator {
@@ -153,6 +156,7 @@ impl Generator {
                 max_sequence: description.info.max_sequence,
                 eos_token_id: description.end_token,
                 note,
+                step_form,
                 session: Mutex::new(Session {
                     loaded: Loaded::Idle(Box::new(loaded)),
                     run: None,
@@ -189,6 +193,13 @@ impl Generator {
     #[getter]
     fn note(&self) -> Option<&str> {
         self.note.as_deref()
+    }
+
+    /// The static step the file runs (`fused`, `portable-fusable`, `portable`; `None`
+    /// for other files), as `gmlp-onnx generate --json` names it.
+    #[getter]
+    fn step_form(&self) -> Option<&'static str> {
+        self.step_form
     }
 
     /// Starts a generation of `prompts` (the prefill runs here) for `step` to advance.

@@ -12,9 +12,7 @@ use gmlp_onnx::generation::StopReason;
 use gmlp_onnx::generation::{check_vocabulary, DecodingFile};
 use gmlp_onnx::Error;
 
-use super::{
-    check_sampling, generate_on, parse_ids, runtimes, show_tokens, GenerateArgs, Sequences,
-};
+use super::{check_sampling, generate_all, parse_ids, show_tokens, GenerateArgs, Sequences};
 
 /// Most prompts one file may hold (the state of every sequence is allocated at once).
 pub const MAX_PROMPTS: usize = 64;
@@ -75,12 +73,8 @@ pub fn run(a: &GenerateArgs, file: &DecodingFile, prompts_file: &Path) -> anyhow
         Some(k) => k,
         None => room,
     };
-    let kinds = runtimes(a);
     check_sampling(a)?;
-    let mut results = Vec::new();
-    for kind in kinds {
-        results.push(generate_on(kind, a, file, &prompts, new_tokens)?);
-    }
+    let results = generate_all(a, file, &prompts, new_tokens)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
@@ -121,6 +115,9 @@ pub fn run(a: &GenerateArgs, file: &DecodingFile, prompts_file: &Path) -> anyhow
                     g.steps, g.steps_ms
                 ),
                 _ => println!("steps:   none"),
+            }
+            if let Some(line) = g.form_line() {
+                println!("{line}");
             }
         }
     }

@@ -157,6 +157,14 @@ class Generator:
         """What the runtime does differently from running the file as it is, if anything."""
         return self._native.note
 
+    @property
+    def step_form(self) -> Optional[str]:
+        """The static step the file runs: ``"fused"`` (built with ``target="onnxruntime"``),
+        ``"portable-fusable"`` (``target="onnxruntime"`` would build it fused: ``gmlp-onnx
+        generate --fused-gain`` measures the gain) or ``"portable"``; ``None`` for a file
+        without a static state."""
+        return self._native.step_form
+
     def generate(
         self,
         prompt_ids: Prompt,
