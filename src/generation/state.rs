@@ -356,4 +356,39 @@ mod tests {
         state.reset(e).unwrap();
         assert!(rows(&mut state, e).iter().all(|&r| r == 0));
     }
+
+    /// A static state on tract moves into each run (its rows are written in place), so a
+    /// run that fails inside the graph (a position past the model's rows, caught by its
+    /// checked `Gather`) spends it: the next run is refused, naming the spent state, and a
+    /// reset starts again.
+    #[test]
+    fn a_static_state_spent_by_a_failed_tract_run_is_refused_until_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny(dir.path(), SequenceMode::Static);
+        let model = DecodingModel::read(&path).unwrap();
+        let n = model.info.max_sequence as i64;
+        let runtime = open(RuntimeKind::Tract, &path, &RuntimeOptions::default()).unwrap();
+        let mut engine = Engine::Runs(runtime);
+        let e = &mut engine;
+        let mut state = State::new(e, &model, 1).unwrap();
+        state
+            .run(e, ndarray::array![[1i64, 2]].view(), &[0])
+            .unwrap();
+        state.run(e, ndarray::array![[3i64]].view(), &[2]).unwrap();
+        assert!(state
+            .run(e, ndarray::array![[4i64]].view(), &[n + 5])
+            .is_err());
+        let again = state
+            .run(e, ndarray::array![[4i64]].view(), &[3])
+            .unwrap_err();
+        assert!(
+            matches!(&again, Error::RuntimeFailed { reason, .. } if reason.contains("spent")),
+            "{again:?}"
+        );
+        state.reset(e).unwrap();
+        state
+            .run(e, ndarray::array![[1i64, 2]].view(), &[0])
+            .unwrap();
+        assert_eq!(state.logits(e).unwrap().dim(), (1, 2, model.vocab_size));
+    }
 }

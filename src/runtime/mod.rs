@@ -159,7 +159,10 @@ pub trait Runtime: Send {
     /// One run carrying values to the next: `inputs` plus the values held in `state`,
     /// matched by name. Each output named as the `output` of a pair in `carry` is not
     /// returned: it becomes `state`'s value under the pair's `input` name, fed by the next
-    /// call; the other outputs come back in graph order. On error `state` is unchanged.
+    /// call; the other outputs come back in graph order. On error `state` is unchanged,
+    /// but for tract's values after a run that got past its input shapes: tract writes a
+    /// static state's rows into the tensor it was given, so such a run spends its state
+    /// ([`StateValue::Spent`]) and the next one is refused.
     /// ONNX Runtime and tract keep the carried values as their own (on the device for
     /// ort-cuda: no copy between runs); this default carries them as host arrays through
     /// [`Runtime::run`].
@@ -193,7 +196,7 @@ fn carry_on_host(
     feed.extend(std::mem::take(&mut state.values).into_iter().filter_map(
         |(name, value)| match value {
             StateValue::Host(value) => Some(NamedTensor { name, value }),
-            StateValue::Ort(_) | StateValue::Tract(_) => None,
+            StateValue::Ort(_) | StateValue::Tract(_) | StateValue::Spent => None,
         },
     ));
     let split = run(&feed).and_then(|outputs| split_carried(runtime, outputs, carry));
@@ -324,6 +327,9 @@ pub enum StateValue {
     Ort(onnxruntime::OrtValue),
     /// A tract output value, fed back to the plan that made it as it is.
     Tract(tract::TractValue),
+    /// A tract value moved into a run that then failed (a run writes a static state's rows
+    /// into the tensor it was given): nothing left to feed.
+    Spent,
 }
 
 impl StateValue {
@@ -333,6 +339,10 @@ impl StateValue {
             StateValue::Host(t) => Ok(t.clone()),
             StateValue::Ort(v) => v.to_host(),
             StateValue::Tract(v) => v.to_host(),
+            StateValue::Spent => Err(Error::RuntimeFailed {
+                runtime: "tract".into(),
+                reason: "a state spent by a run that failed".into(),
+            }),
         }
     }
 }

@@ -484,7 +484,7 @@ impl OrtRuntime {
                     StateValue::Host(t) => host_input(name, t)?,
                     StateValue::Ort(v) => (&v.value).into(),
                     // A state is carried by the runtime that made it.
-                    StateValue::Tract(_) => {
+                    StateValue::Tract(_) | StateValue::Spent => {
                         return Err(Error::Internal(format!(
                             "{wanted}: a value of tract's fed to ONNX Runtime"
                         )))

@@ -325,9 +325,13 @@ fn host_value(t: &Tensor) -> Result<TensorValue> {
 }
 
 impl TractRuntime {
-    /// [`Runtime::run_carrying`]: the carried values are tract's own, fed by reference
-    /// (the state keeps them until the run has succeeded, so a refused run leaves it as it
-    /// was), and the carried outputs kept as they came.
+    /// [`Runtime::run_carrying`]: the carried values are tract's own, moved into the run
+    /// (the state holds no other reference, so that an op whose input is the value's last
+    /// use, a static state's `ScatterND`, writes its rows into that very tensor instead of
+    /// copying it whole first), and the carried outputs kept as they came. Inputs whose
+    /// shapes the plan refuses are refused before the state moves ([`Self::check_shapes`]:
+    /// the state is left as it was); a run that fails after that has spent its state, and
+    /// the next one is refused, saying so.
     fn run_carrying_unguarded(
         &self,
         inputs: &[NamedTensor],
@@ -335,11 +339,27 @@ impl TractRuntime {
         carry: &[Carry],
     ) -> Result<Vec<NamedTensor>> {
         let mut values: TVec<TValue> = tvec!();
+        self.check_shapes(inputs, state)?;
         for name in &self.input_names {
             let value = match inputs.iter().find(|t| &t.name == name) {
                 Some(t) => tract_tensor(name, &t.value)?.into_tvalue(),
-                None => match state.values.iter().find(|(n, _)| n == name) {
-                    Some((_, StateValue::Tract(v))) => v.0.clone(),
+                None => match state.values.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, held @ StateValue::Tract(_))) => {
+                        let StateValue::Tract(TractValue(v)) =
+                            std::mem::replace(held, StateValue::Spent)
+                        else {
+                            unreachable!("matched as tract's own")
+                        };
+                        v
+                    }
+                    Some((_, StateValue::Spent)) => {
+                        return Err(Error::RuntimeFailed {
+                            runtime: "tract".into(),
+                            reason: format!(
+                                "the state {name} was spent by a run that failed; start the sequences again"
+                            ),
+                        })
+                    }
                     Some((_, held)) => tract_tensor(name, &held.to_host()?)?.into_tvalue(),
                     None => {
                         return Err(Error::BadTensor(format!(
@@ -373,6 +393,50 @@ impl TractRuntime {
                 .collect::<Result<Vec<_>>>()?;
         }
         Ok(rest)
+    }
+
+    /// Refuses inputs (given or carried) of a shape the plan's input facts exclude: a
+    /// fixed dimension of another size, or a named one (`batch`) of two sizes.
+    fn check_shapes(&self, inputs: &[NamedTensor], state: &CarriedState) -> Result<()> {
+        let mut bound: Vec<(Symbol, usize)> = Vec::new();
+        for (k, name) in self.input_names.iter().enumerate() {
+            let shape: Vec<usize> = match inputs.iter().find(|t| &t.name == name) {
+                Some(t) => t.value.shape().to_vec(),
+                None => match state.values.iter().find(|(n, _)| n == name) {
+                    Some((_, StateValue::Tract(TractValue(v)))) => v.shape().to_vec(),
+                    Some((_, StateValue::Host(t))) => t.shape().to_vec(),
+                    _ => continue,
+                },
+            };
+            let fact = self.plan.model().input_fact(k).map_err(failed)?;
+            let refused = |why: String| {
+                Err(Error::BadTensor(format!(
+                    "input {name} of shape {shape:?}: {why}"
+                )))
+            };
+            if fact.rank() != shape.len() {
+                return refused(format!("the model takes rank {}", fact.rank()));
+            }
+            for (axis, (dim, &size)) in fact.shape.iter().zip(&shape).enumerate() {
+                if let Ok(fixed) = dim.to_i64() {
+                    let fixed = fixed as usize;
+                    if fixed != size {
+                        return refused(format!("axis {axis} must be {fixed}"));
+                    }
+                } else if let TDim::Sym(symbol) = dim {
+                    match bound.iter().find(|(s, _)| s == symbol) {
+                        Some((_, seen)) if *seen != size => {
+                            return refused(format!(
+                                "axis {axis} ({symbol}) is {seen} in another input"
+                            ))
+                        }
+                        Some(_) => {}
+                        None => bound.push((symbol.clone(), size)),
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn run_into_unguarded(
