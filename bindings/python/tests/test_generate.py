@@ -107,6 +107,28 @@ def test_a_batch_of_prompts_of_different_lengths_is_each_prompt_alone(files, exp
     assert gmlp_onnx.Generator(files["static"], runtime="tract").generate(BATCH, max_new_tokens=NEW) == got
 
 
+def test_step_form_names_the_static_step_each_file_runs(files, tmp_path):
+    # Token shift is outside the fused step: the static file runs the portable one.
+    assert gmlp_onnx.Generator(files["static"], runtime="ort-cpu").step_form == "portable"
+    assert gmlp_onnx.Generator(files["growing"], runtime="ort-cpu").step_form is None
+    # Without it (the seed: greedy picks far from ties, as the module fixture's).
+    for seed in range(20):
+        torch.manual_seed(seed)
+        plain = G.jitter(gMLP(num_tokens=G.VOCAB, dim=16, depth=2, seq_len=N, causal=True, attn_dim=8), seed)
+        if G.greedy_margin(plain, PROMPT, NEW) >= 1e-3:
+            break
+    else:
+        pytest.fail("no seed in 0..19 gives greedy margins >= 1e-3")
+    portable, fused = tmp_path / "portable.onnx", tmp_path / "fused.onnx"
+    gmlp_onnx.export(plain, portable, with_past="static")
+    gmlp_onnx.export(plain, fused, with_past="static", target="onnxruntime")
+    gens = {p: gmlp_onnx.Generator(p, runtime="ort-cpu") for p in (portable, fused)}
+    assert gens[portable].step_form == "portable-fusable"
+    assert gens[fused].step_form == "fused"
+    want = G.greedy(plain, PROMPT, NEW)
+    assert [gens[p].generate(PROMPT, max_new_tokens=NEW) for p in gens] == [want, want]
+
+
 def test_prompts_that_are_not_token_ids_are_refused(files):
     gen = gmlp_onnx.Generator(files["static"])
     for bad in ("hello", [], [1, [2]]):
