@@ -234,7 +234,12 @@ impl LoadedModel {
         let engine = if writes == StateWrites::InPlace && binds(kind, &description) {
             file.with_decoded(|file| open_session(kind, file, options))?
         } else {
-            Engine::Runs(open(kind, file, &decoding(options))?)
+            // tract's thread pool (`--threads`) serves the runs of several tokens (a
+            // prefill, a re-run prefix) and not the single-token steps, where it costs more
+            // than it saves: the decoder says which ([`Runtime::use_threads`]; amlp-base, 6
+            // blocks, 2 cores: a step 10.9 ms on 2 threads, 9.6 on one; a prefill of 256
+            // tokens 182 against 225 ms; BENCHMARKS.md).
+            Engine::Runs(open(kind, file, options)?)
         };
         Ok(LoadedModel {
             description,
@@ -312,16 +317,6 @@ fn binds(kind: RuntimeKind, description: &DecodingModel) -> bool {
 
 /// The session of bound buffers running the decoded `file` with its step graph's outputs,
 /// with CUDA graphs on ort-cuda where ONNX Runtime takes them.
-/// The settings a decoder runs a runtime with: `options`, but tract's matrix products on
-/// the calling thread alone. A step is many small products, where tract's thread pool
-/// costs more than it saves (amlp-base, 6 blocks, 2 cores: 34.5 ms a step on 2 threads,
-/// 27.5 ms on one; BENCHMARKS.md, "tract at its limit").
-fn decoding(options: &RuntimeOptions) -> RuntimeOptions {
-    let mut options = options.clone();
-    options.tract.threads = 0;
-    options
-}
-
 fn open_session(kind: RuntimeKind, file: ModelFile, options: &RuntimeOptions) -> Result<Engine> {
     let bytes = step_graph(file)?;
     let source = ModelSource::Edited {

@@ -22,6 +22,10 @@ pub struct TractRuntime {
     output_names: Vec<String>,
     /// Nodes run as MatMul on dequantized weights, if any.
     dequantized: usize,
+    /// tract's pool for the matrix products (`TractOptions::threads` above 1), and whether
+    /// the next runs use it ([`Runtime::use_threads`]).
+    pool: Option<tract_linalg::multithread::Executor>,
+    pooled: bool,
 }
 
 /// MatMulNBits code widths tract 0.23 reads itself (`tract-onnx`'s `mat_mul_nbits`).
@@ -153,21 +157,20 @@ impl TractRuntime {
             .collect();
         let mut typed = model.into_typed().map_err(|e| failed_to_load(file, e))?;
         own_copy_of_shared_weights(&mut typed).map_err(failed)?;
-        let run_options = RunOptions {
-            executor: (options.threads > 1)
-                .then(|| tract_linalg::multithread::Executor::multithread(options.threads)),
-            ..Default::default()
-        };
+        // The plan has no executor of its own: each run picks one ([`Self::run_plan`]).
         let plan = typed
             .into_optimized()
             .map_err(|e| failed_to_load(file, e))?
-            .into_runnable_with_options(&run_options)
+            .into_runnable_with_options(&RunOptions::default())
             .map_err(|e| failed_to_load(file, e))?;
         Ok(TractRuntime {
             plan,
             input_names,
             output_names,
             dequantized,
+            pool: (options.threads > 1)
+                .then(|| tract_linalg::multithread::Executor::multithread(options.threads)),
+            pooled: true,
         })
     }
 
@@ -276,6 +279,10 @@ impl Runtime for TractRuntime {
         })
     }
 
+    fn use_threads(&mut self, on: bool) {
+        self.pooled = on;
+    }
+
     fn note(&self) -> Option<String> {
         (self.dequantized > 0).then(|| {
             let n = self.dequantized;
@@ -370,7 +377,7 @@ impl TractRuntime {
             };
             values.push(value);
         }
-        let results = self.plan.run(values).map_err(failed)?;
+        let results = self.run_plan(values)?;
         let mut carried: Vec<Option<TValue>> = vec![None; carry.len()];
         let mut rest = Vec::new();
         for (t, name) in results.into_iter().zip(&self.output_names) {
@@ -393,6 +400,20 @@ impl TractRuntime {
                 .collect::<Result<Vec<_>>>()?;
         }
         Ok(rest)
+    }
+
+    /// One run of the plan, its matrix products on the pool where there is one and the
+    /// runs use it, else on the calling thread.
+    fn run_plan(&self, values: TVec<TValue>) -> Result<TVec<TValue>> {
+        match (&self.pool, self.pooled) {
+            (Some(pool), true) => {
+                tract_linalg::multithread::multithread_tract_scope(pool.clone(), || {
+                    self.plan.run(values)
+                })
+            }
+            _ => self.plan.run(values),
+        }
+        .map_err(failed)
     }
 
     /// Refuses inputs (given or carried) of a shape the plan's input facts exclude: a
@@ -451,7 +472,7 @@ impl TractRuntime {
             })?;
             values.push(tract_tensor(name, &input.value)?.into_tvalue());
         }
-        let results = self.plan.run(values).map_err(failed)?;
+        let results = self.run_plan(values)?;
         outputs.truncate(results.len());
         for (i, (t, name)) in results.iter().zip(&self.output_names).enumerate() {
             // The array in place when it is this output's, of its type (copy_out checks
