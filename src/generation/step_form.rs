@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::generation::model::DecodingFile;
 use crate::gmlp::export::export_for;
 use crate::gmlp::init::{InitScheme, SeededInit};
-use crate::gmlp::interface::SequenceMode;
-use crate::gmlp::metadata::{parse_config, CONFIG_KEY, TARGET_KEY};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode};
+use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, TARGET_KEY};
 use crate::gmlp::targets::{BuildTarget, Target};
 use crate::gmlp::{fused_step_applies, GmlpConfig};
 use crate::onnx::proto::ModelProto;
@@ -52,12 +52,8 @@ impl StepForm {
             .find(|o| o.domain().is_empty())
             .map(|o| o.version())?;
         let mode = SequenceMode::Static;
-        if !crate::gmlp::interface::DecodingInfo::parse(metadata_value(
-            model,
-            crate::gmlp::metadata::DECODING_KEY,
-        )?)
-        .is_some_and(|info| info.mode == mode)
-        {
+        let info = DecodingInfo::parse(metadata_value(model, DECODING_KEY)?)?;
+        if info.mode != mode {
             return None;
         }
         Some(if fused_step_applies(&cfg, mode, opset, target.forms()) {
