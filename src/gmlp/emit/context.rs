@@ -8,10 +8,52 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind, Task};
+use crate::gmlp::interface::SequenceMode;
 use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
 use crate::onnx::builder::GraphBuilder;
+use crate::onnx::forms::{Fusions, OpForms};
 use crate::onnx::graph::{ElemType, TensorData, Value};
+use crate::onnx::ops::TENSOR_SCATTER_OPSET;
+
+/// The op spelling of the one block recipe (block/mod.rs): which nodes each part writes for
+/// the same computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// Standard ONNX operators node by node, which every consumer reads.
+    Standard,
+    /// ONNX Runtime's fused kernels (`--target onnxruntime`): `SkipLayerNormalization`
+    /// carrying the residual and the output projection's bias, one joined input projection
+    /// `[U | W_qkv]` and a `Split`, ONNX `Attention`, the gate's terms in one `Sum`, and a
+    /// static state indexed in i64 and read as it is (it starts zeroed: static_state.rs).
+    Fused,
+}
+
+impl Spelling {
+    /// The spelling of `cfg` emitted in `mode` at `opset` with `forms`: fused for a profile
+    /// that asks for ONNX Runtime's fusions, a static state at an opset with `TensorScatter`
+    /// (24, after `Attention`'s 23), a token model of sequential blocks with LayerNorm, no
+    /// token shift, and f32 or block-quantized (`MatMulNBits`) projections; standard
+    /// otherwise.
+    pub(crate) fn of(cfg: &GmlpConfig, mode: SequenceMode, opset: i64, forms: OpForms) -> Spelling {
+        let fused = forms.fusions == Fusions::OnnxRuntime
+            && mode == SequenceMode::Static
+            && opset >= TENSOR_SCATTER_OPSET
+            && matches!(cfg.task, Task::Tokens { .. })
+            && cfg.block.norm == NormKind::LayerNorm
+            && matches!(cfg.block.stack, StackKind::Sequential)
+            && cfg.shift_tokens == 0
+            && matches!(
+                cfg.dtype,
+                Precision::F32 | Precision::Int4 | Precision::Int8WeightOnly
+            );
+        if fused {
+            Spelling::Fused
+        } else {
+            Spelling::Standard
+        }
+    }
+}
 
 /// The emitter: one graph under construction for one configuration. Each part of the
 /// network (block parts in `block/`, `embed.rs`, `head.rs`, the linear layers in
@@ -21,6 +63,8 @@ pub(crate) struct Emitter {
     pub(crate) g: GraphBuilder,
     /// The architecture being emitted.
     pub(crate) cfg: GmlpConfig,
+    /// The op spelling every part writes.
+    pub(crate) spelling: Spelling,
     specs: HashMap<String, ParamSpec>,
     source: Arc<dyn WeightSource>,
     /// The shared Toeplitz index table `idx[i][j] = j − i + n − 1` (made on first use).
@@ -30,16 +74,18 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    /// A new emitter of `cfg` into `g`, with parameter values from `source`.
+    /// A new emitter of `cfg` into `g` in `spelling`, with parameter values from `source`.
     pub(crate) fn new(
         g: GraphBuilder,
         cfg: &GmlpConfig,
+        spelling: Spelling,
         specs: Vec<ParamSpec>,
         source: Arc<dyn WeightSource>,
     ) -> Emitter {
         Emitter {
             g,
             cfg: cfg.clone(),
+            spelling,
             specs: specs.into_iter().map(|s| (s.name.clone(), s)).collect(),
             source,
             toeplitz_index: None,

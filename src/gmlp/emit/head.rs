@@ -6,24 +6,36 @@
 
 use super::context::Emitter;
 use super::linear::WeightForm;
+use super::stack::Stacked;
 use super::HEAD_SCOPE;
 use crate::error::{Error, Result};
 use crate::gmlp::config::Task;
 use crate::onnx::graph::Value;
 
 impl Emitter {
-    /// The model's output from the last block's `x`: the final norm and the head, or `x`
-    /// itself for a backbone (gmlp-tinygrad has neither).
-    pub(crate) fn output(&mut self, x: &Value, embedding: Option<Value>) -> Result<Value> {
+    /// The model's output from the stack's result: the final norm (adding the last
+    /// block's branch where the fused spelling left it pending) and the head, or the
+    /// residual stream itself for a backbone (gmlp-tinygrad has neither).
+    pub(crate) fn output(&mut self, stacked: Stacked, embedding: Option<Value>) -> Result<Value> {
+        let Stacked { x, pending } = stacked;
         if let Task::Backbone { .. } = self.cfg.task {
-            return Ok(x.clone());
+            return match pending {
+                None => Ok(x),
+                Some(branch) => {
+                    let y = self.branch_value(branch)?;
+                    self.g.add("residual", &x, &y)
+                }
+            };
         }
-        let h = self.norm("final_norm", x, "norm", self.cfg.norm_eps)?;
+        let h = match pending {
+            None => self.norm("final_norm", &x, "norm", self.cfg.norm_eps)?,
+            Some(branch) => self.skip_norm("final_norm", &x, &branch, "norm")?.0,
+        };
         self.head(&h, embedding)
     }
 
     /// Logits from the final normalized tokens `h`; `embedding` is the token table.
-    pub(crate) fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
+    fn head(&mut self, h: &Value, embedding: Option<Value>) -> Result<Value> {
         let tied = matches!(
             self.cfg.task,
             Task::Tokens {

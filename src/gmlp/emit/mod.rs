@@ -1,10 +1,10 @@
 //! Emits the gMLP / aMLP network as a [`Graph`] (no protobuf here: only graph-builder
 //! calls), composed of parts, one file each:
 //! ```text
-//! context.rs    the emitter: graph builder, parameters by name, shared constants
+//! context.rs    the emitter: graph builder, parameters by name, shared constants, the
+//!               op spelling (standard, or ONNX Runtime's fused kernels)
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
 //! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
-//! fused_step.rs the static step in ONNX Runtime's fused kernels (`--target onnxruntime`)
 //! linear.rs     x·W + b in f32/f16, as a dynamically quantized int8 MatMul, or as a
 //!               block-quantized MatMulNBits (int4)
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
@@ -25,7 +25,6 @@
 mod block;
 mod context;
 mod embed;
-mod fused_step;
 mod head;
 mod linear;
 mod sequence;
@@ -41,8 +40,7 @@ use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
-use context::Emitter;
-pub use fused_step::fused_step_applies;
+use context::{Emitter, Spelling};
 pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
 pub use static_state::StateScatter;
 
@@ -63,6 +61,18 @@ pub const HEAD_SCOPE: &str = "head";
 /// Value added to masked attention scores in causal models.
 pub const MASK_VALUE: f32 = -1e9;
 
+/// Whether `cfg`, emitted in `mode` at `opset` with `forms`, is spelled in ONNX Runtime's
+/// fused kernels (the conditions: `Spelling::of` in context.rs); other models are written in
+/// standard operators.
+pub fn fused_step_applies(
+    cfg: &GmlpConfig,
+    mode: SequenceMode,
+    opset: i64,
+    forms: OpForms,
+) -> bool {
+    Spelling::of(cfg, mode, opset, forms) == Spelling::Fused
+}
+
 /// Emits the whole network for `cfg` at `opset`, with parameter values taken from
 /// `source` when the graph is written, with a fixed sequence length.
 pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
@@ -82,15 +92,12 @@ pub fn build_graph_in(
     cfg.validate()?;
     mode.check(cfg)?;
     let builder = GraphBuilder::with_forms(opset, forms)?;
-    let mut em = Emitter::new(builder, cfg, param_specs(cfg), source);
-    let (out, mut present) = if fused_step_applies(cfg, mode, opset, forms) {
-        em.fused_step()?
-    } else {
-        let (x, embedding, sequence) = em.embed(mode)?;
-        let mut sequence = sequence;
-        let x = em.stack(x, &mut sequence)?;
-        (em.output(&x, embedding)?, sequence.into_present())
-    };
+    let spelling = Spelling::of(cfg, mode, opset, forms);
+    let mut em = Emitter::new(builder, cfg, spelling, param_specs(cfg), source);
+    let (x, embedding, mut sequence) = em.embed(mode)?;
+    let stacked = em.stack(x, &mut sequence)?;
+    let out = em.output(stacked, embedding)?;
+    let mut present = sequence.into_present();
     let name = match cfg.task {
         Task::Backbone { .. } => LAST_HIDDEN_STATE,
         _ => LOGITS,

@@ -5,7 +5,9 @@
 //! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows (in a
 //! static-state graph, the whole state with the new rows written, masked by position). A
 //! block with a window (g-mlp-gpt's `LocalAttention`) attends within its window and, as
-//! upstream does, uses its keys as values (see [`super::local`]).
+//! upstream does, uses its keys as values (see [`super::local`]). In the fused spelling
+//! q, k and v come from the block's joined input projection and the attention is ONNX's
+//! `Attention` (opset 23), its output bias left to the gate's `Sum`.
 
 use super::super::context::Emitter;
 use super::super::sequence::Sequence;
@@ -34,8 +36,48 @@ impl Emitter {
     }
 
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`,
-    /// over the sequence `seq`.
+    /// over the sequence `seq`, as the gate's terms: projected here, or from `qkv` where
+    /// the block's input projection joined them (fused spelling).
     pub(crate) fn attention(
+        &mut self,
+        p: &str,
+        h: &Value,
+        a: usize,
+        qkv: Option<[Value; 3]>,
+        i: usize,
+        seq: &mut Sequence,
+    ) -> Result<Vec<Value>> {
+        match qkv {
+            Some(qkv) => self.attention_fused(p, a, qkv, i, seq),
+            None => Ok(vec![self.attention_standard(p, h, a, i, seq)?]),
+        }
+    }
+
+    /// `Attention(q, K, V, mask) · W_o` and b_o, the keys and values those of `seq`.
+    fn attention_fused(
+        &mut self,
+        p: &str,
+        a: usize,
+        [q, k, v]: [Value; 3],
+        i: usize,
+        seq: &mut Sequence,
+    ) -> Result<Vec<Value>> {
+        let (keys, values) = self.keys_and_values(i, &k, Some(&v), seq)?;
+        let mask = self.causal_mask_rows(seq)?;
+        let scale = (a as f32).powf(-0.5);
+        let context = self
+            .g
+            .attention("attention", &q, &keys, &values, &mask, scale)?;
+        let form = self.projection_form();
+        let weight = format!("{p}.attn.out.weight");
+        let out = self.dense("out", &context, &weight, None, None, form)?;
+        let bias = self.param(&format!("{p}.attn.out.bias"))?;
+        Ok(vec![out, bias])
+    }
+
+    /// The attention in standard operators: q, k, v projected from `h`, scores, mask,
+    /// softmax, context and the output projection with its bias.
+    fn attention_standard(
         &mut self,
         p: &str,
         h: &Value,

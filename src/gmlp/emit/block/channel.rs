@@ -4,19 +4,78 @@
 //! U (no `Split` of z), each bias `Add` directly after its MatMul, and GELU spelled as
 //! ONNX Runtime's `GeluFusion` / `BiasGeluFusion` match it (see the graph builder's `gelu`),
 //! or in its tanh form (gmlp-tinygrad). Also the GEGLU feed-forward of a reversible stack.
+//! In the fused spelling U and the attention's W_qkv are one joined MatMul and a `Split`,
+//! and b_V is left to the next block's `SkipLayerNormalization`.
 
 use super::super::context::Emitter;
-use crate::error::Result;
+use super::super::linear::JoinedColumns;
+use super::Branch;
+use crate::error::{Error, Result};
 use crate::gmlp::config::GeluForm;
-use crate::onnx::graph::Value;
+use crate::onnx::graph::{ElemType, Value};
+
+/// What a block's input projection gives: the gate halves z1, z2 (after GELU) and, where
+/// the projection joined the attention's into its own (fused spelling), q, k and v.
+pub(crate) struct Projected {
+    /// `GELU(h·U1 + b_U1)`.
+    pub(crate) z1: Value,
+    /// `GELU(h·U2 + b_U2)`.
+    pub(crate) z2: Value,
+    /// The attention's q, k, v from the joined projection; `None` where the attention
+    /// projects them itself.
+    pub(crate) qkv: Option<[Value; 3]>,
+}
 
 impl Emitter {
-    /// `GELU(h·U[:, :e] + b_U[:e])` and `GELU(h·U[:, e:] + b_U[e:])` for block prefix `p`.
-    pub(crate) fn proj_in(&mut self, p: &str, h: &Value) -> Result<(Value, Value)> {
+    /// `GELU(h·U[:, :e] + b_U[:e])` and `GELU(h·U[:, e:] + b_U[e:])` for block prefix `p`:
+    /// two MatMuls on column slices of U, or (fused spelling) one MatMul of
+    /// `[U | W_qkv]` and a `Split` into z1, z2 (and q, k, v in an aMLP).
+    pub(crate) fn proj_in(&mut self, p: &str, h: &Value) -> Result<Projected> {
         let e = self.cfg.gate_dim();
+        if self.fused() {
+            return self.proj_in_joined(p, h, e);
+        }
         let z1 = self.proj_in_half(p, h, 1, (0, e))?;
         let z2 = self.proj_in_half(p, h, 2, (e, 2 * e))?;
-        Ok((z1, z2))
+        Ok(Projected { z1, z2, qkv: None })
+    }
+
+    /// `h · [U | W_qkv] + [b_U | b_qkv]` as one projection, split into z1, z2 (GELU) and
+    /// q, k, v.
+    fn proj_in_joined(&mut self, p: &str, h: &Value, e: usize) -> Result<Projected> {
+        let mut parts = vec![JoinedColumns {
+            weight: format!("{p}.proj_in.weight"),
+            bias: Some(format!("{p}.proj_in.bias")),
+            cols: (0, 2 * e),
+        }];
+        let mut sizes = vec![e, e];
+        if let Some(a) = self.cfg.attn_dim {
+            parts.push(JoinedColumns {
+                weight: format!("{p}.attn.qkv.weight"),
+                bias: self
+                    .cfg
+                    .block
+                    .attn_qkv_bias
+                    .then(|| format!("{p}.attn.qkv.bias")),
+                cols: (0, 3 * a),
+            });
+            sizes.extend([a, a, a]);
+        }
+        let joined = match self.cfg.attn_dim {
+            Some(_) => format!("{p}.proj_in_attn_qkv.weight"),
+            None => format!("{p}.proj_in.weight"),
+        };
+        let form = self.projection_form();
+        let pre = self.dense_joined("proj_in", h, &joined, &parts, form)?;
+        let split = self.g.split("proj_in_split", &pre, -1, &sizes)?;
+        let (z1, z2, qkv) = match &split[..] {
+            [z1, z2] => (z1, z2, None),
+            [z1, z2, q, k, v] => (z1, z2, Some([q.clone(), k.clone(), v.clone()])),
+            _ => return Err(Error::Internal("proj_in_split: one value per part".into())),
+        };
+        let z1 = self.channel_gelu("gelu_z1", z1)?;
+        let z2 = self.channel_gelu("gelu_z2", z2)?;
+        Ok(Projected { z1, z2, qkv })
     }
 
     /// Half `k` (1 or 2) of proj_in: U's output columns `cols`, then GELU.
@@ -80,16 +139,21 @@ impl Emitter {
         })
     }
 
-    /// `g·V + b_V` for block prefix `p`.
-    pub(crate) fn proj_out(&mut self, p: &str, gated: &Value) -> Result<Value> {
+    /// `g·V + b_V` for block prefix `p`; in the fused spelling `g·V` with b_V (f32) beside
+    /// it, for the next norm to add.
+    pub(crate) fn proj_out(&mut self, p: &str, gated: &Value) -> Result<Branch> {
         let form = self.output_projection_form();
-        self.dense(
-            "proj_out",
-            gated,
-            &format!("{p}.proj_out.weight"),
-            Some(&format!("{p}.proj_out.bias")),
-            None,
-            form,
-        )
+        let (w, b) = (format!("{p}.proj_out.weight"), format!("{p}.proj_out.bias"));
+        if !self.fused() {
+            let y = self.dense("proj_out", gated, &w, Some(&b), None, form)?;
+            return Ok(Branch { y, bias: None });
+        }
+        let y = self.dense("proj_out", gated, &w, None, None, form)?;
+        let dims = self.spec(&b)?.shape;
+        let bias = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        Ok(Branch {
+            y,
+            bias: Some(bias),
+        })
     }
 }

@@ -1,35 +1,52 @@
 //! The spatial gating unit's gate (paper eq. 3, fig. 1; aMLP fig. 6):
 //! `s(z) = z1 ⊙ act(W · LN(z2) + b [+ attn(h)])`, emitted in the `sgu` scope; `act` is
 //! g-mlp-pytorch's and g-mlp-gpt's gate activation (`act`, identity by default), applied
-//! after the attention is added, as upstream's `self.act(gate) * res`.
+//! after the attention is added, as upstream's `self.act(gate) * res`. The gate's terms
+//! (the spatial projection and its bias, the attention and its output bias) are added
+//! one `Add` at a time, or in the fused spelling, where the parts leave the biases apart,
+//! in one `Sum`.
 
-use super::super::context::Emitter;
+use super::super::context::{Emitter, Spelling};
 use super::super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::GateAct;
 use crate::onnx::graph::Value;
 
 impl Emitter {
-    /// `z1 ⊙ act(W · LN(z2) + b [+ attn])` of block `i` (prefix `p`).
+    /// `z1 ⊙ act(W · LN(z2) + b [+ attn])` of block `i` (prefix `p`), with `attn` the
+    /// attention's terms (none in a gMLP).
     pub(crate) fn spatial_gating(
         &mut self,
         p: &str,
         i: usize,
         z1: &Value,
         z2: &Value,
-        attn: Option<&Value>,
+        attn: Vec<Value>,
         seq: &mut Sequence,
     ) -> Result<Value> {
         let sgu_eps = self.cfg.sgu_norm_eps;
         self.scoped("sgu", |s| {
             let u = s.norm("norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
-            let mut gate = s.spatial_projection(&u, p, i, seq)?;
-            if let Some(attn) = attn {
-                gate = s.g.add("attn_add", &gate, attn)?;
-            }
+            let mut terms = s.spatial_projection(&u, p, i, seq)?;
+            terms.extend(attn);
+            let gate = s.gate_sum(&terms)?;
             let gate = s.gate_activation(&gate)?;
             s.g.mul("gate", z1, &gate)
         })
+    }
+
+    /// The sum of the gate's terms: the spatial projection plus the attention (`attn_add`),
+    /// or in the fused spelling every term in one node (`gate_sum`).
+    fn gate_sum(&mut self, terms: &[Value]) -> Result<Value> {
+        match (self.spelling, terms) {
+            (_, [only]) => Ok(only.clone()),
+            (Spelling::Standard, [gate, attn]) => self.g.add("attn_add", gate, attn),
+            (Spelling::Fused, [a, b]) => self.g.add("gate_sum", a, b),
+            _ => {
+                let refs: Vec<&Value> = terms.iter().collect();
+                self.g.sum("gate_sum", &refs)
+            }
+        }
     }
 
     /// The gate activation (none for the paper's block).

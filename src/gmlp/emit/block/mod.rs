@@ -1,22 +1,34 @@
 //! One gMLP / aMLP block as a composition of parts, one file each (paper eq. 1–4, fig. 1;
-//! aMLP fig. 6):
+//! aMLP fig. 6), the one recipe of every graph the emitter writes:
 //! ```text
-//! h  = LN(x)                       norm.rs        blocks.i/norm
+//! h  = LN(x)                       norm.rs        blocks.i/norm             (the stack's)
 //! h  = shift(h)                    shift.rs       blocks.i/token_shift/...  (g-mlp-pytorch)
 //! z1 = GELU(h·U1 + bU1)            channel.rs     blocks.i/proj_in_z1, blocks.i/gelu_z1
 //! z2 = GELU(h·U2 + bU2)            channel.rs     blocks.i/proj_in_z2, blocks.i/gelu_z2
 //! a  = attn(h)                     attention.rs   blocks.i/attn/...         (aMLP)
 //! g  = W·LN(z2) + b                spatial.rs     blocks.i/sgu/norm, .../spatial_matmul
-//! s  = z1 ⊙ (g + a)                gate.rs        blocks.i/sgu/attn_add, blocks.i/sgu/gate
+//! s  = z1 ⊙ act(g + a)             gate.rs        blocks.i/sgu/attn_add, blocks.i/sgu/gate
 //! y  = s·V + bV                    channel.rs     blocks.i/proj_out
 //! y  = conv(y)                     fold.rs        blocks.i/fold/...         (axial fold)
 //! ```
 //! The norm is LayerNorm or RMSNorm, the GELU exact or tanh, the gate may have an
 //! activation, and a block may mix tokens locally (a window and / or an axial fold:
-//! local.rs) — see `BlockOptions`. The block returns y; the residual is the stack's
-//! ([`super::stack`]). Each part that depends on the sequence mode takes the
+//! local.rs) — see `BlockOptions`. The block returns its branch y; the residual is the
+//! stack's (stack.rs). Each part that depends on the sequence mode takes the
 //! [`Sequence`] and matches it once, emitting its own nodes for that mode with the state
 //! `block_state` declares for it.
+//!
+//! Each part also has the emitter's [`Spelling`]: in ONNX Runtime's fused kernels
+//! (`--target onnxruntime`; docs/static-state.md, "The onnxruntime step") the same recipe
+//! writes fewer nodes (on a GPU every node is at least one kernel launch):
+//! ```text
+//! h, x  = SkipLayerNormalization(x, y_prev, bias = b_V,prev)  norm.rs   (block 0: LN)
+//! z1, z2, q, k, v = Split(h · [U | W_qkv] + [b_U | b_qkv])   channel.rs (one MatMul)
+//! a     = Attention(q, K, V, mask) · W_o, b_o                  attention.rs
+//! gate  = Sum(W[rows] · LN(z2), b[rows], a, b_o)               spatial.rs, gate.rs
+//! y     = (z1 ⊙ act(gate)) · V                                 b_V goes to the next SkipLN
+//! ```
+//! with the static state written by `TensorScatter` and read as it is (static_state.rs).
 
 mod attention;
 mod channel;
@@ -28,30 +40,64 @@ mod shift;
 mod spatial;
 mod spatial_int8;
 
-use super::context::Emitter;
+use super::context::{Emitter, Spelling};
 use super::sequence::Sequence;
 use crate::error::Result;
 use crate::onnx::graph::Value;
 
+/// A block's branch: y, and in the fused spelling its output projection's bias b_V, left
+/// to the next norm (`SkipLayerNormalization` adds x + y + b_V in one kernel).
+pub(crate) struct Branch {
+    /// `s·V` (with b_V added unless `bias` holds it).
+    pub(crate) y: Value,
+    /// b_V, f32 [d], not yet added.
+    pub(crate) bias: Option<Value>,
+}
+
 impl Emitter {
-    /// The branch y of block `i` on its input `x` over the sequence `seq` (the residual is
-    /// added by the stack).
-    pub(crate) fn block(&mut self, i: usize, x: &Value, seq: &mut Sequence) -> Result<Value> {
+    /// The branch of block `i` on its normalized input `h` over the sequence `seq` (the
+    /// stack adds the residual).
+    pub(crate) fn block(&mut self, i: usize, h: &Value, seq: &mut Sequence) -> Result<Branch> {
         let p = format!("blocks.{i}");
-        let mut h = self.norm("norm", x, &format!("{p}.norm"), self.cfg.norm_eps)?;
+        let mut h = h.clone();
         if self.cfg.shift_tokens > 0 {
             h = self.scoped("token_shift", |s| s.shift_tokens(&h, i, seq))?;
         }
-        let (z1, z2) = self.proj_in(&p, &h)?;
+        let projected = self.proj_in(&p, &h)?;
         let attn = match self.cfg.attn_dim {
-            Some(a) => Some(self.scoped("attn", |s| s.attention(&p, &h, a, i, seq))?),
+            Some(a) => {
+                let qkv = projected.qkv.clone();
+                Some(self.scoped("attn", |s| s.attention(&p, &h, a, qkv, i, seq))?)
+            }
             None => None,
         };
-        let gated = self.spatial_gating(&p, i, &z1, &z2, attn.as_ref(), seq)?;
-        let y = self.proj_out(&p, &gated)?;
+        let gated = self.spatial_gating(
+            &p,
+            i,
+            &projected.z1,
+            &projected.z2,
+            attn.unwrap_or_default(),
+            seq,
+        )?;
+        let branch = self.proj_out(&p, &gated)?;
         if self.cfg.block.mixing(i).fold > 1 {
-            return self.scoped("fold", |s| s.fold_conv(&p, i, &y, seq));
+            let y = self.branch_value(branch)?;
+            let y = self.scoped("fold", |s| s.fold_conv(&p, i, &y, seq))?;
+            return Ok(Branch { y, bias: None });
         }
-        Ok(y)
+        Ok(branch)
+    }
+
+    /// `y + b_V` of `branch` (y itself where the bias is already added).
+    pub(crate) fn branch_value(&mut self, branch: Branch) -> Result<Value> {
+        match branch.bias {
+            None => Ok(branch.y),
+            Some(bias) => self.g.add("proj_out_bias", &branch.y, &bias),
+        }
+    }
+
+    /// Whether the parts are spelled in ONNX Runtime's fused kernels.
+    pub(crate) fn fused(&self) -> bool {
+        self.spelling == Spelling::Fused
     }
 }

@@ -2,14 +2,58 @@
 //! z2, and the final norm before the head, always computed in f32. LayerNorm (paper eq. 1
 //! and fig. 1; PyTorch's `nn.LayerNorm`, biased variance) is emitted as ONNX
 //! `LayerNormalization` (opset 17) or its primitive form below 17; RMSNorm (gmlp-tinygrad,
-//! tinygrad's `nn.RMSNorm`: `x / √(mean(x²) + ε) · γ`) with primitive ops.
+//! tinygrad's `nn.RMSNorm`: `x / √(mean(x²) + ε) · γ`) with primitive ops. In the fused
+//! spelling a block's input norm also adds the previous block's branch and its output bias
+//! (ONNX Runtime's `SkipLayerNormalization`), so the residual costs no node of its own.
 
 use super::super::context::Emitter;
+use super::Branch;
 use crate::error::Result;
 use crate::gmlp::config::NormKind;
 use crate::onnx::graph::{ElemType, Value};
 
 impl Emitter {
+    /// A block's normalized input `h` and the residual stream it continues: `LN(x)` and `x`,
+    /// or with the previous block's `pending` branch (fused spelling) `LN(x + y + b_V)` and
+    /// `x + y + b_V` from one `SkipLayerNormalization` (parameters `{prefix}.weight`,
+    /// `{prefix}.bias`).
+    pub(crate) fn block_input(
+        &mut self,
+        x: &Value,
+        pending: Option<Branch>,
+        prefix: &str,
+    ) -> Result<(Value, Value)> {
+        match pending {
+            None => Ok((self.norm("norm", x, prefix, self.cfg.norm_eps)?, x.clone())),
+            Some(branch) => self.skip_norm("norm", x, &branch, prefix),
+        }
+    }
+
+    /// `SkipLayerNormalization` of `x + y + b_V` (`branch`) with the LayerNorm parameters
+    /// `{prefix}.weight` and `{prefix}.bias`: the normalized value and the sum.
+    pub(crate) fn skip_norm(
+        &mut self,
+        local: &str,
+        x: &Value,
+        branch: &Branch,
+        prefix: &str,
+    ) -> Result<(Value, Value)> {
+        let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
+        let dims = self.spec(&w)?.shape;
+        let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+        let shift = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let eps = self.cfg.norm_eps;
+        self.g.skip_layer_norm(
+            local,
+            x,
+            &branch.y,
+            &scale,
+            &shift,
+            branch.bias.as_ref(),
+            eps,
+        )
+    }
+
     /// The configured norm with the parameters `{prefix}.weight` (and `{prefix}.bias` for
     /// LayerNorm).
     pub(crate) fn norm(&mut self, local: &str, x: &Value, prefix: &str, eps: f32) -> Result<Value> {

@@ -95,14 +95,14 @@ impl Emitter {
     }
 
     /// `W · LN(z2) + b` of the block with prefix `p` (index `i`) over the sequence `seq`,
-    /// one W and b per head.
+    /// one W and b per head, as the gate's terms ([`Self::mix_per_head`]).
     pub(crate) fn spatial_projection(
         &mut self,
         z2: &Value,
         p: &str,
         i: usize,
         seq: &mut Sequence,
-    ) -> Result<Value> {
+    ) -> Result<Vec<Value>> {
         let mixing = self.cfg.block.mixing(i);
         if !mixing.is_global() {
             let local = seq.local(&self.cfg)?;
@@ -119,7 +119,7 @@ impl Emitter {
     }
 
     /// `W · u + b` over the whole sequence of n tokens.
-    fn spatial_projection_full(&mut self, z2: &Value, p: &str) -> Result<Value> {
+    fn spatial_projection_full(&mut self, z2: &Value, p: &str) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
         let w = match self.cfg.dtype {
@@ -145,7 +145,7 @@ impl Emitter {
         i: usize,
         pos: &mut Positions,
         state: Option<&mut GrowingState>,
-    ) -> Result<Value> {
+    ) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         let row_axis = usize::from(self.cfg.heads > 1);
         // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
@@ -189,21 +189,22 @@ impl Emitter {
     /// with the new rows written first: each sequence's rows of W (a `Gather` of W, or of
     /// the Toeplitz vector at `s − (P_b + t) + n − 1`) are zero past the diagonal, so the
     /// rows after P_b + t never count, and u is read with every row after the last
-    /// written one read as that row (`Written::Only`), so what the buffer holds there
-    /// never reaches the result. int8 models keep this W in f32 (a step reads one row of
-    /// it).
+    /// written one read as that row (`Written::Only`: a state that may hold anything
+    /// there), so what the buffer holds never reaches the result. int8 models keep this W
+    /// in f32 (a step reads one row of it). The biases of all blocks may have been read
+    /// together ([`StaticState::stacked_spatial_bias`]).
     fn spatial_projection_static(
         &mut self,
         z2: &Value,
         p: &str,
         i: usize,
         state: &mut StaticState,
-    ) -> Result<Value> {
+    ) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         let n = self.cfg.seq_len();
         let heads = self.cfg.heads > 1;
         let row_axis = usize::from(heads);
-        let rows = state.rows.rows.clone();
+        let rows = state.rows().clone();
         let toeplitz_index = match self.cfg.spatial {
             SpatialForm::ToeplitzGather => Some(self.static_toeplitz_index(state)?),
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
@@ -218,12 +219,15 @@ impl Emitter {
             }
         };
         let w = heads_second(self, "spatial_weight_heads", w)?;
-        let b = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
-            Some(b) => {
-                let picked = self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
-                Some(heads_second(self, "spatial_bias_heads", picked)?)
-            }
-            None => None,
+        let b = match state.stacked_spatial_bias(i) {
+            Some(b) => Some(b),
+            None => match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
+                Some(b) => {
+                    let picked = self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
+                    Some(heads_second(self, "spatial_bias_heads", picked)?)
+                }
+                None => None,
+            },
         };
         let u = self.update_static_state(state, i, "sgu", z2, Written::Only)?;
         let seq = z2.shape[1].clone();
@@ -268,7 +272,7 @@ impl Emitter {
         i: usize,
         mixing: TokenMixing,
         mut seq: LocalSequence,
-    ) -> Result<Value> {
+    ) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         let u = match &mut seq {
             LocalSequence::Growing(pos, state) => {
@@ -324,7 +328,9 @@ impl Emitter {
     /// `mix(u) (+ b)` with one W and b per gating head: the gate channels are split into
     /// `heads` contiguous groups ([B, rows, e] → [B, h, rows, e/h]) around the mixing and
     /// merged back after the bias. `rows_in` / `rows_out` give the token axis before and
-    /// after the mixing (the Reshape's entry and the static dimension).
+    /// after the mixing (the Reshape's entry and the static dimension). The gate's terms:
+    /// one, or with one head in the fused spelling the product and the bias apart (the
+    /// gate's `Sum` adds them).
     pub(crate) fn mix_per_head(
         &mut self,
         u: &Value,
@@ -332,7 +338,7 @@ impl Emitter {
         b: Option<&Value>,
         rows_in: (i64, Dim),
         rows_out: (i64, Dim),
-    ) -> Result<Value> {
+    ) -> Result<Vec<Value>> {
         let heads = self.cfg.heads;
         let add_bias = |s: &mut Self, mixed: Value| match b {
             Some(b) => s.g.add("spatial_bias", &mixed, b),
@@ -340,7 +346,10 @@ impl Emitter {
         };
         if heads == 1 {
             let mixed = mix(self, u)?;
-            return add_bias(self, mixed);
+            return match b {
+                Some(b) if self.fused() => Ok(vec![mixed, b.clone()]),
+                _ => Ok(vec![add_bias(self, mixed)?]),
+            };
         }
         let e = self.cfg.gate_dim();
         let c = e / heads;
@@ -355,11 +364,12 @@ impl Emitter {
         let mixed = mix(self, &per_head)?;
         let biased = add_bias(self, mixed)?;
         let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
-        self.g.reshape(
+        let merged = self.g.reshape(
             "merge_heads",
             &back,
             &[0, rows_out.0, e as i64],
             vec![batch, rows_out.1, Dim::Fixed(e)],
-        )
+        )?;
+        Ok(vec![merged])
     }
 }

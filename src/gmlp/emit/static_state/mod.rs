@@ -12,10 +12,17 @@
 //! NaN left there, times a weight of 0, would still be NaN). The rows are checked once:
 //! a position outside 0..n fails at a `Gather` instead of reading or writing out of
 //! bounds.
+//!
+//! That is the standard spelling's state ([`FloatRows`]: f32 index arithmetic, which every
+//! consumer runs on its fastest device). The fused spelling's (int_rows.rs) computes the
+//! rows in i64 and reads the state as it is, for a file that declares its state must start
+//! zeroed.
+
+mod int_rows;
 
 use std::collections::HashMap;
 
-use super::context::Emitter;
+use super::context::{Emitter, Spelling};
 use super::MASK_VALUE;
 use crate::error::{Error, Result};
 use crate::gmlp::interface::{
@@ -23,6 +30,7 @@ use crate::gmlp::interface::{
 };
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
+use int_rows::IntRows;
 
 /// The operator that writes a run's new rows into a static state: opset 24's
 /// `TensorScatter` from [`TENSOR_SCATTER_OPSET`] on (`--target onnxruntime`), `ScatterND` below
@@ -67,15 +75,42 @@ pub(crate) struct StaticInputs {
 /// for a model whose every block mixes tokens globally ([`Emitter::start_static`]).
 pub(crate) struct StaticState {
     /// The rows of the new tokens and the index tensors derived from them.
-    pub(crate) rows: StaticRows,
+    rows: StaticRows,
     past: HashMap<String, Value>,
     present: Vec<(String, Value)>,
+}
+
+/// The rows of a static state in the emitter's spelling (one per graph, inside the boxed
+/// `Sequence::Static`, so the variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum StaticRows {
+    /// Standard: f32 arithmetic, the state read through a guard.
+    Float(FloatRows),
+    /// Fused: i64 arithmetic, the state read as it is (it starts zeroed).
+    Int(IntRows),
 }
 
 impl StaticState {
     /// The `present_*` outputs in the order they were made.
     pub(crate) fn into_present(self) -> Vec<(String, Value)> {
         self.present
+    }
+
+    /// The checked positions P_b + t of the new tokens, i64 [batch, sequence].
+    pub(crate) fn rows(&self) -> &Value {
+        match &self.rows {
+            StaticRows::Float(r) => &r.rows,
+            StaticRows::Int(r) => &r.rows,
+        }
+    }
+
+    /// Block `i`'s spatial bias at the new rows, f32 [batch, sequence, 1], where the
+    /// biases of all blocks were read together (int_rows.rs); `None` otherwise.
+    pub(crate) fn stacked_spatial_bias(&self, i: usize) -> Option<Value> {
+        match &self.rows {
+            StaticRows::Float(_) => None,
+            StaticRows::Int(r) => r.spatial_biases.as_ref()?.get(i).cloned(),
+        }
     }
 }
 
@@ -86,7 +121,7 @@ impl StaticState {
 /// an i64 chain on its CPU provider, while it runs these f32 nodes and the `Cast`s to i64
 /// that make the indices. Only the two `Cast`s reading the i64 inputs (`position`,
 /// `input_ids`) stay on its CPU.
-pub(crate) struct StaticRows {
+pub(crate) struct FloatRows {
     /// The checked positions P_b + t of the new tokens, i64 [batch, sequence]: a run
     /// whose rows leave 0..n fails at the `Gather`s that check them.
     pub(crate) rows: Value,
@@ -138,11 +173,23 @@ impl Emitter {
         if let Some(i) = first_local_block(&self.cfg) {
             return Err(static_local_mixing_refused(i));
         }
+        let rows = match self.spelling {
+            Spelling::Standard => StaticRows::Float(self.float_rows(&inputs.position, ids)?),
+            Spelling::Fused => StaticRows::Int(self.int_rows(&inputs.position, ids)?),
+        };
+        Ok(StaticState {
+            rows,
+            past: inputs.past,
+            present: Vec::new(),
+        })
+    }
+
+    /// The standard spelling's rows (f32 arithmetic; see [`FloatRows`]).
+    fn float_rows(&mut self, position: &Value, ids: &Value) -> Result<FloatRows> {
         let n = self.cfg.seq_len();
-        let position = inputs.position;
         let batch = ids.shape[0].clone();
         let seq = Dim::Symbol(SEQUENCE.into());
-        let rows = self.g.scoped("positions", |g| {
+        self.g.scoped("positions", |g| {
             let zero = g.const_f32("zero", &[], vec![0.0])?;
             let one = g.const_f32("one", &[], vec![1.0])?;
             let axis0 = g.const_i64("axis_batch", &[], vec![0])?;
@@ -154,7 +201,7 @@ impl Emitter {
             let ids_zero = g.mul("token_zero", &ids_f, &zero)?;
             let ones = g.add("token_one", &ids_zero, &one)?;
             let offsets = g.cum_sum("offsets", &ones, &axis1, true)?;
-            let position_f = g.cast("position_f32", &position, ElemType::F32)?;
+            let position_f = g.cast("position_f32", position, ElemType::F32)?;
             let start_col = g.reshape(
                 "position_column",
                 &position_f,
@@ -178,7 +225,7 @@ impl Emitter {
                 vec![batch.clone(), seq.clone(), 1.into()],
             )?;
             let batch_index = g.cum_sum("batch_index", &ones, &axis0, true)?;
-            Ok(StaticRows {
+            Ok(FloatRows {
                 rows,
                 rows_f,
                 rows3,
@@ -190,16 +237,11 @@ impl Emitter {
                 toeplitz_index: None,
                 read_index: None,
             })
-        })?;
-        Ok(StaticState {
-            rows,
-            past: inputs.past,
-            present: Vec::new(),
         })
     }
 
     /// Each sequence's checked P, i64 [batch] (`TensorScatter`'s write indices), shared.
-    fn static_start(&mut self, r: &mut StaticRows) -> Result<Value> {
+    fn static_start(&mut self, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.start {
             return Ok(v.clone());
         }
@@ -213,7 +255,7 @@ impl Emitter {
     }
 
     /// The `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2], shared.
-    fn static_scatter_indices(&mut self, r: &mut StaticRows) -> Result<Value> {
+    fn static_scatter_indices(&mut self, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.scatter_indices {
             return Ok(v.clone());
         }
@@ -234,7 +276,7 @@ impl Emitter {
     /// The rows the computation reads of each state, i64 [batch, n] into the state seen as
     /// [batch·n, width]: b·n + min(s, P_b + T − 1), i.e. row s itself where this run or an
     /// earlier one wrote it, and the sequence's last written row after that (shared).
-    fn static_read_index(&mut self, r: &mut StaticRows) -> Result<Value> {
+    fn static_read_index(&mut self, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.read_index {
             return Ok(v.clone());
         }
@@ -256,11 +298,11 @@ impl Emitter {
     /// read as that row ([`Emitter::static_read_index`]; one `Gather` of n rows).
     fn static_read_rows(
         &mut self,
-        state: &mut StaticState,
+        rows: &mut FloatRows,
         kind: &str,
         present: &Value,
     ) -> Result<Value> {
-        let index = self.static_read_index(&mut state.rows)?;
+        let index = self.static_read_index(rows)?;
         let width = present.shape[2].clone();
         let flat = self.g.reshape(
             &format!("{kind}_flat_state"),
@@ -278,7 +320,8 @@ impl Emitter {
     /// sequence's last written one reads as that last row (a `Gather` of rows), whatever
     /// the buffer holds there, so what it holds never reaches an output (those rows count
     /// with a weight of 0, and 0 times a NaN left there would still be NaN); with
-    /// `Written::Any` as it is (a reader that picks written rows only).
+    /// `Written::Any` as it is (a reader that picks written rows only). The fused
+    /// spelling's state is read as it is either way (it starts zeroed).
     pub(crate) fn update_static_state(
         &mut self,
         state: &mut StaticState,
@@ -290,30 +333,37 @@ impl Emitter {
         let (tensor, past) = static_state_input(&self.cfg, &state.past, i, kind)?;
         let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         let local = format!("{kind}_update");
-        let present = match StateScatter::at_opset(self.g.opset()) {
-            StateScatter::TensorScatter => {
-                let start = self.static_start(&mut state.rows)?;
+        let present = match (&mut state.rows, StateScatter::at_opset(self.g.opset())) {
+            (StaticRows::Int(r), _) => {
+                self.g.tensor_scatter(&local, &past, &update, &r.start, 1)?
+            }
+            (StaticRows::Float(r), StateScatter::TensorScatter) => {
+                let start = self.static_start(r)?;
                 self.g.tensor_scatter(&local, &past, &update, &start, 1)?
             }
-            StateScatter::ScatterNd => {
-                let indices = self.static_scatter_indices(&mut state.rows)?;
+            (StaticRows::Float(r), StateScatter::ScatterNd) => {
+                let indices = self.static_scatter_indices(r)?;
                 self.g.scatter_nd(&local, &past, &indices, &update)?
             }
         };
         state
             .present
             .push((tensor.present.clone(), present.clone()));
-        let read_value = match read {
-            Written::Any => present,
-            Written::Only => self.static_read_rows(state, kind, &present)?,
+        let read_value = match (&mut state.rows, read) {
+            (StaticRows::Float(r), Written::Only) => self.static_read_rows(r, kind, &present)?,
+            (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
         };
         self.cast_to(&format!("{kind}_state_cast"), &read_value, new.elem)
     }
 
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n]: 0 for rows
-    /// s ≤ P_b + t, [`MASK_VALUE`] after (shared by the blocks).
+    /// s ≤ P_b + t, [`MASK_VALUE`] after (shared by the blocks); the fused spelling's is
+    /// `Attention`'s [batch, 1, sequence, n].
     pub(crate) fn static_mask(&mut self, state: &mut StaticState) -> Result<Value> {
-        let r = &mut state.rows;
+        let r = match &mut state.rows {
+            StaticRows::Float(r) => r,
+            StaticRows::Int(r) => return self.int_mask(r),
+        };
         if let Some(v) = &r.mask {
             return Ok(v.clone());
         }
@@ -334,7 +384,10 @@ impl Emitter {
     /// The Toeplitz gather form's index rows `s − (P_b + t) + n − 1`, i64
     /// [batch, sequence, n], always within 0..2n−1 (shared by the blocks).
     pub(crate) fn static_toeplitz_index(&mut self, state: &mut StaticState) -> Result<Value> {
-        let r = &mut state.rows;
+        let r = match &mut state.rows {
+            StaticRows::Float(r) => r,
+            StaticRows::Int(r) => return self.int_toeplitz_index(r),
+        };
         if let Some(v) = &r.toeplitz_index {
             return Ok(v.clone());
         }
@@ -361,7 +414,11 @@ impl Emitter {
         back: usize,
     ) -> Result<Value> {
         let n = self.cfg.seq_len();
-        let r = &state.rows;
+        let StaticRows::Float(r) = &state.rows else {
+            return Err(Error::Internal(format!(
+                "{local}: the token shift reads a static state in the standard spelling"
+            )));
+        };
         let (rows, rows3, batch_index) = (&r.rows_f, &r.rows3, &r.batch_index);
         let width = all.shape[2].clone();
         let g = &mut self.g;
