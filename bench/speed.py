@@ -224,10 +224,13 @@ def peer_section(a, work, runs, say):
         "torch.onnx.export (opset 17)": os.path.join(peer_dir, "peer.onnx"),
         "ours, previous graph": os.path.join(peer_dir, "ours-old.onnx"),
         "ours f32": os.path.join(peer_dir, "ours.onnx"),
+        "ours f32, --target onnxruntime": os.path.join(peer_dir, "ours-onnxruntime.onnx"),
         "ours int8": os.path.join(peer_dir, "ours-int8.onnx"),
     }
     sh([a.baseline_exe, "build", "--weights", ck, "-o", models["ours, previous graph"], "-q"])
     sh([EXE, "build", "--weights", ck, "-o", models["ours f32"], "-q"])
+    sh([EXE, "build", "--weights", ck, "--target", "onnxruntime", "-o",
+        models["ours f32, --target onnxruntime"], "-q"])
     sh([EXE, "build", "--weights", ck, "--dtype", "int8", "-o", models["ours int8"], "-q"])
     from onnxruntime.transformers import optimizer
     for name in ("torch.onnx.export (opset 17)", "ours f32"):

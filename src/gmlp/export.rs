@@ -158,7 +158,7 @@ pub fn export_for(
     }
     metadata.push((TARGET_KEY.to_string(), target.target.name()));
     if let Some(mut info) = DecodingInfo::of(cfg, mode) {
-        if fused_step_applies(cfg, mode, opset, forms) {
+        if mode == SequenceMode::Static && fused_step_applies(cfg, mode, opset, forms) {
             info.state_start = StateStart::Zeroed;
         }
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));

@@ -50,13 +50,14 @@ pub enum Target {
     /// Today's graph, opsets above 18 refused.
     OrtLegacy,
     /// ONNX Runtime 1.31 alone, CPU or CUDA (ort-gpu, its earlier name, still accepted):
-    /// opset 24, the fused static step, its fastest form on either; not tract.
+    /// opset 24, its fused kernels in every mode (the fastest static step on either);
+    /// refuses what they cannot express; not tract.
     ///
     /// At opset 24 the static state is written by `TensorScatter` (in place, its write
-    /// index checked on the device), the static step is ONNX Runtime's fused kernels
-    /// (the fastest step this tool writes on the CPU provider too), and every node of a
-    /// step can run on the GPU and be captured as a CUDA graph. tract 0.23 cannot read it
-    /// (no `TensorScatter`).
+    /// index checked on the device), every mode is spelled in ONNX Runtime's fused kernels
+    /// (the static step's the fastest this tool writes on the CPU provider too), and every
+    /// node of a step can run on the GPU and be captured as a CUDA graph. tract 0.23 cannot
+    /// read it (no `TensorScatter`, no contrib operators).
     #[value(name = "onnxruntime", alias = "ort-gpu")]
     #[serde(rename = "onnxruntime")]
     OnnxRuntime,

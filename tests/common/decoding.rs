@@ -14,7 +14,7 @@ use gmlp_onnx::gmlp::export::export_for;
 use gmlp_onnx::gmlp::interface::DecodingInfo;
 use gmlp_onnx::gmlp::reference::forward_tokens;
 use gmlp_onnx::gmlp::targets::{BuildTarget, Target};
-use gmlp_onnx::gmlp::{GmlpConfig, SequenceMode, SpatialForm, Task, WeightSource};
+use gmlp_onnx::gmlp::{fused_gap, GmlpConfig, SequenceMode, SpatialForm, Task, WeightSource};
 use gmlp_onnx::onnx::writer::write_model;
 use gmlp_onnx::runtime::RuntimeKind;
 use gmlp_onnx::tensor::{NamedTensor, TensorValue};
@@ -161,14 +161,16 @@ pub fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
     out
 }
 
-/// The builds every decoding check runs on: opset 17 (`ScatterND`, both runtimes), the
-/// portable target (opset 13, Toeplitz W expanded, primitive LayerNorm), opset 24
-/// (`TensorScatter`: ONNX Runtime only) and `--target ort-gpu` (opset 24 in ONNX Runtime's
-/// fused kernels where the model has the fused step: ONNX Runtime only).
+/// The static-state builds every decoding check runs on: opset 17 (`ScatterND`, both
+/// runtimes), the portable target (opset 13, Toeplitz W expanded, primitive LayerNorm),
+/// opset 24 (`TensorScatter`: ONNX Runtime only) and `--target onnxruntime` (opset 24 in
+/// ONNX Runtime's fused kernels: ONNX Runtime only) where its kernels express the model
+/// (it refuses the others: tests/suite/static_state.rs checks that).
 pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, Vec<RuntimeKind>)> {
     let mut portable = cfg.clone();
     portable.spatial = Target::Portable.spatial_for(portable.spatial);
-    vec![
+    let onnxruntime = BuildTarget::resolve(Target::OnnxRuntime, None).unwrap();
+    let mut out = vec![
         (
             "opset17",
             cfg.clone(),
@@ -187,13 +189,16 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
             BuildTarget::at_opset(24),
             vec![RuntimeKind::OrtCpu],
         ),
-        (
+    ];
+    if fused_gap(cfg, SequenceMode::Static, onnxruntime.opset).is_none() {
+        out.push((
             "ort-gpu",
             cfg.clone(),
-            BuildTarget::resolve(Target::OnnxRuntime, None).unwrap(),
+            onnxruntime,
             vec![RuntimeKind::OrtCpu],
-        ),
-    ]
+        ));
+    }
+    out
 }
 
 /// Greedy continuation of every sequence by the library's generation loop: prompts fed

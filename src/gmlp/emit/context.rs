@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind, Task};
-use crate::gmlp::interface::SequenceMode;
+use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind};
+use crate::gmlp::interface::{first_local_block, SequenceMode};
 use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
+use crate::message::{Phrase, Setting};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::{Fusions, OpForms};
 use crate::onnx::graph::{ElemType, TensorData, Value};
-use crate::onnx::ops::TENSOR_SCATTER_OPSET;
+use crate::onnx::ops::{ATTENTION_OPSET, TENSOR_SCATTER_OPSET};
 
 /// The op spelling of the one block recipe (block/mod.rs): which nodes each part writes for
 /// the same computation.
@@ -22,36 +23,92 @@ use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 pub(crate) enum Spelling {
     /// Standard ONNX operators node by node, which every consumer reads.
     Standard,
-    /// ONNX Runtime's fused kernels (`--target onnxruntime`): `SkipLayerNormalization`
-    /// carrying the residual and the output projection's bias, one joined input projection
-    /// `[U | W_qkv]` and a `Split`, ONNX `Attention`, the gate's terms in one `Sum`, and a
-    /// static state indexed in i64 and read as it is (it starts zeroed: static_state.rs).
-    Fused,
+    /// ONNX Runtime's fused kernels (`--target onnxruntime`, every sequence mode):
+    /// `SkipLayerNormalization` carrying the residual and the output projection's bias, one
+    /// joined input projection `[U | W_qkv]` and a `Split`, ONNX `Attention`, the gate's
+    /// terms in one `Sum`, and a static state indexed in i64 and read as it is (it starts
+    /// zeroed: static_state/int_rows.rs).
+    Fused(Joins),
+}
+
+/// How far a fused graph joins nodes beyond ONNX Runtime's kernels, by what bounds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Joins {
+    /// The static step, bound by kernel launches (one token a run): the input projections
+    /// joined into one MatMul and a `Split`, the gate's terms and biases in one `Sum`.
+    Step,
+    /// The whole-sequence forms (a forward, a prefill, the growing state), bound by their
+    /// products: each projection its own MatMul with its bias (ONNX Runtime's CPU fuses
+    /// each bias into its GELU), the gate's terms added in turn. Measured on the aMLP of
+    /// BENCHMARKS.md's peer: the step's joins cost this forward 10%.
+    Sequence,
 }
 
 impl Spelling {
     /// The spelling of `cfg` emitted in `mode` at `opset` with `forms`: fused for a profile
-    /// that asks for ONNX Runtime's fusions, a static state at an opset with `TensorScatter`
-    /// (24, after `Attention`'s 23), a token model of sequential blocks with LayerNorm, no
-    /// token shift, and f32 or block-quantized (`MatMulNBits`) projections; standard
-    /// otherwise.
-    pub(crate) fn of(cfg: &GmlpConfig, mode: SequenceMode, opset: i64, forms: OpForms) -> Spelling {
-        let fused = forms.fusions == Fusions::OnnxRuntime
-            && mode == SequenceMode::Static
-            && opset >= TENSOR_SCATTER_OPSET
-            && matches!(cfg.task, Task::Tokens { .. })
-            && cfg.block.norm == NormKind::LayerNorm
-            && matches!(cfg.block.stack, StackKind::Sequential)
-            && cfg.shift_tokens == 0
-            && matches!(
-                cfg.dtype,
-                Precision::F32 | Precision::Int4 | Precision::Int8WeightOnly
-            );
-        if fused {
-            Spelling::Fused
-        } else {
-            Spelling::Standard
+    /// that asks for ONNX Runtime's fusions (`--target onnxruntime`), standard otherwise. A
+    /// model the fused kernels cannot express ([`fused_gap`]) is refused for that profile,
+    /// never written in standard operators under its name.
+    pub(crate) fn of(
+        cfg: &GmlpConfig,
+        mode: SequenceMode,
+        opset: i64,
+        forms: OpForms,
+    ) -> Result<Spelling> {
+        if forms.fusions == Fusions::Standard {
+            return Ok(Spelling::Standard);
         }
+        let joins = match mode {
+            SequenceMode::Static => Joins::Step,
+            _ => Joins::Sequence,
+        };
+        match fused_gap(cfg, mode, opset) {
+            None => Ok(Spelling::Fused(joins)),
+            Some(gap) => Err(Error::Setting(
+                Phrase::setting(Setting::Target)
+                    .then(format!(
+                        " onnxruntime writes ONNX Runtime's fused kernels, which do not cover {gap}; use "
+                    ))
+                    .and(Setting::Target)
+                    .then(" ort (standard operators, which ONNX Runtime fuses at load where it can)"),
+            )),
+        }
+    }
+}
+
+/// What of `cfg`, in `mode` at `opset`, the fused spelling cannot express, in words; `None`
+/// where it expresses all of it. It takes LayerNorm (its `SkipLayerNormalization` carries
+/// the residual), sequential blocks that mix tokens globally, f32 or block-quantized
+/// (`MatMulNBits`) projections, opset 23 for an aMLP's `Attention` and 24 for a static
+/// state's `TensorScatter`, and a static state without token shift (whose rows it reads
+/// in f32).
+pub fn fused_gap(cfg: &GmlpConfig, mode: SequenceMode, opset: i64) -> Option<String> {
+    let needed = match (mode, cfg.attn_dim) {
+        (SequenceMode::Static, _) => Some((TENSOR_SCATTER_OPSET, "a static state's TensorScatter")),
+        (_, Some(_)) => Some((ATTENTION_OPSET, "the tiny attention's Attention")),
+        (_, None) => None,
+    };
+    if cfg.block.norm != NormKind::LayerNorm {
+        return Some("RMSNorm".into());
+    }
+    if !matches!(cfg.block.stack, StackKind::Sequential) {
+        return Some("a reversible stack".into());
+    }
+    if !matches!(
+        cfg.dtype,
+        Precision::F32 | Precision::Int4 | Precision::Int8WeightOnly
+    ) {
+        return Some(format!("{} weights", cfg.dtype.name()));
+    }
+    if let Some(i) = first_local_block(cfg) {
+        return Some(format!("local token mixing (block {i}'s window or fold)"));
+    }
+    if mode == SequenceMode::Static && cfg.shift_tokens > 0 {
+        return Some("the token shift of a static state".into());
+    }
+    match needed {
+        Some((at, what)) if opset < at => Some(format!("opset {opset} ({what} needs {at})")),
+        _ => None,
     }
 }
 

@@ -40,6 +40,7 @@ use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
 use crate::onnx::graph::{ElemType, Graph};
+pub use context::fused_gap;
 use context::{Emitter, Spelling};
 pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
 pub use static_state::StateScatter;
@@ -62,15 +63,18 @@ pub const HEAD_SCOPE: &str = "head";
 pub const MASK_VALUE: f32 = -1e9;
 
 /// Whether `cfg`, emitted in `mode` at `opset` with `forms`, is spelled in ONNX Runtime's
-/// fused kernels (the conditions: `Spelling::of` in context.rs); other models are written in
-/// standard operators.
+/// fused kernels: for `--target onnxruntime`'s forms, where they express the whole model
+/// ([`fused_gap`]; other models are refused for that target); never for other forms.
 pub fn fused_step_applies(
     cfg: &GmlpConfig,
     mode: SequenceMode,
     opset: i64,
     forms: OpForms,
 ) -> bool {
-    Spelling::of(cfg, mode, opset, forms) == Spelling::Fused
+    matches!(
+        Spelling::of(cfg, mode, opset, forms),
+        Ok(Spelling::Fused(_))
+    )
 }
 
 /// Emits the whole network for `cfg` at `opset`, with parameter values taken from
@@ -92,7 +96,7 @@ pub fn build_graph_in(
     cfg.validate()?;
     mode.check(cfg)?;
     let builder = GraphBuilder::with_forms(opset, forms)?;
-    let spelling = Spelling::of(cfg, mode, opset, forms);
+    let spelling = Spelling::of(cfg, mode, opset, forms)?;
     let mut em = Emitter::new(builder, cfg, spelling, param_specs(cfg), source);
     let (x, embedding, mut sequence) = em.embed(mode)?;
     let stacked = em.stack(x, &mut sequence)?;

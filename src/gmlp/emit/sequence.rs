@@ -167,14 +167,16 @@ impl Emitter {
         }
     }
 
-    /// The causal mask for the new rows: [sequence, total], shared by the blocks.
+    /// The causal mask for the new rows: [sequence, total] ([1, 1, sequence, total] in the
+    /// fused spelling), shared by the blocks.
     fn mask_rows(&mut self, pos: &mut Positions) -> Result<Value> {
         if let Some(v) = &pos.mask {
             return Ok(v.clone());
         }
         let full = self.causal_mask()?;
+        let row_axis = full.shape.len() - 2;
         let v = self.g.scoped("shared", |g| {
-            let rows = pos.rows_of(g, "causal_mask_rows", &full, 0)?;
+            let rows = pos.rows_of(g, "causal_mask_rows", &full, row_axis)?;
             pos.first_columns(g, "causal_mask_columns", &rows)
         })?;
         pos.mask = Some(v.clone());

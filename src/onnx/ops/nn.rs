@@ -123,7 +123,7 @@ impl GraphBuilder {
 
     /// Single-head scaled dot-product attention `softmax(q·kᵀ · scale + mask) · v` as the
     /// ONNX `Attention` operator on 3-D inputs (q `[batch, T, a]`, k and v `[batch, S, a]`,
-    /// one head each), the additive f32 `mask` `[batch, 1, T, S]`.
+    /// one head each), with the additive f32 `mask` `[batch or 1, 1, T, S]` if any.
     ///
     /// [Attention](https://onnx.ai/onnx/operators/onnx__Attention.html): new in opset 23,
     /// 24 (`nonpad_kv_seqlen`, not used here); refused below 23. ONNX Runtime has CPU and
@@ -134,17 +134,17 @@ impl GraphBuilder {
         q: &Value,
         k: &Value,
         v: &Value,
-        mask: &Value,
+        mask: Option<&Value>,
         scale: f32,
     ) -> Result<Value> {
+        let mask_fits = mask.is_none_or(|m| m.shape.len() == 4 && m.shape[3] == k.shape[1]);
         let ok = self.opset() >= ATTENTION_OPSET
             && q.shape.len() == 3
             && k.shape.len() == 3
             && v.shape == k.shape
             && q.shape[2] == k.shape[2]
             && q.shape[0] == k.shape[0]
-            && mask.shape.len() == 4
-            && mask.shape[3] == k.shape[1]
+            && mask_fits
             && q.elem == k.elem
             && k.elem == v.elem;
         if !ok {
@@ -155,7 +155,7 @@ impl GraphBuilder {
                     fmt_shape(&q.shape),
                     fmt_shape(&k.shape),
                     fmt_shape(&v.shape),
-                    fmt_shape(&mask.shape),
+                    mask.map_or("none".into(), |m| fmt_shape(&m.shape)),
                     self.opset()
                 ),
             ));
@@ -168,10 +168,11 @@ impl GraphBuilder {
         // q·kᵀ and the weights times v: 2·T·S·a FLOPs each per batch element.
         let (t, s, a) = (&q.shape[1], &k.shape[1], &q.shape[2]);
         let flops = 4 * (t.size_or_one() * s.size_or_one() * a.size_or_one()) as u64;
+        let inputs: Vec<&Value> = [q, k, v].into_iter().chain(mask).collect();
         Ok(self.single(
             local,
             "Attention",
-            &[q, k, v, mask],
+            &inputs,
             attrs,
             (q.elem, q.shape.clone()),
             flops,

@@ -18,7 +18,7 @@ use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
     /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
-    /// shared by the blocks.
+    /// shared by the blocks; [1, 1, n, n] in the fused spelling, `Attention`'s layout.
     pub(crate) fn causal_mask(&mut self) -> Result<Value> {
         if let Some(v) = &self.causal_mask {
             return Ok(v.clone());
@@ -28,16 +28,17 @@ impl Emitter {
         for i in 0..n {
             mask[i * n + i + 1..(i + 1) * n].fill(MASK_VALUE);
         }
+        let dims: &[usize] = if self.fused() { &[1, 1, n, n] } else { &[n, n] };
         let v = self
             .g
-            .scoped("shared", |g| g.const_f32("causal_mask", &[n, n], mask))?;
+            .scoped("shared", |g| g.const_f32("causal_mask", dims, mask))?;
         self.causal_mask = Some(v.clone());
         Ok(v)
     }
 
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`,
     /// over the sequence `seq`, as the gate's terms: projected here, or from `qkv` where
-    /// the block's input projection joined them (fused spelling).
+    /// the block's input projection joined them (the fused static step).
     pub(crate) fn attention(
         &mut self,
         p: &str,
@@ -47,13 +48,39 @@ impl Emitter {
         i: usize,
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
-        match qkv {
-            Some(qkv) => self.attention_fused(p, a, qkv, i, seq),
-            None => Ok(vec![self.attention_standard(p, h, a, i, seq)?]),
+        if !self.fused() {
+            return Ok(vec![self.attention_standard(p, h, a, i, seq)?]);
         }
+        let qkv = match qkv {
+            Some(qkv) => qkv,
+            None => self.attention_projections(p, h, a)?,
+        };
+        self.attention_fused(p, a, qkv, i, seq)
     }
 
-    /// `Attention(q, K, V, mask) · W_o` and b_o, the keys and values those of `seq`.
+    /// q, k and v of block prefix `p` (size `a`): three MatMuls with their biases on
+    /// column slices of W_qkv.
+    fn attention_projections(&mut self, p: &str, h: &Value, a: usize) -> Result<[Value; 3]> {
+        let form = self.projection_form();
+        let weight = format!("{p}.attn.qkv.weight");
+        let bias = self
+            .cfg
+            .block
+            .attn_qkv_bias
+            .then(|| format!("{p}.attn.qkv.bias"));
+        let part = |s: &mut Self, k: usize, local: &str| {
+            let cols = Some((k * a, (k + 1) * a));
+            s.dense(local, h, &weight, bias.as_deref(), cols, form)
+        };
+        Ok([
+            part(self, 0, "q")?,
+            part(self, 1, "k")?,
+            part(self, 2, "v")?,
+        ])
+    }
+
+    /// `Attention(q, K, V, mask) · W_o + b_o`, the keys and values those of `seq`; b_o
+    /// apart in the fused static step (its gate's `Sum` adds it).
     fn attention_fused(
         &mut self,
         p: &str,
@@ -63,15 +90,28 @@ impl Emitter {
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
         let (keys, values) = self.keys_and_values(i, &k, Some(&v), seq)?;
-        let mask = self.causal_mask_rows(seq)?;
+        let mask = match self.cfg.causal {
+            true => Some(self.causal_mask_rows(seq)?),
+            false => None,
+        };
         let scale = (a as f32).powf(-0.5);
         let context = self
             .g
-            .attention("attention", &q, &keys, &values, &mask, scale)?;
+            .attention("attention", &q, &keys, &values, mask.as_ref(), scale)?;
         let form = self.projection_form();
-        let weight = format!("{p}.attn.out.weight");
+        let (weight, bias) = (format!("{p}.attn.out.weight"), format!("{p}.attn.out.bias"));
+        if !self.joins_step() {
+            return Ok(vec![self.dense(
+                "out",
+                &context,
+                &weight,
+                Some(&bias),
+                None,
+                form,
+            )?]);
+        }
         let out = self.dense("out", &context, &weight, None, None, form)?;
-        let bias = self.param(&format!("{p}.attn.out.bias"))?;
+        let bias = self.param(&bias)?;
         Ok(vec![out, bias])
     }
 

@@ -28,11 +28,11 @@ pub(crate) struct Projected {
 
 impl Emitter {
     /// `GELU(h·U[:, :e] + b_U[:e])` and `GELU(h·U[:, e:] + b_U[e:])` for block prefix `p`:
-    /// two MatMuls on column slices of U, or (fused spelling) one MatMul of
+    /// two MatMuls on column slices of U, or (the fused static step) one MatMul of
     /// `[U | W_qkv]` and a `Split` into z1, z2 (and q, k, v in an aMLP).
     pub(crate) fn proj_in(&mut self, p: &str, h: &Value) -> Result<Projected> {
         let e = self.cfg.gate_dim();
-        if self.fused() {
+        if self.joins_step() {
             return self.proj_in_joined(p, h, e);
         }
         let z1 = self.proj_in_half(p, h, 1, (0, e))?;
@@ -140,7 +140,7 @@ impl Emitter {
     }
 
     /// `g·V + b_V` for block prefix `p`; in the fused spelling `g·V` with b_V (f32) beside
-    /// it, for the next norm to add.
+    /// it, for the next norm (`SkipLayerNormalization`) to add.
     pub(crate) fn proj_out(&mut self, p: &str, gated: &Value) -> Result<Branch> {
         let form = self.output_projection_form();
         let (w, b) = (format!("{p}.proj_out.weight"), format!("{p}.proj_out.bias"));

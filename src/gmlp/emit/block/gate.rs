@@ -6,7 +6,7 @@
 //! one `Add` at a time, or in the fused spelling, where the parts leave the biases apart,
 //! in one `Sum`.
 
-use super::super::context::{Emitter, Spelling};
+use super::super::context::{Emitter, Joins, Spelling};
 use super::super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::GateAct;
@@ -36,12 +36,13 @@ impl Emitter {
     }
 
     /// The sum of the gate's terms: the spatial projection plus the attention (`attn_add`),
-    /// or in the fused spelling every term in one node (`gate_sum`).
+    /// or in the fused static step every term and bias in one node (`gate_sum`).
     fn gate_sum(&mut self, terms: &[Value]) -> Result<Value> {
-        match (self.spelling, terms) {
+        let step = self.spelling == Spelling::Fused(Joins::Step);
+        match (step, terms) {
             (_, [only]) => Ok(only.clone()),
-            (Spelling::Standard, [gate, attn]) => self.g.add("attn_add", gate, attn),
-            (Spelling::Fused, [a, b]) => self.g.add("gate_sum", a, b),
+            (false, [gate, attn]) => self.g.add("attn_add", gate, attn),
+            (true, [a, b]) => self.g.add("gate_sum", a, b),
             _ => {
                 let refs: Vec<&Value> = terms.iter().collect();
                 self.g.sum("gate_sum", &refs)

@@ -40,7 +40,7 @@ mod shift;
 mod spatial;
 mod spatial_int8;
 
-use super::context::{Emitter, Spelling};
+use super::context::{Emitter, Joins, Spelling};
 use super::sequence::Sequence;
 use crate::error::Result;
 use crate::onnx::graph::Value;
@@ -98,6 +98,11 @@ impl Emitter {
 
     /// Whether the parts are spelled in ONNX Runtime's fused kernels.
     pub(crate) fn fused(&self) -> bool {
-        self.spelling == Spelling::Fused
+        matches!(self.spelling, Spelling::Fused(_))
+    }
+
+    /// Whether the fused parts also join nodes as the static step does ([`Joins::Step`]).
+    pub(crate) fn joins_step(&self) -> bool {
+        self.spelling == Spelling::Fused(Joins::Step)
     }
 }

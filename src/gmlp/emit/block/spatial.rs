@@ -329,7 +329,7 @@ impl Emitter {
     /// `heads` contiguous groups ([B, rows, e] → [B, h, rows, e/h]) around the mixing and
     /// merged back after the bias. `rows_in` / `rows_out` give the token axis before and
     /// after the mixing (the Reshape's entry and the static dimension). The gate's terms:
-    /// one, or with one head in the fused spelling the product and the bias apart (the
+    /// one, or with one head in the fused static step the product and the bias apart (the
     /// gate's `Sum` adds them).
     pub(crate) fn mix_per_head(
         &mut self,
@@ -347,7 +347,7 @@ impl Emitter {
         if heads == 1 {
             let mixed = mix(self, u)?;
             return match b {
-                Some(b) if self.fused() => Ok(vec![mixed, b.clone()]),
+                Some(b) if self.joins_step() => Ok(vec![mixed, b.clone()]),
                 _ => Ok(vec![add_bias(self, mixed)?]),
             };
         }

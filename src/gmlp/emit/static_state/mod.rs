@@ -175,7 +175,7 @@ impl Emitter {
         }
         let rows = match self.spelling {
             Spelling::Standard => StaticRows::Float(self.float_rows(&inputs.position, ids)?),
-            Spelling::Fused => StaticRows::Int(self.int_rows(&inputs.position, ids)?),
+            Spelling::Fused(_) => StaticRows::Int(self.int_rows(&inputs.position, ids)?),
         };
         Ok(StaticState {
             rows,
