@@ -20,7 +20,7 @@ use crate::gmlp::init::{InitScheme, SeededInit};
 use crate::gmlp::interface::{DecodingInfo, SequenceMode};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, TARGET_KEY};
 use crate::gmlp::targets::{BuildTarget, Target};
-use crate::gmlp::{fused_step_applies, GmlpConfig};
+use crate::gmlp::{fused_gap, fused_kernels_apply, GmlpConfig};
 use crate::onnx::proto::ModelProto;
 use crate::onnx::reader::metadata_value;
 use crate::onnx::writer::encode_model_to_vec;
@@ -56,7 +56,7 @@ impl StepForm {
         if info.mode != mode {
             return None;
         }
-        Some(if fused_step_applies(&cfg, mode, opset, target.forms()) {
+        Some(if fused_kernels_apply(&cfg, mode, opset, target.forms()) {
             StepForm::Fused
         } else if fused_applies(&cfg) {
             StepForm::PortableFusable
@@ -86,7 +86,7 @@ impl StepForm {
 /// Whether `--target onnxruntime` writes `cfg`'s static step in the fused kernels.
 fn fused_applies(cfg: &GmlpConfig) -> bool {
     let target = Target::OnnxRuntime;
-    fused_step_applies(
+    fused_kernels_apply(
         cfg,
         SequenceMode::Static,
         target.default_opset(),
@@ -108,14 +108,20 @@ pub fn fused_twin(model: &ModelProto, label: &Path) -> Result<DecodingFile> {
             ))
         }
         Some(StepForm::Portable) => {
-            return Err(Error::Unsupported(
-                "the fused static step (--target onnxruntime) does not cover this configuration (it takes LayerNorm, sequential blocks, no token shift, f32 or block-quantized projections)".into(),
-            ))
+            let gap = metadata_value(model, CONFIG_KEY)
+                .and_then(parse_config)
+                .and_then(|cfg| {
+                    let target = Target::OnnxRuntime;
+                    fused_gap(&cfg, SequenceMode::Static, target.default_opset())
+                })
+                .unwrap_or_else(|| "this configuration".into());
+            return Err(Error::Unsupported(format!(
+                "the fused static step (--target onnxruntime) does not cover {gap}"
+            )));
         }
         None => {
             return Err(Error::Conflict(
-                "only a static-state file (--with-past static) has a fused step to compare"
-                    .into(),
+                "only a static-state file (--with-past static) has a fused step to compare".into(),
             ))
         }
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
 use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
-use crate::gmlp::emit::{build_graph_in, fused_step_applies, HEAD_SCOPE};
+use crate::gmlp::emit::{build_graph_in, fused_kernels_apply, HEAD_SCOPE};
 use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart};
 use crate::gmlp::metadata::{
     config_json, quantization_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY,
@@ -158,7 +158,7 @@ pub fn export_for(
     }
     metadata.push((TARGET_KEY.to_string(), target.target.name()));
     if let Some(mut info) = DecodingInfo::of(cfg, mode) {
-        if mode == SequenceMode::Static && fused_step_applies(cfg, mode, opset, forms) {
+        if mode == SequenceMode::Static && fused_kernels_apply(cfg, mode, opset, forms) {
             info.state_start = StateStart::Zeroed;
         }
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));

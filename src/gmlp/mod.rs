@@ -22,7 +22,7 @@ pub use config::{
     BlockOptions, GateAct, GeluForm, GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task,
     TokenMixing,
 };
-pub use emit::{build_graph, build_graph_in, fused_gap, fused_step_applies};
+pub use emit::{build_graph, build_graph_in, fused_gap, fused_kernels_apply};
 pub use init::{InitScheme, SeededInit};
 pub use interface::SequenceMode;
 pub use presets::{preset, presets, Preset};

@@ -65,7 +65,7 @@ pub const MASK_VALUE: f32 = -1e9;
 /// Whether `cfg`, emitted in `mode` at `opset` with `forms`, is spelled in ONNX Runtime's
 /// fused kernels: for `--target onnxruntime`'s forms, where they express the whole model
 /// ([`fused_gap`]; other models are refused for that target); never for other forms.
-pub fn fused_step_applies(
+pub fn fused_kernels_apply(
     cfg: &GmlpConfig,
     mode: SequenceMode,
     opset: i64,
