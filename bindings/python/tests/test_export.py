@@ -393,3 +393,28 @@ def test_a_gmlp_tinygrad_state_dict_of_numpy_arrays_matches_tinygrads_outputs(na
     got = ort_run(path, {"inputs_embeds": io["inputs_embeds"]})[0]
     want = io["last_hidden_state"]
     assert G.rel_error(got, want) <= BOUND
+
+
+def test_the_onnxruntime_target_writes_fused_kernels_or_refuses_what_they_cannot_express(
+    cases, ort_run, tmp_path
+):
+    # An aMLP MLM and a causal model with heads: ONNX Runtime's fused kernels, the module's
+    # own outputs within the bound (any length for the causal one).
+    import onnx
+
+    for name in ("lucid_amlp", "lucid_causal_heads2"):
+        case = cases[name]
+        m = case.module()
+        path = tmp_path / f"{name}.onnx"
+        r = gmlp_onnx.export(m, path, target="onnxruntime")
+        assert r.target == "onnxruntime"
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        assert "SkipLayerNormalization" in ops, (name, sorted(ops))
+        check_against_module(path, m, case, ort_run)
+    # f16 weights are not in those kernels: refused, naming it, and nothing written.
+    path = tmp_path / "f16.onnx"
+    with pytest.raises(gmlp_onnx.InvalidArgumentError) as e:
+        gmlp_onnx.export(cases["lucid_mlm"].module(), path, target="onnxruntime", dtype="f16")
+    assert "do not cover f16" in str(e.value) and "\n" not in str(e.value)
+    assert "target" in str(e.value) and "--target" not in str(e.value)
+    assert not path.exists()
