@@ -201,6 +201,9 @@ pub enum Remedy {
     /// Build an ONNX model from a checkpoint (`checkpoint::Import`, then
     /// `gmlp::export::export`).
     BuildFromCheckpoint,
+    /// Build the file again from its checkpoint with this version of the tool (a file of
+    /// another version whose weights this version's graph does not take as they are).
+    RebuildWithThisVersion,
 }
 
 impl Remedy {
@@ -217,6 +220,9 @@ impl Remedy {
             }
             Remedy::BuildFromCheckpoint => {
                 "build an ONNX model from it first (checkpoint::Import, then gmlp::export::export)"
+            }
+            Remedy::RebuildWithThisVersion => {
+                "build it again from its checkpoint with this version (gmlp::export::export)"
             }
         }
     }

@@ -8,9 +8,9 @@
 //! The modules form a graph without a circle; each line names a module and the modules it
 //! uses (`tests/suite/layers.rs` checks it on the sources, both ways: no use outside it,
 //! no edge the sources lack). Modules that use none of each other's are siblings:
-//! [`checkpoint`], [`inspect`] and [`runtime`] over [`gmlp`] (the engine's own code uses
-//! none of it; its unit tests build their models with it); [`serve`] and [`validate`]
-//! over [`generation`]; [`pipeline`] (the build both front ends run) on top.
+//! [`checkpoint`], [`inspect`], [`rebuild`] and [`runtime`] over [`gmlp`] (the engine's
+//! own code uses none of it; its unit tests build their models with it); [`serve`] and
+//! [`validate`] over [`generation`]; [`pipeline`] (the build both front ends run) on top.
 //!
 //! ```text
 //! message:
@@ -26,9 +26,10 @@
 //! gmlp: error, message, onnx, rng, spelling, tensor
 //! checkpoint: archive, error, fs, gmlp, message, npz, tensor
 //! inspect: error, gmlp, message, onnx, plot
+//! rebuild: error, gmlp, onnx
 //! runtime: error, gmlp, onnx, spelling, tensor
-//! generation: error, gmlp, onnx, rng, runtime, tensor
-//! serve: error, fs, generation, gmlp, message, onnx, rng, runtime, tensor
+//! generation: error, gmlp, onnx, rebuild, rng, runtime, tensor
+//! serve: error, fs, generation, gmlp, message, onnx, rebuild, rng, runtime, tensor
 //! validate: error, generation, gmlp, message, npz, onnx, plot, rng, runtime, tensor
 //! pipeline: checkpoint, error, gmlp, inspect, message, onnx, runtime, serve
 //! ```
@@ -57,6 +58,8 @@ pub mod gmlp;
 pub mod checkpoint;
 
 pub mod inspect;
+
+pub mod rebuild;
 
 pub mod runtime;
 

@@ -239,6 +239,9 @@ pub fn remedy_flags(remedy: Remedy) -> &'static str {
         Remedy::BuildFromCheckpoint => {
             "build one first (gmlp-onnx build --weights CHECKPOINT -o model.onnx, with the flags the checkpoint needs), then inspect model.onnx"
         }
+        Remedy::RebuildWithThisVersion => {
+            "build it again from its checkpoint with this gmlp-onnx (build --weights CHECKPOINT, with the flags it was built with)"
+        }
     }
 }
 
@@ -473,6 +476,7 @@ mod tests {
             Remedy::BuildStaticState,
             Remedy::OrtRuntimeOrOrtTarget,
             Remedy::BuildFromCheckpoint,
+            Remedy::RebuildWithThisVersion,
         ] {
             assert!(!remedy.describe().contains("--"), "{remedy:?}");
             assert!(remedy_flags(remedy).contains("--"), "{remedy:?}");

@@ -5,13 +5,14 @@
 //! and copies nothing; a run's ids, positions and logits have buffers of their own, bound
 //! once too.
 //!
-//! The session runs the file with two more outputs ([`step_graph`]), so that a step's run
+//! The session runs the file emitted again with two more outputs ([`step_graph`]:
+//! [`Interface::BoundStep`], src/rebuild.rs), so that a step's run
 //! leaves the next step's inputs where they are read, with no work on the host in between
 //! (the way onnxruntime-genai picks tokens on the device and advances its positions by a
 //! kernel rather than from the host): the greedy tokens `next_input_ids` = `ArgMax(logits)`
 //! over the vocabulary, [batch, T] (every row's first largest logit, as the host's pick),
 //! and `next_position` = `position + 1`, [batch]. The file itself is not changed: the
-//! edited copy is loaded from memory. A single-token step has two sets of
+//! graph emitted again is loaded from memory. A single-token step has two sets of
 //! `input_ids` [batch, 1] and `position` [batch] buffers used in turn: the step that reads
 //! one set writes its greedy tokens and next positions into the other, so that a greedy
 //! step finds its inputs already written by the run before it, and only the [batch] ids
@@ -28,9 +29,10 @@ use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 use crate::error::{Error, Result};
 use crate::generation::sampling::argmax;
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
-use crate::gmlp::interface::{DecodingInfo, StateTensor, POSITION};
-use crate::onnx::edit::{add_node, arg_max_node, value_names, ModelEdit};
-use crate::onnx::proto::{GraphProto, ModelProto, ValueInfoProto};
+use crate::gmlp::interface::{
+    DecodingInfo, Interface, StateTensor, NEXT_INPUT_IDS, NEXT_POSITION, POSITION,
+};
+use crate::rebuild::rebuild;
 use crate::runtime::{BindingId, BoundSession, BufferId, Element, ModelFile, Replay};
 use crate::tensor::{NamedTensor, TensorValue};
 
@@ -381,8 +383,8 @@ fn step_buffers(
         ins.extend([(INPUT_IDS, read.ids), (POSITION, read.position)]);
         outs.extend([
             (LOGITS, logits),
-            (STEP_NEXT_IDS, written.ids),
-            (STEP_NEXT_POSITION, written.position),
+            (NEXT_INPUT_IDS, written.ids),
+            (NEXT_POSITION, written.position),
         ]);
         session.bind(&ins, &outs, Replay::Captured)
     };
@@ -395,75 +397,13 @@ fn step_buffers(
     })
 }
 
-/// The greedy tokens of a run, [batch, T].
-const STEP_NEXT_IDS: &str = "next_input_ids";
-/// `position + 1`, [batch].
-const STEP_NEXT_POSITION: &str = "next_position";
-/// The constant 1 of [`STEP_NEXT_POSITION`].
-const ONE: &str = "next_position/one";
-
-/// The static-state model `file` with the outputs [`STEP_NEXT_IDS`] and
-/// [`STEP_NEXT_POSITION`] added, encoded (decoding the file only if the caller has not). The
-/// decoded model is not copied: the additions are a second, small model encoded after it,
-/// which protobuf's parsers merge into the first (a message field met twice is merged, its
-/// repeated fields appended), so they read as the graph's last initializer, nodes and
-/// outputs.
+/// The static-state model `file` emitted again with the bound step's outputs
+/// ([`Interface::BoundStep`]: [`NEXT_INPUT_IDS`] and [`NEXT_POSITION`] after the file's
+/// own), its weights the file's, encoded (decoding the file only if the caller has not).
+/// The file is not changed.
 pub(crate) fn step_graph(file: ModelFile) -> Result<Vec<u8>> {
-    let path = file.path;
-    let (input_ids, position, logits) = (INPUT_IDS, POSITION, LOGITS);
     let model = file.model()?;
-    let bad = |reason: String| Error::BadModel {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| bad("the model has no graph".into()))?;
-    let taken = value_names(graph);
-    if let Some(name) = [STEP_NEXT_IDS, STEP_NEXT_POSITION, ONE]
-        .into_iter()
-        .find(|n| taken.contains(*n))
-    {
-        return Err(bad(format!(
-            "the graph already has a value named {name}, which static-state decoding adds"
-        )));
-    }
-    let declared = |name: &str| graph.input.iter().find(|v| v.name() == name);
-    let (Some(ids_input), Some(position_input)) = (declared(input_ids), declared(position)) else {
-        return Err(bad(format!(
-            "the graph does not declare {input_ids} and {position} as inputs"
-        )));
-    };
-    let mut additions = ModelProto {
-        graph: Some(GraphProto::default()),
-        ..Default::default()
-    };
-    let mut edit = ModelEdit::new(&mut additions)
-        .ok_or_else(|| Error::Internal("an edit of a model without a graph".into()))?;
-    edit.add_i64_initializer(ONE, &[1]);
-    edit.wrap_nodes(
-        &[],
-        &[
-            arg_max_node("next_input_ids/argmax", logits, -1, STEP_NEXT_IDS),
-            add_node("next_position/add", position, ONE, STEP_NEXT_POSITION),
-        ],
-    );
-    let output = |name: &str, like: &ValueInfoProto| ValueInfoProto {
-        name: Some(name.into()),
-        r#type: like.r#type.clone(),
-        ..Default::default()
-    };
-    if let Some(g) = additions.graph.as_mut() {
-        g.output = vec![
-            output(STEP_NEXT_IDS, ids_input),
-            output(STEP_NEXT_POSITION, position_input),
-        ];
-    }
-    let mut bytes = prost::Message::encode_to_vec(&*model);
-    prost::Message::encode(&additions, &mut bytes)
-        .map_err(|e| Error::Internal(format!("encoding the step graph: {e}")))?;
-    Ok(bytes)
+    rebuild(&model, file.path, Interface::BoundStep, &[])
 }
 
 #[cfg(test)]

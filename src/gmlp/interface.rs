@@ -124,6 +124,53 @@ impl SequenceMode {
     }
 }
 
+/// Name of the bound step's greedy tokens, `ArgMax(logits)` over the vocabulary, int64
+/// [batch, sequence] (every row's first largest logit) ([`Interface::BoundStep`]).
+pub const NEXT_INPUT_IDS: &str = "next_input_ids";
+/// Name of the bound step's next positions, `position + 1`, int64 [batch]
+/// ([`Interface::BoundStep`]).
+pub const NEXT_POSITION: &str = "next_position";
+
+/// Name of the served static state's next position, `position` + the request's token
+/// count, int64 [batch, 1] ([`Interface::Triton`]).
+pub const TRITON_NEXT_POSITION: &str = "triton_next_position";
+
+/// What a graph offers at its interface beyond the model's own inputs and outputs: chosen
+/// when it is emitted, so that nothing is added to a graph afterwards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Interface {
+    /// The file's: the inputs, the logits (or last hidden state) and the `present_*` state.
+    #[default]
+    File,
+    /// A static-state step as ONNX Runtime's bound session runs it (src/generation/resident.rs):
+    /// the file's interface and [`NEXT_INPUT_IDS`] and [`NEXT_POSITION`], so that a run
+    /// leaves the next greedy step's inputs where that step reads them. Held in memory,
+    /// never written.
+    BoundStep,
+    /// The interface Triton r24.10 keeps a sequence's state through (docs/serving.md,
+    /// "With-past models"): in a growing state every `past_*` carries one leading slot
+    /// along its rows (Triton's first state has one row, of zeros), sliced off before the
+    /// model reads it and put back in front of its `present_*`; in a static state,
+    /// `position` is declared [batch, 1] (a Triton state of dims `[ ]` gets no bytes) and
+    /// [`TRITON_NEXT_POSITION`] gives the next request's. Stateless graphs are the file's.
+    Triton,
+}
+
+impl Interface {
+    /// Refuses an interface the graph's `mode` does not have: the bound step's outputs
+    /// advance a static state's `position`.
+    pub fn check(self, mode: SequenceMode) -> Result<()> {
+        match (self, mode) {
+            (Interface::File | Interface::Triton, _)
+            | (Interface::BoundStep, SequenceMode::Static) => Ok(()),
+            (Interface::BoundStep, _) => Err(Error::Internal(format!(
+                "the bound step's outputs advance a static state, and this graph's sequence is {}",
+                mode.as_str()
+            ))),
+        }
+    }
+}
+
 /// The refusal of a static state for a model whose block `i` mixes tokens locally.
 pub fn static_local_mixing_refused(i: usize) -> Error {
     Error::Setting(

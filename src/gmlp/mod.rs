@@ -22,8 +22,8 @@ pub use config::{
     BlockOptions, GateAct, GeluForm, GmlpConfig, NormKind, Precision, SpatialForm, StackKind, Task,
     TokenMixing,
 };
-pub use emit::{build_graph, build_graph_in, fused_gap, fused_kernels_apply};
+pub use emit::{build_graph, build_graph_for, build_graph_in, fused_gap, fused_kernels_apply};
 pub use init::{InitScheme, SeededInit};
-pub use interface::SequenceMode;
+pub use interface::{Interface, SequenceMode};
 pub use presets::{preset, presets, Preset};
 pub use weights::{param_specs, ParamSpec, WeightSource};

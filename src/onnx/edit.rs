@@ -5,7 +5,7 @@
 //! and metadata.
 //!
 //! The operator helpers ([`slice_node`], [`concat_node`], [`shape_node`], [`gather_node`],
-//! [`reshape_node`], [`add_node`], [`arg_max_node`]) document what they emit like those
+//! [`reshape_node`], [`add_node`]) document what they emit like those
 //! of the op files (`ops/`), but take value names instead of shaped values: a read graph
 //! declares shapes only at its interface. Nodes become `NodeProto`s through the writer's
 //! conversion.
@@ -155,17 +155,6 @@ impl<'m> ModelEdit<'m> {
             .chain(own)
             .chain(after.iter().map(node_proto))
             .collect();
-    }
-
-    /// Points every initializer's external data at the file `location` beside the model.
-    pub fn relocate_external_data(&mut self, location: &str) {
-        for t in &mut self.graph.initializer {
-            for entry in &mut t.external_data {
-                if entry.key() == "location" {
-                    entry.value = Some(location.to_string());
-                }
-            }
-        }
     }
 
     /// Places `nodes` immediately before the node that computes `value` (so they may read
@@ -421,27 +410,31 @@ pub fn reshape_node(name: &str, data: &str, shape: &str, output: &str) -> Node {
     node(name, "Reshape", &[data, shape], vec![], output)
 }
 
-/// The node `name` computing `output`, the i64 index of the first largest element of
-/// `data` along `axis`, that axis removed (`keepdims` 0, `select_last_index` 0).
-///
+/// Points every initializer of `model`'s graph with external data at the file `location`
+/// beside the model (a data file copied under another name: any ONNX file's, this tool's
+/// or not).
+pub fn relocate_external_data(model: &mut onnx::ModelProto, location: &str) {
+    let Some(graph) = model.graph.as_mut() else {
+        return;
+    };
+    for t in &mut graph.initializer {
+        for entry in &mut t.external_data {
+            if entry.key() == "location" {
+                entry.value = Some(location.to_string());
+            }
+        }
+    }
+}
+
 /// Every value name `g` reads or defines: node inputs and outputs, initializers and graph
 /// inputs (the names a value added by an edit must avoid).
-pub fn value_names(g: &onnx::GraphProto) -> HashSet<String> {
+fn value_names(g: &onnx::GraphProto) -> HashSet<String> {
     g.node
         .iter()
         .flat_map(|n| n.input.iter().chain(&n.output).cloned())
         .chain(g.initializer.iter().map(|t| t.name().to_string()))
         .chain(g.input.iter().map(|v| v.name().to_string()))
         .collect()
-}
-
-/// [ArgMax](https://onnx.ai/onnx/operators/onnx__ArgMax.html): versions 1, 11 (negative axes), 12 (`select_last_index`), 13 (bfloat16); the same form in every opset here.
-pub fn arg_max_node(name: &str, data: &str, axis: i64, output: &str) -> Node {
-    let attributes = vec![
-        ("axis".to_string(), Attr::Int(axis)),
-        ("keepdims".to_string(), Attr::Int(0)),
-    ];
-    node(name, "ArgMax", &[data], attributes, output)
 }
 
 /// The node `name` computing `output` = `a` + `b` (numpy broadcasting).

@@ -325,6 +325,7 @@ fn host_value(t: &Tensor) -> Result<TensorValue> {
         DatumType::F64 => fresh(copy_out::<f64>(t, None)?.map(TensorValue::F64)),
         DatumType::I32 => fresh(copy_out::<i32>(t, None)?.map(TensorValue::I32)),
         DatumType::I64 => fresh(copy_out::<i64>(t, None)?.map(TensorValue::I64)),
+        DatumType::TDim => fresh(copy_out::<i64>(&shape_values(t)?, None)?.map(TensorValue::I64)),
         other => Err(failed(format!(
             "an output of type {other:?}; only float32, float64, int32 and int64 outputs are compared"
         ))),
@@ -494,6 +495,16 @@ impl TractRuntime {
                 DatumType::F64 => out!(F64, f64),
                 DatumType::I32 => out!(I32, i32),
                 DatumType::I64 => out!(I64, i64),
+                DatumType::TDim => {
+                    let slot = match outputs.get_mut(i) {
+                        Some(NamedTensor {
+                            name: n,
+                            value: TensorValue::I64(a),
+                        }) if *n == *name => Some(a),
+                        _ => None,
+                    };
+                    copy_out::<i64>(&shape_values(t)?, slot)?.map(TensorValue::I64)
+                }
                 other => {
                     return Err(failed(format!(
                         "output {name} has type {other:?}; only float32, float64, int32 and int64 outputs are compared"
@@ -514,6 +525,12 @@ impl TractRuntime {
         }
         Ok(())
     }
+}
+
+/// An int64 output that tract computed as its dimension type (values derived from shapes
+/// or from rows it folded symbolically), as the int64 values the graph declares.
+fn shape_values(t: &Tensor) -> Result<Tensor> {
+    t.cast_to::<i64>().map(|t| t.into_owned()).map_err(failed)
 }
 
 /// Copies tract's output `t` into `slot` when that holds an array of its shape (`None`

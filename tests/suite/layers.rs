@@ -32,10 +32,13 @@ const USES: &[(&str, &[&str])] = &[
         &["archive", "error", "fs", "gmlp", "message", "npz", "tensor"],
     ),
     ("inspect", &["error", "gmlp", "message", "onnx", "plot"]),
+    ("rebuild", &["error", "gmlp", "onnx"]),
     ("runtime", &["error", "gmlp", "onnx", "spelling", "tensor"]),
     (
         "generation",
-        &["error", "gmlp", "onnx", "rng", "runtime", "tensor"],
+        &[
+            "error", "gmlp", "onnx", "rebuild", "rng", "runtime", "tensor",
+        ],
     ),
     (
         "serve",
@@ -46,6 +49,7 @@ const USES: &[(&str, &[&str])] = &[
             "gmlp",
             "message",
             "onnx",
+            "rebuild",
             "rng",
             "runtime",
             "tensor",

@@ -113,6 +113,9 @@ fn remedy_keywords(remedy: Remedy) -> &'static str {
         Remedy::BuildFromCheckpoint => {
             "export one first (gmlp_onnx.export(checkpoint, \"model.onnx\")), then inspect model.onnx"
         }
+        Remedy::RebuildWithThisVersion => {
+            "export it again from its module or checkpoint with this gmlp_onnx"
+        }
     }
 }
 

@@ -1,65 +1,15 @@
-//! Unit tests of `bound`: its step graph (tract runs it; ONNX Runtime runs the bound state
-//! itself in tests/suite/static_state.rs).
+//! Unit tests of `resident`: its step graph (tract runs it; ONNX Runtime runs the bound
+//! state itself in tests/suite/static_state.rs; src/rebuild/tests.rs checks its interface).
 
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
 
 use super::*;
 use crate::gmlp::SequenceMode;
-use crate::onnx::proto::{GraphProto, ModelProto};
-use crate::onnx::reader::read_model;
 use crate::runtime::testing::{first_largest, tiny_info, write_tiny};
 use crate::runtime::{open, RuntimeKind, RuntimeOptions};
 use crate::tensor::{NamedTensor, TensorValue};
 
-fn output_names(g: &GraphProto) -> Vec<String> {
-    g.output.iter().map(|o| o.name().to_string()).collect()
-}
-
-/// The edit of a built static-state model: the two outputs after the file's own,
-/// declared like the inputs they feed, computed by two nodes appended last.
-#[test]
-fn a_static_model_gains_the_two_step_outputs_after_its_own() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_tiny(dir.path(), SequenceMode::Static);
-    let before = read_model(&path).unwrap().graph.unwrap();
-    let bytes = step_graph(ModelFile::from(&path)).unwrap();
-    let after: ModelProto = prost::Message::decode(bytes.as_slice()).unwrap();
-    let after = after.graph.unwrap();
-    let mut expected = output_names(&before);
-    expected.extend([STEP_NEXT_IDS.to_string(), STEP_NEXT_POSITION.to_string()]);
-    assert_eq!(output_names(&after), expected);
-    let declared = |list: &[crate::onnx::proto::ValueInfoProto], name: &str| {
-        list.iter()
-            .find(|v| v.name() == name)
-            .unwrap()
-            .r#type
-            .clone()
-    };
-    assert_eq!(
-        declared(&after.output, STEP_NEXT_IDS),
-        declared(&after.input, INPUT_IDS)
-    );
-    assert_eq!(
-        declared(&after.output, STEP_NEXT_POSITION),
-        declared(&after.input, POSITION)
-    );
-    let last: Vec<&str> = after
-        .node
-        .iter()
-        .rev()
-        .take(2)
-        .map(|n| n.op_type())
-        .collect();
-    assert_eq!(last, ["Add", "ArgMax"]);
-    assert_eq!(after.node.len(), before.node.len() + 2);
-    // Editing twice is refused: the names are taken.
-    let twice = dir.path().join("twice.onnx");
-    std::fs::write(&twice, &bytes).unwrap();
-    let err = step_graph(ModelFile::from(&twice)).unwrap_err();
-    assert!(matches!(err, Error::BadModel { .. }), "{err:?}");
-}
-
-/// tract runs the edited graph: its greedy tokens are the host's pick from its logits
+/// tract runs the step graph: its greedy tokens are the host's pick from its logits
 /// at every row, and its next positions are one past the given ones.
 #[test]
 fn the_step_outputs_are_the_greedy_tokens_and_the_next_positions() {
@@ -88,7 +38,7 @@ fn the_step_outputs_are_the_greedy_tokens_and_the_next_positions() {
     let out = rt.run(&inputs).unwrap();
     let find = |name: &str| &out.iter().find(|o| o.name == name).unwrap().value;
     let (TensorValue::F32(logits), TensorValue::I64(next), TensorValue::I64(position)) =
-        (find(LOGITS), find(STEP_NEXT_IDS), find(STEP_NEXT_POSITION))
+        (find(LOGITS), find(NEXT_INPUT_IDS), find(NEXT_POSITION))
     else {
         panic!("output types")
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind};
-use crate::gmlp::interface::{first_local_block, SequenceMode};
+use crate::gmlp::interface::{first_local_block, Interface, SequenceMode};
 use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::onnx::builder::GraphBuilder;
@@ -122,6 +122,8 @@ pub(crate) struct Emitter {
     pub(crate) cfg: GmlpConfig,
     /// The op spelling every part writes.
     pub(crate) spelling: Spelling,
+    /// What the graph offers beyond the file's interface.
+    pub(crate) interface: Interface,
     specs: HashMap<String, ParamSpec>,
     source: Arc<dyn WeightSource>,
     /// The shared Toeplitz index table `idx[i][j] = j − i + n − 1` (made on first use).
@@ -131,11 +133,13 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    /// A new emitter of `cfg` into `g` in `spelling`, with parameter values from `source`.
+    /// A new emitter of `cfg` into `g` in `spelling` with `interface`, with parameter
+    /// values from `source`.
     pub(crate) fn new(
         g: GraphBuilder,
         cfg: &GmlpConfig,
         spelling: Spelling,
+        interface: Interface,
         specs: Vec<ParamSpec>,
         source: Arc<dyn WeightSource>,
     ) -> Emitter {
@@ -143,6 +147,7 @@ impl Emitter {
             g,
             cfg: cfg.clone(),
             spelling,
+            interface,
             specs: specs.into_iter().map(|s| (s.name.clone(), s)).collect(),
             source,
             toeplitz_index: None,

@@ -33,13 +33,15 @@ mod static_state;
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Task};
-use crate::gmlp::interface::{mode_state, SequenceMode};
+use crate::gmlp::interface::{
+    mode_state, Interface, SequenceMode, NEXT_INPUT_IDS, NEXT_POSITION, TRITON_NEXT_POSITION,
+};
 use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
-use crate::onnx::graph::{ElemType, Graph};
+use crate::onnx::graph::{ElemType, Graph, Value};
 pub use context::fused_gap;
 use context::{Emitter, Spelling};
 pub use linear::{HEAD_BLOCK_SIZE, NBITS_ACCURACY_LEVEL};
@@ -93,14 +95,30 @@ pub fn build_graph_in(
     forms: OpForms,
     mode: SequenceMode,
 ) -> Result<Graph> {
+    build_graph_for(cfg, source, opset, forms, mode, Interface::File)
+}
+
+/// [`build_graph_in`] with the outputs `interface` adds after the file's own (for
+/// [`Interface::BoundStep`]: the greedy tokens and the next positions).
+pub fn build_graph_for(
+    cfg: &GmlpConfig,
+    source: Arc<dyn WeightSource>,
+    opset: i64,
+    forms: OpForms,
+    mode: SequenceMode,
+    interface: Interface,
+) -> Result<Graph> {
     cfg.validate()?;
     mode.check(cfg)?;
+    interface.check(mode)?;
     let builder = GraphBuilder::with_forms(opset, forms)?;
     let spelling = Spelling::of(cfg, mode, opset, forms)?;
-    let mut em = Emitter::new(builder, cfg, spelling, param_specs(cfg), source);
+    let mut em = Emitter::new(builder, cfg, spelling, interface, param_specs(cfg), source);
     let (x, embedding, mut sequence) = em.embed(mode)?;
     let stacked = em.stack(x, &mut sequence)?;
     let out = em.output(stacked, embedding)?;
+    let position = sequence.static_position().cloned();
+    let triton_next_position = sequence.triton_next_position().cloned();
     let mut present = sequence.into_present();
     let name = match cfg.task {
         Task::Backbone { .. } => LAST_HIDDEN_STATE,
@@ -108,7 +126,7 @@ pub fn build_graph_in(
     };
     let out = em.cast_to(&format!("{name}_to_f32"), &out, ElemType::F32)?;
     let out = em.g.rename(&out, name)?;
-    let mut outputs = vec![out];
+    let mut outputs = vec![out.clone()];
     // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
     for state in mode_state(cfg, mode) {
         if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
@@ -116,5 +134,31 @@ pub fn build_graph_in(
             outputs.push(em.g.rename(&value, &name)?);
         }
     }
+    if let Some(next) = triton_next_position {
+        outputs.push(em.g.rename(&next, TRITON_NEXT_POSITION)?);
+    }
+    if interface == Interface::BoundStep {
+        let position = position
+            .ok_or_else(|| Error::Internal("a bound step without a static state".into()))?;
+        outputs.extend(bound_step_outputs(&mut em.g, &out, &position)?);
+    }
     Ok(em.g.finish("gmlp", outputs))
+}
+
+/// [`NEXT_INPUT_IDS`] = `ArgMax(logits)` over the vocabulary and [`NEXT_POSITION`] =
+/// `position + 1`.
+fn bound_step_outputs(
+    g: &mut GraphBuilder,
+    logits: &Value,
+    position: &Value,
+) -> Result<[Value; 2]> {
+    let ids = g.scoped(NEXT_INPUT_IDS, |g| g.arg_max("argmax", logits, -1))?;
+    let next = g.scoped(NEXT_POSITION, |g| {
+        let one = g.const_i64("one", &[1], vec![1])?;
+        g.add("add", position, &one)
+    })?;
+    Ok([
+        g.rename(&ids, NEXT_INPUT_IDS)?,
+        g.rename(&next, NEXT_POSITION)?,
+    ])
 }

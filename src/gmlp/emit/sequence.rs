@@ -21,8 +21,8 @@ use super::static_state::{StaticInputs, StaticState};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
 use crate::gmlp::interface::{
-    block_state, first_local_block, static_local_mixing_refused, SequenceMode, StateTensor,
-    TOTAL_SEQUENCE,
+    block_state, first_local_block, static_local_mixing_refused, Interface, SequenceMode,
+    StateTensor, TOTAL_SEQUENCE,
 };
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::graph::{Dim, ElemType, Value};
@@ -79,10 +79,20 @@ pub(crate) struct Positions {
 /// The state of a growing-state graph: its `past_*` inputs and the `present_*` outputs
 /// made so far.
 pub(crate) struct GrowingState {
-    /// `past_*` graph inputs, by name.
+    /// `past_*` graph inputs (the rows the model reads), by name.
     past: HashMap<String, Value>,
     /// `present_*` values in the order they were made.
     present: Vec<(String, Value)>,
+    /// Triton's leading slot of each state, by its `present_*` name ([`Interface::Triton`]).
+    slots: HashMap<String, Value>,
+}
+
+/// The `past_*` inputs of a growing state: the rows the model reads, by name, and
+/// Triton's leading slot of each, by its `present_*` name ([`Interface::Triton`]).
+#[derive(Default)]
+pub(crate) struct GrowingInputs {
+    past: HashMap<String, Value>,
+    slots: HashMap<String, Value>,
 }
 
 /// The graph inputs a mode declares after `input_ids`, before the embedding: the step
@@ -92,8 +102,8 @@ pub(crate) enum DeclaredInputs {
     Fixed,
     /// No input beyond `input_ids` (variable length).
     Variable,
-    /// The `past_*` inputs of a growing state, by name.
-    Growing(HashMap<String, Value>),
+    /// The `past_*` inputs of a growing state.
+    Growing(GrowingInputs),
     /// The `position` and `past_*` inputs of a static state.
     Static(StaticInputs),
 }
@@ -126,12 +136,13 @@ impl Emitter {
             DeclaredInputs::Variable => {
                 Sequence::Variable(compute_positions(&mut self.g, ids, seq, None)?)
             }
-            DeclaredInputs::Growing(past) => {
+            DeclaredInputs::Growing(GrowingInputs { past, slots }) => {
                 let first = first_growing_input(&self.cfg, &past);
                 let positions = compute_positions(&mut self.g, ids, seq, first.as_ref())?;
                 let state = GrowingState {
                     past,
                     present: Vec::new(),
+                    slots,
                 };
                 Sequence::Growing(positions, state)
             }
@@ -142,18 +153,31 @@ impl Emitter {
     }
 
     /// The `past_*` inputs of every block, `[batch, past_sequence, width]` (a window state
-    /// `[batch, past_shift_sequence, width]` or `[batch, past_window_K, width]`).
-    fn declare_past_inputs(&mut self, batch: &Dim) -> Result<HashMap<String, Value>> {
-        let mut past = HashMap::new();
+    /// `[batch, past_shift_sequence, width]` or `[batch, past_window_K, width]`); for
+    /// [`Interface::Triton`], each with one leading slot more along its rows (see
+    /// [`TritonSlot`]).
+    fn declare_past_inputs(&mut self, batch: &Dim) -> Result<GrowingInputs> {
+        let mut inputs = GrowingInputs::default();
+        let slot = match self.interface {
+            Interface::Triton => Some(TritonSlot::new(&mut self.g)?),
+            Interface::File | Interface::BoundStep => None,
+        };
         for i in 0..self.cfg.layers {
             for state in block_state(&self.cfg, i) {
                 let rows = Dim::Symbol(state.past_rows_symbol());
                 let shape = vec![batch.clone(), rows, Dim::Fixed(state.width)];
-                let v = self.g.input(&state.past, ElemType::F32, shape)?;
-                past.insert(state.past.clone(), v);
+                let v = match &slot {
+                    None => self.g.input(&state.past, ElemType::F32, shape)?,
+                    Some(slot) => {
+                        let (rows, slot) = slot.declare(&mut self.g, &state.past, shape)?;
+                        inputs.slots.insert(state.present.clone(), slot);
+                        rows
+                    }
+                };
+                inputs.past.insert(state.past.clone(), v);
             }
         }
-        Ok(past)
+        Ok(inputs)
     }
 
     /// The causal mask for the new rows, shared by the blocks: [n, n] for a fixed length,
@@ -227,7 +251,16 @@ impl Emitter {
         local: &str,
         value: &Value,
     ) -> Result<()> {
-        let value = self.cast_to(local, value, ElemType::F32)?;
+        let mut value = self.cast_to(local, value, ElemType::F32)?;
+        if let Some(slot) = state.slots.get(&present) {
+            let total = Dim::Symbol(format!("1 + {}", value.shape[1]));
+            value = self.g.concat_symbolic(
+                &format!("{present}/triton_put_slot_back"),
+                &[slot, &value],
+                1,
+                total,
+            )?;
+        }
         state.present.push((present, value));
         Ok(())
     }
@@ -353,6 +386,23 @@ impl Sequence {
         }
     }
 
+    /// The static state's positions P, i64 [batch]; `None` in the other modes.
+    pub(crate) fn static_position(&self) -> Option<&Value> {
+        match self {
+            Sequence::Static(state) => Some(state.position()),
+            _ => None,
+        }
+    }
+
+    /// The static state's next position for Triton, i64 [batch, 1]
+    /// ([`Interface::Triton`]); `None` otherwise.
+    pub(crate) fn triton_next_position(&self) -> Option<&Value> {
+        match self {
+            Sequence::Static(state) => state.triton_next_position(),
+            _ => None,
+        }
+    }
+
     /// The `present_*` outputs made, in the order they were made (none without state).
     pub(crate) fn into_present(self) -> Vec<(String, Value)> {
         match self {
@@ -428,6 +478,56 @@ impl Positions {
 
 /// The input of the first state that grows (block 0's `sgu` unless windowed), whose
 /// length is P.
+/// The shared constants of Triton's leading slot ([`Interface::Triton`]): Triton r24.10
+/// gives a sequence's first request a state of one row whatever `initial_state` says
+/// (docs/serving.md), so the state it keeps has one zero row in front of the model's.
+struct TritonSlot {
+    zero: Value,
+    one: Value,
+    end: Value,
+}
+
+impl TritonSlot {
+    /// The constants 0, 1 and the end of every axis, i64 [1], in the `triton_state` scope.
+    fn new(g: &mut GraphBuilder) -> Result<TritonSlot> {
+        g.scoped("triton_state", |g| {
+            Ok(TritonSlot {
+                zero: g.const_i64("zero", &[1], vec![0])?,
+                one: g.const_i64("one", &[1], vec![1])?,
+                end: g.const_i64("end", &[1], vec![i64::MAX])?,
+            })
+        })
+    }
+
+    /// Declares the graph input `past` as `shape` with one more row in front, and returns
+    /// the rows after it (what the model reads, `shape`) and the slot itself [batch, 1,
+    /// width] (put back in front of the `present_*` output).
+    fn declare(&self, g: &mut GraphBuilder, past: &str, shape: Vec<Dim>) -> Result<(Value, Value)> {
+        let mut slotted = shape.clone();
+        slotted[1] = Dim::Symbol(format!("1 + {}", shape[1]));
+        let input = g.input(past, ElemType::F32, slotted)?;
+        let mut slot_shape = shape.clone();
+        slot_shape[1] = Dim::Fixed(1);
+        let rows = g.slice_dynamic(
+            &format!("{past}/triton_drop_slot"),
+            &input,
+            &self.one,
+            &self.end,
+            &[1],
+            shape,
+        )?;
+        let slot = g.slice_dynamic(
+            &format!("{past}/triton_keep_slot"),
+            &input,
+            &self.zero,
+            &self.one,
+            &[1],
+            slot_shape,
+        )?;
+        Ok((rows, slot))
+    }
+}
+
 fn first_growing_input(cfg: &GmlpConfig, past: &HashMap<String, Value>) -> Option<Value> {
     (0..cfg.layers)
         .flat_map(|i| block_state(cfg, i))

@@ -89,9 +89,7 @@ fn external_data_is_relocated_and_a_model_without_graph_is_not_opened() {
             external_data: vec![entry("location", "a.data"), entry("offset", "0")],
             ..Default::default()
         });
-    ModelEdit::new(&mut m)
-        .unwrap()
-        .relocate_external_data("b.data");
+    relocate_external_data(&mut m, "b.data");
     let t = &m.graph.as_ref().unwrap().initializer[0];
     assert_eq!(t.external_data[0].value(), "b.data");
     assert_eq!(t.external_data[1].value(), "0");

@@ -18,8 +18,10 @@ use crate::onnx::graph::{ElemType, Graph, Initializer, TensorData};
 use crate::onnx::proto as onnx;
 
 mod protos;
+mod stored;
 pub(crate) use protos::node_proto;
 use protos::{tensor_header, value_info};
+pub use stored::{encode_with_stored, stored_mismatch};
 
 /// Protobuf messages cannot exceed 2 GiB; larger models need external data.
 pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;

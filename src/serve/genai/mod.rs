@@ -29,7 +29,7 @@ use crate::gmlp::config::Task;
 use crate::gmlp::interface::DecodingInfo;
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
 use crate::message::Phrase;
-use crate::onnx::edit::ModelEdit;
+use crate::onnx::edit::relocate_external_data;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
 use crate::runtime::ModelFile;
 
@@ -265,9 +265,7 @@ fn relocate_data(
         ));
     }
     if !locations.is_empty() {
-        if let Some(mut edit) = ModelEdit::new(model) {
-            edit.relocate_external_data(DATA_FILE);
-        }
+        relocate_external_data(model, DATA_FILE);
     }
     Ok(locations)
 }

@@ -22,7 +22,7 @@ pub const PAST_PREFIX: &str = "past_";
 pub const PRESENT_PREFIX: &str = "present_";
 /// The output the position counter adds to a static-state model: `position` plus the
 /// request's token count, which Triton feeds back as the next request's `position`.
-pub const NEXT_POSITION: &str = "triton_next_position";
+pub const NEXT_POSITION: &str = crate::gmlp::interface::TRITON_NEXT_POSITION;
 
 /// Checks a Triton model name. The name is a directory of the repository, a path segment
 /// of every HTTP URL (`/v2/models/NAME/infer`) and the `name` field of `config.pbtxt`, so
@@ -93,8 +93,8 @@ pub struct TritonTensor {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateKind {
     /// A state that grows with every token, along `sequence_axis` of the full ONNX shape
-    /// (batch included); it starts as one zero slot, which the adapter
-    /// ([`adapt_with_past`](super::adapt_with_past)) slices off.
+    /// (batch included); it starts as one zero slot, which the served graph slices off
+    /// ([`Interface::Triton`](crate::gmlp::Interface::Triton)).
     Growing {
         /// The axis along which the state grows.
         sequence_axis: usize,
@@ -102,8 +102,8 @@ pub enum StateKind {
     /// A fixed-size (static) state, starting as zeros: served as the model has it.
     Fixed,
     /// The static form's `position`: the tokens the sequence has sent before, starting at
-    /// 0 and advanced by each request's token count (the [`NEXT_POSITION`] output the
-    /// counter adds, [`add_position_counter`](super::add_position_counter)).
+    /// 0 and advanced by each request's token count (the served graph's [`NEXT_POSITION`]
+    /// output, [`Interface::Triton`](crate::gmlp::Interface::Triton)).
     Position,
 }
 

@@ -14,22 +14,25 @@
 //! zero rows, every sequence's state has the same size, so the `oldest` strategy batches
 //! requests of different sequences at different positions (`max_batch_size` 8 by default,
 //! the dynamic batcher's queue delay). Its `position` is one more implicit state, a
-//! counter: [`add_position_counter`] adds the output `position` + the request's token
-//! count, fed back to the next request and reset to 0 by the start flag. A client sends
-//! only `input_ids`, like the growing form's.
+//! counter: the served model, emitted again from the file's configuration with Triton's
+//! interface ([`Interface::Triton`](crate::gmlp::Interface::Triton), src/rebuild.rs), has
+//! the output `position` + the request's token count, fed back to the next request and
+//! reset to 0 by the start flag. A client sends only `input_ids`, like the growing form's.
 //!
 //! Two limits of Triton r24.10 shape the growing form (evidence in docs/serving.md,
 //! "With-past models"): the first state of a sequence always has size 1 in each variable
 //! dimension, whatever `initial_state` says (a zero-length initial state fails with "not
 //! enough space: expected 16, got 0"), and a batch of sequences whose states differ in
 //! length is concatenated wrongly by the ONNX Runtime backend. So the repository holds
-//! a growing-state model behind a small adapter ([`adapt_with_past`]): Triton's state
-//! carries one leading zero slot that the adapter slices off before the model and puts
-//! back in front of its `present_*` output; and `max_batch_size` is 1 with the `oldest`
-//! strategy, so that sequences interleave request by request without being batched.
+//! a growing-state model emitted again with Triton's interface: Triton's state carries
+//! one leading zero slot that the graph slices off before the model reads it and puts back
+//! in front of its `present_*` output; and `max_batch_size` is 1 with the `oldest`
+//! strategy, so that sequences interleave request by request without being batched. Both
+//! interfaces are the emitter's, from the configuration in a file gmlp-onnx wrote; a
+//! stateful file it did not write is refused.
 //!
-//! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`state`] holds
-//! the adapters, [`repository`] writes the entry; everything is re-exported here.
+//! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`repository`]
+//! writes the entry; everything is re-exported here.
 
 use clap::ValueEnum;
 
@@ -43,7 +46,6 @@ mod pbtxt;
 pub mod remote;
 pub mod repository;
 pub mod router;
-pub mod state;
 #[cfg(test)]
 mod testing;
 
@@ -53,10 +55,7 @@ pub use config::{
 };
 pub use repository::{
     check_target, write_repository, write_repository_file, RepositoryPaths, RepositoryWritten,
-    DATA_FILE, MODEL_FILE,
-};
-pub use state::{
-    adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
+    ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY, DATA_FILE, MODEL_FILE,
 };
 
 /// Default `max_batch_size` of a generated configuration for a stateless model.

@@ -119,7 +119,7 @@ impl TritonConfig {
 
 /// One entry of `sequence_batching`'s `state` list, followed by `comma`.
 fn implicit_state(out: &mut String, s: &ImplicitState, comma: &str) {
-    // The one zero slot the adapter slices off (see adapt_with_past), the
+    // The one zero slot the served graph slices off (Interface::Triton), the
     // whole fixed-size state, or position 0.
     let initial: Vec<i64> = s
         .input

@@ -7,17 +7,23 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::config::{plan, TritonConfig};
-use super::state::{
-    adapt_with_past, add_position_counter, ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY,
-};
 use super::{unservable, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
+use crate::gmlp::Interface;
 use crate::message::{Phrase, Setting};
-use crate::onnx::edit::ModelEdit;
+use crate::onnx::edit::relocate_external_data;
 use crate::onnx::proto as onnx;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
+use crate::rebuild::rebuild;
 use crate::runtime::ModelFile;
+
+/// Name of the metadata property that marks a model served behind Triton's leading state
+/// slot (a growing state, [`Interface::Triton`]).
+pub const ADAPTER_METADATA_KEY: &str = "gmlp_onnx.triton_state_slot";
+/// Name of the metadata property that marks a static-state model served with Triton's
+/// position counter ([`Interface::Triton`]).
+pub const COUNTER_METADATA_KEY: &str = "gmlp_onnx.triton_position_counter";
 
 /// File name of the model inside a version directory (what the ONNX Runtime backend loads).
 pub const MODEL_FILE: &str = "model.onnx";
@@ -137,17 +143,16 @@ pub fn write_repository_file(
         _ => PathBuf::from("."),
     };
     let renamed = locations.len() == 1 && locations[0] != DATA_FILE;
-    let reencode = edit_for_serving(&mut model, &config, renamed)?;
+    let served = served_model(&mut model, model_path, &config, renamed)?;
 
     let mut dirs = CreatedDirs::new();
     dirs.create(&paths.version_dir)?;
     let (mut pending, data_file) =
         stage_data_files(&paths.version_dir, &source_dir, &locations, renamed)?;
     let mut model_file = PendingFile::create(&paths.model)?;
-    if reencode {
-        write_bytes(&mut model_file, &paths.model, &model.encode_to_vec())?;
-    } else {
-        model_file.copy_from(model_path)?;
+    match &served {
+        Some(bytes) => write_bytes(&mut model_file, &paths.model, bytes)?,
+        None => model_file.copy_from(model_path)?,
     }
     pending.push(model_file);
     if existing_config.is_none() {
@@ -165,8 +170,8 @@ pub fn write_repository_file(
     })
 }
 
-/// Refuses a model that already went through [`write_repository`]'s edits (it carries the
-/// state adapter's or the position counter's metadata).
+/// Refuses a model already served by [`write_repository`] (it carries the state slot's or
+/// the position counter's metadata).
 fn check_not_adapted(model: &onnx::ModelProto, model_path: &Path) -> Result<()> {
     if [ADAPTER_METADATA_KEY, COUNTER_METADATA_KEY]
         .iter()
@@ -200,29 +205,45 @@ fn existing_config(path: &Path, text: &str) -> Result<Option<String>> {
     Ok(existing)
 }
 
-/// Edits `model` into the one served: growing states go behind the one-slot adapter, a
-/// static model's position behind the counter (its fixed-size states are served as they
-/// are), and a `renamed` data file is relocated. True when the model must be re-encoded.
-fn edit_for_serving(
+/// The model served, encoded, where it is not the file as it is (`None`): a stateful
+/// model emitted again with Triton's state interface ([`Interface::Triton`]: growing
+/// states behind their leading slot, a static model's position as a counter; its weights
+/// the file's) and marked so, or a `renamed` data file relocated.
+fn served_model(
     model: &mut onnx::ModelProto,
+    model_path: &Path,
     config: &TritonConfig,
     renamed: bool,
-) -> Result<bool> {
-    let growing = config.growing();
-    let counted = config.counts_positions();
-    let reencode = renamed || growing || counted;
-    if growing {
-        adapt_with_past(model, &config.states)?;
-    }
-    if counted {
-        add_position_counter(model, &config.states)?;
-    }
+) -> Result<Option<Vec<u8>>> {
     if renamed {
-        if let Some(mut edit) = ModelEdit::new(model) {
-            edit.relocate_external_data(DATA_FILE);
-        }
+        relocate_external_data(model, DATA_FILE);
     }
-    Ok(reencode)
+    let mark = if config.growing() {
+        Some((
+            ADAPTER_METADATA_KEY,
+            "past_* inputs and present_* outputs carry one leading zero slot for Triton's implicit state",
+        ))
+    } else if config.counts_positions() {
+        Some((
+            COUNTER_METADATA_KEY,
+            "position [batch, 1] is Triton's implicit state; triton_next_position = position + tokens of the request",
+        ))
+    } else {
+        None
+    };
+    match mark {
+        Some(mark) => rebuild(model, model_path, Interface::Triton, &[mark])
+            .map(Some)
+            .map_err(|e| match e {
+                Error::ForeignModel(_) => unservable(format!(
+                    "{} carries a state (past_* / present_*) but was not written by gmlp-onnx (no configuration in its metadata): Triton keeps a state only through the interface gmlp-onnx emits from a model's configuration; build the model with gmlp-onnx",
+                    model_path.display()
+                )),
+                other => other,
+            }),
+        None if renamed => Ok(Some(model.encode_to_vec())),
+        None => Ok(None),
+    }
 }
 
 /// Copies each external data file at `locations` under `source_dir` into `version_dir`
@@ -257,3 +278,6 @@ fn write_bytes(file: &mut PendingFile, path: &Path, bytes: &[u8]) -> Result<()> 
         .write_all(bytes)
         .map_err(|e| Error::io(path, e))
 }
+
+#[cfg(test)]
+mod tests;

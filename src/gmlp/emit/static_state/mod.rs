@@ -26,7 +26,8 @@ use super::context::{Emitter, Spelling};
 use super::MASK_VALUE;
 use crate::error::{Error, Result};
 use crate::gmlp::interface::{
-    first_local_block, mode_state, static_local_mixing_refused, SequenceMode, POSITION, SEQUENCE,
+    first_local_block, mode_state, static_local_mixing_refused, Interface, SequenceMode, POSITION,
+    SEQUENCE,
 };
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
@@ -64,8 +65,11 @@ impl StateScatter {
 
 /// The inputs of a static-state graph, declared before the embedding.
 pub(crate) struct StaticInputs {
-    /// The `position` input, i64 [batch].
+    /// Each sequence's position P, i64 [batch]: the `position` input, or its
+    /// [batch, 1] column for Triton flattened.
     pub(crate) position: Value,
+    /// Whether `position` is Triton's state, advanced by the graph ([`Interface::Triton`]).
+    pub(crate) counted_by_triton: bool,
     /// The `past_*` inputs [batch, n, width], by name.
     pub(crate) past: HashMap<String, Value>,
 }
@@ -74,6 +78,11 @@ pub(crate) struct StaticInputs {
 /// the new tokens, the `past_*` inputs and the `present_*` outputs made so far. Made only
 /// for a model whose every block mixes tokens globally ([`Emitter::start_static`]).
 pub(crate) struct StaticState {
+    /// Each sequence's position P, i64 [batch].
+    position: Value,
+    /// `position` + the request's token count, i64 [batch, 1], for Triton
+    /// ([`Interface::Triton`]).
+    triton_next_position: Option<Value>,
     /// The rows of the new tokens and the index tensors derived from them.
     rows: StaticRows,
     past: HashMap<String, Value>,
@@ -94,6 +103,16 @@ impl StaticState {
     /// The `present_*` outputs in the order they were made.
     pub(crate) fn into_present(self) -> Vec<(String, Value)> {
         self.present
+    }
+
+    /// Each sequence's position P, i64 [batch].
+    pub(crate) fn position(&self) -> &Value {
+        &self.position
+    }
+
+    /// `position` + the request's token count, i64 [batch, 1] ([`Interface::Triton`]).
+    pub(crate) fn triton_next_position(&self) -> Option<&Value> {
+        self.triton_next_position.as_ref()
     }
 
     /// The checked positions P_b + t of the new tokens, i64 [batch, sequence].
@@ -147,9 +166,24 @@ pub(crate) struct FloatRows {
 }
 
 impl Emitter {
-    /// The `position` input [batch] and the `past_*` inputs [batch, n, width].
+    /// The `position` input [batch] (for Triton [batch, 1], the shape of a Triton state
+    /// of dims `[ 1 ]`, flattened for the model) and the `past_*` inputs [batch, n, width].
     pub(crate) fn declare_static_inputs(&mut self, batch: &Dim) -> Result<StaticInputs> {
-        let position = self.g.input(POSITION, ElemType::I64, vec![batch.clone()])?;
+        let (position, counted_by_triton) = match self.interface {
+            Interface::Triton => {
+                let column =
+                    self.g
+                        .input(POSITION, ElemType::I64, vec![batch.clone(), Dim::Fixed(1)])?;
+                let flat = self.g.scoped("triton_position", |g| {
+                    g.reshape("flatten", &column, &[-1], vec![batch.clone()])
+                })?;
+                (flat, true)
+            }
+            Interface::File | Interface::BoundStep => (
+                self.g.input(POSITION, ElemType::I64, vec![batch.clone()])?,
+                false,
+            ),
+        };
         let n = self.cfg.seq_len();
         let mut past = HashMap::new();
         for state in mode_state(&self.cfg, SequenceMode::Static) {
@@ -157,7 +191,11 @@ impl Emitter {
             let v = self.g.input(&state.past, ElemType::F32, shape)?;
             past.insert(state.past.clone(), v);
         }
-        Ok(StaticInputs { position, past })
+        Ok(StaticInputs {
+            position,
+            counted_by_triton,
+            past,
+        })
     }
 
     /// The checked rows P_b + t of the new tokens `ids` [batch, sequence], in the
@@ -177,10 +215,37 @@ impl Emitter {
             Spelling::Standard => StaticRows::Float(self.float_rows(&inputs.position, ids)?),
             Spelling::Fused(_) => StaticRows::Int(self.int_rows(&inputs.position, ids)?),
         };
-        Ok(StaticState {
+        let mut state = StaticState {
+            position: inputs.position,
+            triton_next_position: None,
             rows,
             past: inputs.past,
             present: Vec::new(),
+        };
+        if inputs.counted_by_triton {
+            state.triton_next_position = Some(self.triton_next_position(state.rows())?);
+        }
+        Ok(state)
+    }
+
+    /// `position` + the request's token count, i64 [batch, 1], for Triton: the last new
+    /// row P_b + T − 1 plus one (from the rows, not from `Shape`, whose values tract keeps
+    /// symbolic).
+    fn triton_next_position(&mut self, rows: &Value) -> Result<Value> {
+        let batch = rows.shape[0].clone();
+        self.g.scoped("triton_position", |g| {
+            let minus_one = g.const_i64("last", &[1], vec![-1])?;
+            let end = g.const_i64("end", &[1], vec![i64::MAX])?;
+            let one = g.const_i64("one", &[1], vec![1])?;
+            let last = g.slice_dynamic(
+                "last_row",
+                rows,
+                &minus_one,
+                &end,
+                &[1],
+                vec![batch, Dim::Fixed(1)],
+            )?;
+            g.add("advance", &last, &one)
         })
     }
 
