@@ -127,7 +127,7 @@ impl SequenceMode {
 /// Name of the bound step's greedy tokens, `ArgMax(logits)` over the vocabulary, int64
 /// [batch, sequence] (every row's first largest logit) ([`Interface::BoundStep`]).
 pub const NEXT_INPUT_IDS: &str = "next_input_ids";
-/// Name of the bound step's next positions, `position + 1`, int64 [batch]
+/// Name of the bound step's next positions, `position + 1`, int64 \[batch\]
 /// ([`Interface::BoundStep`]).
 pub const NEXT_POSITION: &str = "next_position";
 
