@@ -24,7 +24,9 @@ use crate::onnx::reader::metadata_value;
 use crate::onnx::writer::{encode_with_stored, stored_mismatch, ModelInfo};
 
 /// The encoded model `model` (the file at `path`, decoded) is, emitted again with
-/// `interface`, its initializers the file's, its metadata the file's followed by `added`.
+/// `interface`, its initializers the file's, its metadata the file's (less the decoding
+/// description where the interface replaces it, [`Interface::keeps_decoding_description`])
+/// followed by `added`.
 /// Refused for a file without this tool's configuration ([`Error::ForeignModel`]) and for
 /// one whose stored parameters this version's graph of that configuration does not take
 /// ([`Error::NeedsRebuild`]).
@@ -96,6 +98,7 @@ pub fn rebuild(
         metadata: model
             .metadata_props
             .iter()
+            .filter(|p| interface.keeps_decoding_description() || p.key() != DECODING_KEY)
             .map(|p| (p.key().to_string(), p.value().to_string()))
             .chain(added.iter().map(|(k, v)| (k.to_string(), v.to_string())))
             .collect(),

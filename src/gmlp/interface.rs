@@ -154,17 +154,40 @@ pub enum Interface {
     /// `position` is declared [batch, 1] (a Triton state of dims `[ ]` gets no bytes) and
     /// [`TRITON_NEXT_POSITION`] gives the next request's. Stateless graphs are the file's.
     Triton,
+    /// onnxruntime-genai's decoder (docs/genai.md; its names in gmlp/genai.rs), for a
+    /// static state: each state tensor is one key or value of a genai layer, declared
+    /// `[batch, 1, n, width]` and written in place by its scatter (the graph reads it
+    /// through a `[batch, n, width]` view), a spare of a layer without a partner passed
+    /// through unread; `position` is `position_ids[:, 0]`, and `attention_mask` is
+    /// declared and unread.
+    Genai {
+        /// Whether the vocabulary gets one more id, the end token genai needs and the model
+        /// has none of: its logit is −∞ (never picked), and an `input_ids` entry at or past
+        /// it (genai's pads) reads the last real embedding row.
+        added_end_token: bool,
+    },
 }
 
 impl Interface {
+    /// Whether the file's decoding description (metadata `gmlp_onnx.decoding`) still
+    /// describes the graph emitted with this interface: not genai's, whose inputs and
+    /// state are genai's (a folder's model is no static-state file of this tool).
+    pub fn keeps_decoding_description(self) -> bool {
+        !matches!(self, Interface::Genai { .. })
+    }
+
     /// Refuses an interface the graph's `mode` does not have: the bound step's outputs
-    /// advance a static state's `position`.
+    /// advance a static state's `position`, and genai's interface is a static state's.
     pub fn check(self, mode: SequenceMode) -> Result<()> {
         match (self, mode) {
             (Interface::File | Interface::Triton, _)
-            | (Interface::BoundStep, SequenceMode::Static) => Ok(()),
+            | (Interface::BoundStep | Interface::Genai { .. }, SequenceMode::Static) => Ok(()),
             (Interface::BoundStep, _) => Err(Error::Internal(format!(
                 "the bound step's outputs advance a static state, and this graph's sequence is {}",
+                mode.as_str()
+            ))),
+            (Interface::Genai { .. }, _) => Err(Error::Internal(format!(
+                "genai's interface shares a static state in place, and this graph's sequence is {}",
                 mode.as_str()
             ))),
         }

@@ -2,12 +2,14 @@
 //! ([`config`]) and the paper's presets ([`presets`](mod@presets)), parameters by name ([`weights`]) and
 //! their seeded init ([`init`]), int8 weight quantization ([`quantize`]), Toeplitz spatial weights ([`toeplitz`]), graph emission
 //! through the graph builder ([`emit`]), the whole model with its metadata ([`export`],
-//! [`metadata`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`](mod@reference)). Nothing here
+//! [`metadata`]), the interfaces a graph offers a decoder ([`interface`], onnxruntime-genai's
+//! [`genai`]), the `--target` profiles ([`targets`]), and an independent reference forward pass ([`reference`](mod@reference)). Nothing here
 //! knows protobuf.
 
 pub mod config;
 pub mod emit;
 pub mod export;
+pub mod genai;
 pub mod init;
 pub mod interface;
 pub mod metadata;

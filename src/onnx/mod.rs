@@ -2,7 +2,8 @@
 //! types ([`dtype`]), the in-memory graph ([`graph`]) and its builder ([`builder`], with one
 //! helper per operator in [`ops`], grouped by family; block-quantized weights in [`nbits`];
 //! the shape rules in [`shape`]), the streaming writer ([`writer`]), the reader ([`reader`], stored
-//! values in [`values`]) and in-place edits of a read model ([`edit`], and [`dequantize`] for a
+//! values in [`values`]) and what a read model still gets changed ([`edit`]: its external data
+//! relocated; [`dequantize`] for a
 //! runtime that cannot read a quantized node); the opset range and IR version table
 //! ([`versions`]) and the op forms a target can ask for ([`forms`]).
 

@@ -404,7 +404,7 @@ fn a_repository_written_by_gmlp_onnx_is_served_by_triton_and_matches_onnx_runtim
 
 /// A with-past model under Triton's implicit state: several sequences of one-token
 /// requests, interleaved, each reproducing the logits of one whole-sequence ONNX Runtime
-/// run of the original model. Takes any model with the with-past interface (input_ids
+/// run of the original model. Takes a with-past model gmlp-onnx built (input_ids
 /// [batch, sequence], past_* / present_* [batch, positions, width]).
 fn check_with_past_model(env: &TritonEnv, model: &Path, vocab: usize, work: &Path) {
     let repo = work.join("repo-with-past");
@@ -446,10 +446,18 @@ fn check_with_past_model(env: &TritonEnv, model: &Path, vocab: usize, work: &Pat
 fn with_past_single_token_requests_reproduce_the_whole_sequence() {
     let env = triton_env();
     let dir = tempfile::tempdir().expect("tempdir");
+    // A with-past file from elsewhere (the client's toy, made with onnx.helper) is refused
+    // in one line, nothing written: Triton keeps a state only through the interface
+    // emitted from a configuration (0.12.0).
     let toy = dir.path().join("toy-with-past.onnx");
     client(&env, &["toy-with-past", path_str(&toy), "--vocab", "11"]);
-    check_with_past_model(&env, &toy, 11, dir.path());
-    // And a real one from `build --with-past growing`: a causal aMLP (heads 1, Toeplitz gather),
+    let toy_repo = dir.path().join("repo-toy");
+    assert_refused(
+        &["triton", path_str(&toy), "--repo", path_str(&toy_repo)],
+        "not written by gmlp-onnx",
+    );
+    assert!(!toy_repo.join("toy-with-past").exists(), "nothing written");
+    // A real one from `build --with-past growing`: a causal aMLP (heads 1, Toeplitz gather),
     // 2 blocks, n = 16 (48 steps of one token fill 4 sequences of 12).
     let real = dir.path().join("amlp-with-past.onnx");
     causal_amlp(16)

@@ -9,13 +9,14 @@ use super::sequence::{FixedPositions, Sequence};
 use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
 use crate::error::Result;
 use crate::gmlp::config::Task;
-use crate::gmlp::interface::{SequenceMode, SEQUENCE};
+use crate::gmlp::interface::{Interface, SequenceMode, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
 
 impl Emitter {
     /// The embedded input `[batch, n, d]`, for token models the embedding table (the tied
     /// output head reuses it), and the [`Sequence`] the blocks see: token models take
-    /// `input_ids` and the inputs of `mode`; vision models and backbones have a fixed length.
+    /// `input_ids` and the inputs of `mode` (read in the vocabulary for genai's added end
+    /// token); vision models and backbones have a fixed length.
     pub(crate) fn embed(&mut self, mode: SequenceMode) -> Result<(Value, Option<Value>, Sequence)> {
         let batch = Dim::Symbol(BATCH.into());
         match self.cfg.task.clone() {
@@ -24,9 +25,15 @@ impl Emitter {
                     SequenceMode::Fixed => Dim::Fixed(seq_len),
                     _ => Dim::Symbol(SEQUENCE.into()),
                 };
-                let ids =
+                let mut ids =
                     self.g
                         .input(INPUT_IDS, ElemType::I64, vec![batch.clone(), seq.clone()])?;
+                if let Interface::Genai {
+                    added_end_token: true,
+                } = self.interface
+                {
+                    ids = self.genai_ids_in_vocabulary(&ids)?;
+                }
                 let declared = self.declare_sequence_inputs(mode, &batch)?;
                 let table = self.param("embed.weight")?;
                 let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;

@@ -4,7 +4,8 @@
 //! context.rs    the emitter: graph builder, parameters by name, shared constants, the
 //!               op spelling (standard, or ONNX Runtime's fused kernels)
 //! sequence.rs   variable length and with-past state (positions P..P+T−1, past ‖ new)
-//! static_state.rs  fixed-size state written in place (per-sequence positions, scatter)
+//! static_state/  fixed-size state written in place (per-sequence positions, scatter;
+//!               genai.rs: onnxruntime-genai's interface to it)
 //! linear.rs     x·W + b in f32/f16, as a dynamically quantized int8 MatMul, or as a
 //!               block-quantized MatMulNBits (int4)
 //! embed.rs      input_ids → embedding table, pixel_values → patch stem, or inputs_embeds
@@ -35,6 +36,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Task};
+use crate::gmlp::genai::genai_layers;
 use crate::gmlp::interface::{
     mode_state, Interface, SequenceMode, NEXT_INPUT_IDS, NEXT_POSITION, TRITON_NEXT_POSITION,
 };
@@ -98,8 +100,9 @@ pub fn build_graph_in(
     build_graph_for(cfg, source, opset, forms, mode, Interface::File)
 }
 
-/// [`build_graph_in`] with the outputs `interface` adds after the file's own (for
-/// [`Interface::BoundStep`]: the greedy tokens and the next positions).
+/// [`build_graph_in`] with the interface `interface` offers (for [`Interface::BoundStep`]:
+/// the greedy tokens and the next positions after the file's outputs; Triton's and genai's
+/// state interfaces).
 pub fn build_graph_for(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
@@ -125,11 +128,18 @@ pub fn build_graph_for(
         _ => LOGITS,
     };
     let out = em.cast_to(&format!("{name}_to_f32"), &out, ElemType::F32)?;
+    let out = match interface {
+        Interface::Genai {
+            added_end_token: true,
+        } => em.genai_end_logit(&out)?,
+        _ => out,
+    };
     let out = em.g.rename(&out, name)?;
     let mut outputs = vec![out.clone()];
-    // The present_* outputs in the order of the past_* inputs (sgu, key, value per block).
-    for state in mode_state(cfg, mode) {
-        if let Some(k) = present.iter().position(|(name, _)| *name == state.present) {
+    // The present_* outputs in the order of the past_* inputs (sgu, key, value per block;
+    // genai's by layer).
+    for present_name in present_order(cfg, mode, interface) {
+        if let Some(k) = present.iter().position(|(name, _)| *name == present_name) {
             let (name, value) = present.remove(k);
             outputs.push(em.g.rename(&value, &name)?);
         }
@@ -143,6 +153,21 @@ pub fn build_graph_for(
         outputs.extend(bound_step_outputs(&mut em.g, &out, &position)?);
     }
     Ok(em.g.finish("gmlp", outputs))
+}
+
+/// The names of the state outputs in their order: the `present_*` of every block (sgu,
+/// key, value, shift), or genai's key and value of every layer.
+fn present_order(cfg: &GmlpConfig, mode: SequenceMode, interface: Interface) -> Vec<String> {
+    match interface {
+        Interface::Genai { .. } => genai_layers(cfg)
+            .iter()
+            .flat_map(|layer| layer.tensors().map(|(_, present, _)| present))
+            .collect(),
+        Interface::File | Interface::BoundStep | Interface::Triton => mode_state(cfg, mode)
+            .into_iter()
+            .map(|state| state.present)
+            .collect(),
+    }
 }
 
 /// [`NEXT_INPUT_IDS`] = `ArgMax(logits)` over the vocabulary and [`NEXT_POSITION`] =

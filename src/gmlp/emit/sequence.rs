@@ -160,7 +160,7 @@ impl Emitter {
         let mut inputs = GrowingInputs::default();
         let slot = match self.interface {
             Interface::Triton => Some(TritonSlot::new(&mut self.g)?),
-            Interface::File | Interface::BoundStep => None,
+            Interface::File | Interface::BoundStep | Interface::Genai { .. } => None,
         };
         for i in 0..self.cfg.layers {
             for state in block_state(&self.cfg, i) {

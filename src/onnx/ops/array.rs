@@ -198,6 +198,21 @@ impl GraphBuilder {
         ))
     }
 
+    /// `Identity`: `x` as it is, under a new name (a graph output that passes an input
+    /// through).
+    ///
+    /// [Identity](https://onnx.ai/onnx/operators/onnx__Identity.html): versions 1, 13, 14, 16, 19, 21, 23 (types only); the same form in every opset here.
+    pub fn identity(&mut self, local: &str, x: &Value) -> Result<Value> {
+        Ok(self.single(
+            local,
+            "Identity",
+            &[x],
+            vec![],
+            (x.elem, x.shape.clone()),
+            0,
+        ))
+    }
+
     /// `Transpose` with an explicit permutation.
     ///
     /// [Transpose](https://onnx.ai/onnx/operators/onnx__Transpose.html): versions 1, 13, 21, 23 (types only); the same form in every opset here.

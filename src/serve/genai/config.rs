@@ -4,9 +4,9 @@
 
 use serde::Serialize;
 
-use super::adapt::{ATTENTION_MASK, POSITION_IDS};
-use super::layout::{PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE};
 use crate::gmlp::emit::{INPUT_IDS, LOGITS};
+use crate::gmlp::genai::{ATTENTION_MASK, POSITION_IDS};
+use crate::gmlp::genai::{PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE};
 
 /// The whole file.
 #[derive(Clone, Debug, PartialEq, Serialize)]

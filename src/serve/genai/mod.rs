@@ -1,7 +1,8 @@
 //! onnxruntime-genai model folders (docs/genai.md): `og.Model(DIR)` loads the folder and
 //! `og.Generator` generates from it, with nothing written by hand. The folder holds
 //! `model.onnx` (+ `model.onnx.data` for a file with external data), the built static-state
-//! file under genai's names and shapes ([`adapt`]; the same nodes and weights),
+//! file emitted again with genai's interface ([`Interface::Genai`], [`crate::rebuild`]:
+//! its configuration and weights, genai's names and shapes at the interface),
 //! `genai_config.json` filled from the file's own metadata ([`config`]), and for byte-level
 //! models a tokenizer that `og.Tokenizer` reads ([`tokenizer`]). Everything is written
 //! under temporary names and renamed into place together, like a Triton repository entry.
@@ -13,29 +14,28 @@
 //! `attention_mask` of one integer type; pad, end and start ids inside the vocabulary. A
 //! model with no end token gets one it never emits ([`EndToken::Added`]).
 
-pub mod adapt;
 pub mod config;
-pub mod layout;
 pub mod tokenizer;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use prost::Message;
-
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
-use crate::gmlp::config::Task;
-use crate::gmlp::interface::DecodingInfo;
+use crate::gmlp::config::{GmlpConfig, Task};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart};
 use crate::gmlp::metadata::{parse_config, CONFIG_KEY, DECODING_KEY, END_TOKEN_KEY};
-use crate::message::Phrase;
+use crate::gmlp::Interface;
+use crate::message::{Phrase, Setting};
 use crate::onnx::edit::relocate_external_data;
 use crate::onnx::reader::{check_external_data, external_locations, metadata_value};
+use crate::rebuild::rebuild;
 use crate::runtime::ModelFile;
 
-pub use adapt::{adapt_for_genai, check_decoding, ATTENTION_MASK, POSITION_IDS};
+pub use crate::gmlp::genai::{
+    genai_layers, pair_states, GenaiLayer, Slot, ATTENTION_MASK, POSITION_IDS,
+};
 pub use config::GenaiConfig;
-pub use layout::{pair_states, GenaiLayer, Slot};
 
 /// File name of the model in the folder.
 pub const MODEL_FILE: &str = "model.onnx";
@@ -154,7 +154,7 @@ pub fn check_target(dir: &Path) -> Result<()> {
 
 /// Writes the genai folder `dir` for the static-state file `model_path` (see the module
 /// doc). Refuses, writing nothing, a file genai cannot run: not causal, without state, the
-/// growing state, or a form it does not know.
+/// growing state, not written by this tool, or stored otherwise than this version builds it.
 pub fn write_folder(
     model_path: &Path,
     dir: &Path,
@@ -165,7 +165,7 @@ pub fn write_folder(
 
 /// [`write_folder`] of a file the caller may have decoded already (`build --genai-dir`
 /// hands over the model it decoded once): the file is decoded here only if it has not
-/// been, and the folder's model is edited on a copy.
+/// been (its weights move into the folder's model).
 pub fn write_folder_file(
     file: ModelFile,
     dir: &Path,
@@ -175,9 +175,9 @@ pub fn write_folder_file(
     check_target(dir)?;
     let mut model = file.model()?.into_owned();
     check_external_data(&model, model_path)?;
-    let (info, vocab_size, d_model) = built_token_model(&model)?;
+    let (cfg, info, vocab_size) = built_token_model(&model)?;
     let end = end_token_for(model_end_token(&model)?, options.end_token, vocab_size)?;
-    let layers = adapt_for_genai(&mut model, &info, vocab_size, end)?;
+    let layers = genai_layers(&cfg);
     let vocab_out = match end {
         EndToken::Model(_) => vocab_size,
         EndToken::Added(id) => id as usize + 1,
@@ -187,12 +187,22 @@ pub fn write_folder_file(
         end.id(),
         vocab_out,
         info.max_sequence,
-        d_model,
+        cfg.d_model,
         layers.first().map_or(0, |l| l.width),
         layers.len(),
     );
 
     let locations = relocate_data(&mut model, model_path)?;
+    let layers_json = serde_json::to_string(&layers).map_err(|e| Error::Internal(e.to_string()))?;
+    let interface = Interface::Genai {
+        added_end_token: matches!(end, EndToken::Added(_)),
+    };
+    let bytes = rebuild(
+        &model,
+        model_path,
+        interface,
+        &[(GENAI_METADATA_KEY, &layers_json)],
+    )?;
     let source_dir = match model_path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -203,7 +213,7 @@ pub fn write_folder_file(
     for location in &locations {
         staged.copy(DATA_FILE, &source_dir.join(location))?;
     }
-    staged.write(MODEL_FILE, &model.encode_to_vec())?;
+    staged.write(MODEL_FILE, &bytes)?;
     staged.write(CONFIG_FILE, config.to_json().as_bytes())?;
     let tokenizer = vocab_size == BYTE_VOCABULARY;
     if tokenizer {
@@ -228,12 +238,12 @@ pub fn write_folder_file(
     })
 }
 
-/// The decoding description, vocabulary size and width of a token model this tool built;
-/// refuses a folder's model, a file without this tool's configuration, a decoding form
-/// genai cannot run and a model of another task.
+/// The configuration, decoding description and vocabulary size of a token model this tool
+/// built; refuses a folder's model, a file without this tool's configuration, a decoding
+/// form genai cannot run and a model of another task.
 fn built_token_model(
     model: &crate::onnx::proto::ModelProto,
-) -> Result<(DecodingInfo, usize, usize)> {
+) -> Result<(GmlpConfig, DecodingInfo, usize)> {
     if metadata_value(model, GENAI_METADATA_KEY).is_some() {
         return Err(refused(
             "it is already a genai folder's model; give the built file",
@@ -249,7 +259,42 @@ fn built_token_model(
     let Task::Tokens { vocab_size, .. } = cfg.task else {
         return Err(refused("it is not a token model"));
     };
-    Ok((info, vocab_size, cfg.d_model))
+    Ok((cfg, info, vocab_size))
+}
+
+/// Refuses a model whose decoding form genai cannot run, saying what to build instead.
+pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
+    let Some(info) = info else {
+        return Err(refused_for_setting(
+            Phrase::text(
+                "it is not a causal token model with a carried state (build a causal model with ",
+            )
+            .and(Setting::Causal)
+            .then(" ")
+            .and(Setting::WithPast)
+            .then(")"),
+        ));
+    };
+    match info.mode {
+        SequenceMode::Static if info.state_start == StateStart::Zeroed => Err(refused_for_setting(
+            Phrase::text(
+                "its state buffers must start zeroed, which genai does not do on every device (build it without ",
+            )
+            .and(Setting::Target)
+            .then(" onnxruntime: the default target's step ignores whatever the buffers hold)"),
+        )),
+        SequenceMode::Static => Ok(info),
+        SequenceMode::Fixed | SequenceMode::Variable => Err(refused_for_setting(
+            Phrase::text("it carries no state between runs (build it with ")
+                .and(Setting::WithPast)
+                .then(")"),
+        )),
+        SequenceMode::Growing => Err(refused_for_setting(
+            Phrase::text("its state grows with every token, which genai cannot share in place (build it with ")
+                .and(Setting::WithPast)
+                .then(", the static state)"),
+        )),
+    }
 }
 
 /// The model's external data locations (at most one, refused otherwise), which the model

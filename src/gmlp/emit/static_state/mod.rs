@@ -18,6 +18,7 @@
 //! rows in i64 and reads the state as it is, for a file that declares its state must start
 //! zeroed.
 
+mod genai;
 mod int_rows;
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use crate::gmlp::interface::{
 };
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
+use genai::GenaiState;
 use int_rows::IntRows;
 
 /// The operator that writes a run's new rows into a static state: opset 24's
@@ -70,8 +72,11 @@ pub(crate) struct StaticInputs {
     pub(crate) position: Value,
     /// Whether `position` is Triton's state, advanced by the graph ([`Interface::Triton`]).
     pub(crate) counted_by_triton: bool,
-    /// The `past_*` inputs [batch, n, width], by name.
+    /// The `past_*` inputs [batch, n, width], by name (genai's `[batch, 1, n, width]`
+    /// key or value for [`Interface::Genai`]).
     pub(crate) past: HashMap<String, Value>,
+    /// genai's names and spares ([`Interface::Genai`]).
+    genai: Option<GenaiState>,
 }
 
 /// The static state of a graph (the `Static` variant of sequence.rs's `Sequence`): the checked rows of
@@ -87,6 +92,8 @@ pub(crate) struct StaticState {
     rows: StaticRows,
     past: HashMap<String, Value>,
     present: Vec<(String, Value)>,
+    /// genai's names and spares ([`Interface::Genai`]).
+    genai: Option<GenaiState>,
 }
 
 /// The rows of a static state in the emitter's spelling (one per graph, inside the boxed
@@ -100,9 +107,12 @@ enum StaticRows {
 }
 
 impl StaticState {
-    /// The `present_*` outputs in the order they were made.
+    /// The `present_*` outputs in the order they were made (for [`Interface::Genai`],
+    /// genai's, the spares after them).
     pub(crate) fn into_present(self) -> Vec<(String, Value)> {
-        self.present
+        let mut present = self.present;
+        present.extend(self.genai.map(GenaiState::into_spares).unwrap_or_default());
+        present
     }
 
     /// Each sequence's position P, i64 [batch].
@@ -179,11 +189,21 @@ impl Emitter {
                 })?;
                 (flat, true)
             }
+            Interface::Genai { .. } => (self.genai_position(batch)?, false),
             Interface::File | Interface::BoundStep => (
                 self.g.input(POSITION, ElemType::I64, vec![batch.clone()])?,
                 false,
             ),
         };
+        if let Interface::Genai { .. } = self.interface {
+            let (past, genai) = self.declare_genai_state(batch)?;
+            return Ok(StaticInputs {
+                position,
+                counted_by_triton,
+                past,
+                genai: Some(genai),
+            });
+        }
         let n = self.cfg.seq_len();
         let mut past = HashMap::new();
         for state in mode_state(&self.cfg, SequenceMode::Static) {
@@ -195,6 +215,7 @@ impl Emitter {
             position,
             counted_by_triton,
             past,
+            genai: None,
         })
     }
 
@@ -221,6 +242,7 @@ impl Emitter {
             rows,
             past: inputs.past,
             present: Vec::new(),
+            genai: inputs.genai,
         };
         if inputs.counted_by_triton {
             state.triton_next_position = Some(self.triton_next_position(state.rows())?);
@@ -397,6 +419,12 @@ impl Emitter {
     ) -> Result<Value> {
         let (tensor, past) = static_state_input(&self.cfg, &state.past, i, kind)?;
         let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
+        if state.genai.is_some() {
+            let (name, present4, view) =
+                self.write_genai_state(state, &tensor, &past, &update, kind)?;
+            state.present.push((name, present4));
+            return self.read_static_state(state, kind, view, read, new.elem);
+        }
         let local = format!("{kind}_update");
         let present = match (&mut state.rows, StateScatter::at_opset(self.g.opset())) {
             (StaticRows::Int(r), _) => {
@@ -414,11 +442,24 @@ impl Emitter {
         state
             .present
             .push((tensor.present.clone(), present.clone()));
+        self.read_static_state(state, kind, present, read, new.elem)
+    }
+
+    /// What the computation reads of the written state `present` [batch, n, width] (see
+    /// [`Emitter::update_static_state`]), cast to `elem`.
+    fn read_static_state(
+        &mut self,
+        state: &mut StaticState,
+        kind: &str,
+        present: Value,
+        read: Written,
+        elem: ElemType,
+    ) -> Result<Value> {
         let read_value = match (&mut state.rows, read) {
             (StaticRows::Float(r), Written::Only) => self.static_read_rows(r, kind, &present)?,
             (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
         };
-        self.cast_to(&format!("{kind}_state_cast"), &read_value, new.elem)
+        self.cast_to(&format!("{kind}_state_cast"), &read_value, elem)
     }
 
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n]: 0 for rows

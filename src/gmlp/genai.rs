@@ -1,5 +1,8 @@
-//! Which state tensor of a static-state file becomes which key or value of an
-//! onnxruntime-genai layer. genai's `DefaultKeyValueCache` (genai's models/kv_cache.cpp) keeps,
+//! onnxruntime-genai's decoder interface (docs/genai.md), which a static-state graph is
+//! emitted with for a genai folder ([`crate::gmlp::Interface::Genai`]): genai's input names
+//! and which state tensor of the file becomes which key or value of a genai layer.
+//!
+//! genai's `DefaultKeyValueCache` (genai's models/kv_cache.cpp) keeps,
 //! per layer L, a key `past_key_values.L.key` and a value `past_key_values.L.value` of
 //! rank 4 `[batch, heads, max_length, head_size]`; the key and the value of one layer must
 //! have the same shape, while the head size may differ between layers (it reads each
@@ -12,7 +15,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::gmlp::interface::StateTensor;
+use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::interface::{mode_state, SequenceMode, StateTensor};
+
+/// genai's input of each token's position (`decoder.inputs.position_ids`), int64
+/// [batch, sequence]: the graph's `position` is its first column.
+pub const POSITION_IDS: &str = "position_ids";
+/// genai's attention mask input (`decoder.inputs.attention_mask`), int64
+/// [batch, total_sequence]: declared as genai feeds it, and unread (the state's rows and
+/// the causal weights already say which tokens count).
+pub const ATTENTION_MASK: &str = "attention_mask";
 
 /// Name template of genai's past keys (`decoder.inputs.past_key_names`).
 pub const PAST_KEY: &str = "past_key_values.%d.key";
@@ -61,6 +73,11 @@ impl GenaiLayer {
             (name(PAST_VALUE), name(PRESENT_VALUE), &self.value),
         ]
     }
+}
+
+/// The genai layers of `cfg`'s static state ([`pair_states`] of its state tensors).
+pub fn genai_layers(cfg: &GmlpConfig) -> Vec<GenaiLayer> {
+    pair_states(&mode_state(cfg, SequenceMode::Static))
 }
 
 /// The genai layers of a static-state file's `state` (in graph order): each tensor is
