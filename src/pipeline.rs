@@ -52,13 +52,29 @@ pub enum SequenceChoice {
     WithPast(Option<PastForm>),
 }
 
-/// The state form of a with-past build (docs/static-state.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The state form of a with-past build (docs/static-state.md): the values of
+/// `--with-past` (and `with_past=` in Python).
+// The variants' docs are `--help` lines, shapes in brackets as users read them.
+#[allow(rustdoc::broken_intra_doc_links)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PastForm {
-    /// Fixed-size state `[batch, n, ·]` written in place, a `position` input per sequence.
+    /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]
+    /// (batches sequences at different positions; the default where the model and the
+    /// target allow it).
     Static,
-    /// State that grows with every token.
+    /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
+    /// followed by the new rows out.
     Growing,
+}
+
+impl PastForm {
+    /// The sequence mode this form builds.
+    pub fn mode(self) -> SequenceMode {
+        match self {
+            PastForm::Static => SequenceMode::Static,
+            PastForm::Growing => SequenceMode::Growing,
+        }
+    }
 }
 
 /// How to build: the target, the stored type, the sequence form, and the files.
@@ -221,8 +237,7 @@ pub fn choose_sequence(
     cfg: &GmlpConfig,
 ) -> Result<(SequenceMode, Option<Phrase>)> {
     let (mode, note) = match choice {
-        SequenceChoice::WithPast(Some(PastForm::Static)) => (SequenceMode::Static, None),
-        SequenceChoice::WithPast(Some(PastForm::Growing)) => (SequenceMode::Growing, None),
+        SequenceChoice::WithPast(Some(form)) => (form.mode(), None),
         SequenceChoice::WithPast(None) => {
             let (mode, note) = target.target.with_past_for(cfg);
             (mode, Some(note))

@@ -33,7 +33,7 @@ mod pickle;
 mod plan;
 pub mod pytorch;
 mod recognize;
-mod spatial;
+mod stored_spatial;
 mod timm;
 mod tinygrad;
 
@@ -44,7 +44,7 @@ use std::sync::Arc;
 pub use file::{Checkpoint, MemoryTensor, MemoryType, StoredType, TensorBytes};
 pub use native::save_native;
 pub use recognize::{plan, Format};
-pub use spatial::StoredSpatial;
+pub use stored_spatial::StoredSpatial;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};

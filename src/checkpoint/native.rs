@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::checkpoint::file::Checkpoint;
 use crate::checkpoint::plan::{count_layers, image_side, need_shape, Plan};
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::stored_spatial::StoredSpatial;
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm, Task};

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::checkpoint::file::Checkpoint;
-use crate::checkpoint::spatial::StoredSpatial;
+use crate::checkpoint::stored_spatial::StoredSpatial;
 use crate::checkpoint::{ImportHints, Rule};
 use crate::error::{CheckpointError, Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};

@@ -183,12 +183,10 @@ pub fn export_for(
                 cfg.d_ffn,
                 cfg.seq_len(),
                 cfg.spatial.name(),
-                match (cfg.causal, mode) {
-                    (false, _) => "",
-                    (true, SequenceMode::Fixed) => ", causal",
-                    (true, SequenceMode::Variable) => ", causal, any length up to n",
-                    (true, SequenceMode::Growing) => ", causal, with past state",
-                    (true, SequenceMode::Static) => ", causal, with static state",
+                if cfg.causal {
+                    mode.causal_description()
+                } else {
+                    ""
                 }
             ),
             metadata,

@@ -80,6 +80,16 @@ impl SequenceMode {
         }
     }
 
+    /// How a file's doc string describes a causal model emitted in this mode.
+    pub fn causal_description(self) -> &'static str {
+        match self {
+            SequenceMode::Fixed => ", causal",
+            SequenceMode::Variable => ", causal, any length up to n",
+            SequenceMode::Growing => ", causal, with past state",
+            SequenceMode::Static => ", causal, with static state",
+        }
+    }
+
     /// Whether the graph carries state (`past_*` inputs, `present_*` outputs).
     pub fn has_state(self) -> bool {
         matches!(self, SequenceMode::Growing | SequenceMode::Static)

@@ -2,7 +2,7 @@
 //! opsets, inputs and outputs, parameter count and bytes, operator histogram, external
 //! data files, and our own metadata (configuration, FLOPs) when present; for files
 //! `gmlp-onnx build` wrote, each block's spatial weight W and its Toeplitz-ness
-//! ([`spatial`]), and on request pictures of them ([`pictures`]). It sits above
+//! ([`spatial_weights`](mod@spatial_weights)), and on request pictures of them ([`pictures`]). It sits above
 //! [`crate::gmlp`] because it reads the keys [`crate::gmlp::metadata`] defines.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use serde::Serialize;
 pub mod params;
 pub mod pictures;
 mod render;
-pub mod spatial;
+pub mod spatial_weights;
 
 pub use pictures::inspect_and_plot;
 
@@ -33,7 +33,7 @@ use crate::onnx::reader::{
 };
 use crate::plot::PlotFile;
 pub use render::human_flops;
-use spatial::{spatial_weights, SpatialSummary, SpatialWeights};
+use spatial_weights::{spatial_weights, SpatialSummary, SpatialWeights};
 
 /// A graph input or output.
 #[derive(Clone, Debug, Serialize)]
@@ -121,7 +121,7 @@ pub struct ModelSummary {
     /// External data files referenced by initializers (empty when all data is inline).
     pub external_data: Vec<ExternalFile>,
     /// Each block's spatial weight W: stored form, the cells it reads, its Toeplitz-ness
-    /// (files `gmlp-onnx build` wrote; see [`spatial`]).
+    /// (files `gmlp-onnx build` wrote; see [`spatial_weights`](mod@spatial_weights)).
     pub spatial: Vec<SpatialSummary>,
     /// Why `spatial` is empty, when it is.
     pub spatial_unavailable: Option<String>,

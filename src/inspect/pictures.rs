@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use super::spatial::spatial_weights;
-use super::spatial::SpatialWeights;
+use super::spatial_weights::spatial_weights;
+use super::spatial_weights::SpatialWeights;
 use super::{checked_onnx_path, summarize, ModelSummary};
 use crate::error::{Error, Result};
 use crate::message::{Phrase, Setting};

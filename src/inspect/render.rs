@@ -2,7 +2,7 @@
 //! inputs and outputs, opsets, parameters, operators, metadata, the with-past state and
 //! quantization lines.
 
-use super::spatial::spatial_lines;
+use super::spatial_weights::spatial_lines;
 use super::*;
 use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart, StateTensor};
 use crate::gmlp::metadata::{CONFIG_KEY, QUANTIZATION_KEY};

@@ -1,7 +1,7 @@
 //! The command line of `gmlp-onnx build`: its flags (clap definitions; docs/cli.md is
 //! generated from them). The values of enum flags are the library's own enums (clap's
-//! `ValueEnum`, see `gmlp_onnx::spelling`), except the two below: the state form of
-//! `--with-past`, and `--weights-format`, a layout or `auto`.
+//! `ValueEnum`, see `gmlp_onnx::spelling`; `--with-past`'s is `pipeline::PastForm`), except
+//! the one below: `--weights-format`, a layout or `auto`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -12,20 +12,9 @@ use clap::{Args, ValueEnum};
 use gmlp_onnx::checkpoint::Format;
 use gmlp_onnx::gmlp::targets::Target;
 use gmlp_onnx::gmlp::{GateAct, InitScheme, Precision, SpatialForm};
+use gmlp_onnx::pipeline::PastForm;
 
 use crate::cli::triton::TritonFlags;
-
-/// The state form of `--with-past` (docs/static-state.md).
-#[derive(Clone, Copy, ValueEnum)]
-pub enum PastArg {
-    /// Fixed-size state [batch, n, ·] written in place, a `position` input [batch]
-    /// (batches sequences at different positions; the default where the model and the
-    /// target allow it).
-    Static,
-    /// State that grows with every token: past_* [batch, P, ·] in, present_* = past
-    /// followed by the new rows out.
-    Growing,
-}
 
 /// `--weights-format`: a checkpoint layout, or `auto` (`None`: recognized from the tensor
 /// names). Its values are `auto` and those of [`Format`].
@@ -144,7 +133,7 @@ pub struct BuildArgs {
     /// with a note, for windowed or folded blocks and --target portable/candle/opencv4];
     /// see docs/static-state.md and docs/generation.md.
     #[arg(long, value_enum, num_args = 0..=1)]
-    pub with_past: Option<Option<PastArg>>,
+    pub with_past: Option<Option<PastForm>>,
     /// After writing, run the model in tract and ONNX Runtime and compare.
     #[arg(long)]
     pub validate: bool,

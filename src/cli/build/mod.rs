@@ -9,9 +9,7 @@ use gmlp_onnx::gmlp::targets::BuildTarget;
 use gmlp_onnx::gmlp::{preset, GateAct, GmlpConfig, SeededInit, Task, WeightSource};
 use gmlp_onnx::message::Phrase;
 use gmlp_onnx::onnx::writer::data_file_name;
-use gmlp_onnx::pipeline::{
-    self, Beside, BuildRequest, Built, Event, ModelSource, PastForm, SequenceChoice,
-};
+use gmlp_onnx::pipeline::{self, Beside, BuildRequest, Built, Event, ModelSource, SequenceChoice};
 use gmlp_onnx::runtime::ModelFile;
 use gmlp_onnx::serve::genai::check_target as check_genai_target;
 use gmlp_onnx::serve::triton::{check_target, TritonOptions};
@@ -298,9 +296,7 @@ pub fn plan(a: &BuildArgs, memory: Option<Checkpoint>) -> anyhow::Result<Plan> {
     };
     source.config.dtype = a.dtype;
     let sequence = match a.with_past {
-        Some(Some(PastArg::Static)) => SequenceChoice::WithPast(Some(PastForm::Static)),
-        Some(Some(PastArg::Growing)) => SequenceChoice::WithPast(Some(PastForm::Growing)),
-        Some(None) => SequenceChoice::WithPast(None),
+        Some(form) => SequenceChoice::WithPast(form),
         None if a.fixed_seq => SequenceChoice::Fixed,
         None => SequenceChoice::Default,
     };

@@ -3,7 +3,7 @@
 //! `model.onnx` (+ `model.onnx.data` for a file with external data), the built static-state
 //! file emitted again with genai's interface ([`Interface::Genai`], [`crate::rebuild`]:
 //! its configuration and weights, genai's names and shapes at the interface),
-//! `genai_config.json` filled from the file's own metadata ([`config`]), and for byte-level
+//! `genai_config.json` filled from the file's own metadata ([`genai_config`]), and for byte-level
 //! models a tokenizer that `og.Tokenizer` reads ([`tokenizer`]). Everything is written
 //! under temporary names and renamed into place together, like a Triton repository entry.
 //!
@@ -14,7 +14,7 @@
 //! `attention_mask` of one integer type; pad, end and start ids inside the vocabulary. A
 //! model with no end token gets one it never emits ([`EndToken::Added`]).
 
-pub mod config;
+pub mod genai_config;
 pub mod tokenizer;
 
 use std::io::Write as _;
@@ -35,7 +35,7 @@ use crate::runtime::ModelFile;
 pub use crate::gmlp::genai::{
     genai_layers, pair_states, GenaiLayer, Slot, ATTENTION_MASK, POSITION_IDS,
 };
-pub use config::GenaiConfig;
+pub use genai_config::GenaiConfig;
 
 /// File name of the model in the folder.
 pub const MODEL_FILE: &str = "model.onnx";

@@ -31,7 +31,7 @@
 //! interfaces are the emitter's, from the configuration in a file gmlp-onnx wrote; a
 //! stateful file it did not write is refused.
 //!
-//! [`config`] plans the configuration (and renders it as `config.pbtxt`), [`repository`]
+//! [`model_config`] plans the configuration (and renders it as `config.pbtxt`), [`repository`]
 //! writes the entry; everything is re-exported here.
 
 use clap::ValueEnum;
@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::message::{Phrase, Setting};
 
 pub mod client;
-pub mod config;
+pub mod model_config;
 pub mod pairing;
 mod pbtxt;
 pub mod remote;
@@ -49,7 +49,7 @@ pub mod router;
 #[cfg(test)]
 mod testing;
 
-pub use config::{
+pub use model_config::{
     check_model_name, plan, triton_data_type, ImplicitState, StateKind, TritonConfig, TritonTensor,
     MAX_CANDIDATE_SEQUENCES, NEXT_POSITION, PAST_PREFIX, PRESENT_PREFIX,
 };

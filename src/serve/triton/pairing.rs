@@ -38,7 +38,7 @@ pub fn check_state_pairing<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::serve::triton::config::plan;
+    use crate::serve::triton::model_config::plan;
     use crate::serve::triton::TritonOptions;
 
     /// The names of Triton's report (server#8586): the output names sort the other way.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::config::{
+use super::model_config::{
     ImplicitState, StateKind, TritonConfig, TritonTensor, MAX_CANDIDATE_SEQUENCES,
 };
 use super::{InstanceKind, TensorRtPrecision, DEFAULT_MAX_SEQUENCE_IDLE_US};

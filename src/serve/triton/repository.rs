@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use super::config::{plan, TritonConfig};
+use super::model_config::{plan, TritonConfig};
 use super::{unservable, TritonOptions};
 use crate::error::{Error, Result};
 use crate::fs::{CreatedDirs, PendingFile};
