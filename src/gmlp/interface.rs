@@ -453,6 +453,32 @@ mod tests {
     }
 
     #[test]
+    fn the_bound_step_and_genai_interfaces_are_a_static_states_only() {
+        let genai = Interface::Genai {
+            added_end_token: true,
+        };
+        for interface in [Interface::BoundStep, genai] {
+            interface.check(SequenceMode::Static).unwrap();
+            for mode in [
+                SequenceMode::Fixed,
+                SequenceMode::Variable,
+                SequenceMode::Growing,
+            ] {
+                let err = interface.check(mode).unwrap_err();
+                assert!(matches!(err, Error::Internal(_)), "{interface:?} {mode:?}");
+            }
+        }
+        for mode in [SequenceMode::Growing, SequenceMode::Static] {
+            Interface::Triton.check(mode).unwrap();
+            Interface::File.check(mode).unwrap();
+        }
+        assert!(!genai.keeps_decoding_description());
+        assert!([Interface::File, Interface::BoundStep, Interface::Triton]
+            .iter()
+            .all(|i| i.keeps_decoding_description()));
+    }
+
+    #[test]
     fn state_names_and_bytes_follow_the_block() {
         let mut cfg = preset("amlp-base").unwrap().config;
         cfg.causal = true;

@@ -437,6 +437,12 @@ mod tests {
             }
         }
         assert!(spares.is_empty());
+        // The folder's model describes its layers and no longer the built file's decoding.
+        let folder_model = crate::onnx::reader::read_model(&folder.join(MODEL_FILE)).unwrap();
+        let recorded = metadata_value(&folder_model, GENAI_METADATA_KEY).unwrap();
+        assert_eq!(recorded, serde_json::to_string(&w.layers).unwrap());
+        assert_eq!(metadata_value(&folder_model, DECODING_KEY), None);
+        assert!(metadata_value(&folder_model, CONFIG_KEY).is_some());
         // Non-zero state going in, so that a misplaced row shows.
         let mut state: HashMap<String, ArrayD<f32>> = info
             .state
