@@ -1,6 +1,6 @@
 //! The tool's in-memory ONNX graph: values with static shapes, nodes, initializers whose data
 //! may be produced lazily at write time, and constants. Built by the graph builder
-//! (`builder.rs`), written by the writer (`writer.rs`).
+//! (`builder.rs`), written by the writer (`writer/`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -223,7 +223,7 @@ pub struct Node {
     pub flops: u64,
 }
 
-/// A finished graph: what the writer (`writer.rs`) writes as an ONNX model.
+/// A finished graph: what the writer (`writer/`) writes as an ONNX model.
 #[derive(Clone, Debug)]
 pub struct Graph {
     /// Graph name.
