@@ -147,12 +147,16 @@ fn genai_generates_our_tokens_from_every_static_fixture() {
 #[test]
 fn the_folder_model_holds_the_built_files_numbers_and_every_static_file_ignores_nan_state() {
     let dir = tempfile::tempdir().unwrap();
-    // The default opset's state writes are ScatterND, opset 24's TensorScatter.
+    // The default opset's state writes are ScatterND, opset 24's TensorScatter; the folder's
+    // model is emitted again with the file's stored weights in every weight type.
     for (name, extra) in [
         ("lucid_amlp_causal", &[][..]),
         ("lucid_shift_causal", &[]),
         ("gpt_heads2_attn", &[]),
         ("lucid_amlp_causal", &["--opset", "24"]),
+        ("lucid_amlp_causal", &["--dtype", "int8"]),
+        ("lucid_amlp_causal", &["--dtype", "int4"]),
+        ("lucid_amlp_causal", &["--dtype", "f16"]),
     ] {
         let fx = Fixture::open(name);
         let file = format!("{name}{}", extra.concat());
