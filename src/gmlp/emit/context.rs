@@ -112,9 +112,14 @@ pub fn fused_gap(cfg: &GmlpConfig, mode: SequenceMode, opset: i64) -> Option<Str
     }
 }
 
-/// The emitter: one graph under construction for one configuration. Each part of the
-/// network (block parts in `block/`, `embed.rs`, `head.rs`, the linear layers in
-/// `linear.rs`) adds its nodes through an `impl Emitter` of its own.
+/// The emitter: one graph under construction for one configuration, the context every part
+/// writes into (the builder, the configuration, the spelling and interface, the parameters
+/// by name). Its own methods are the network's frame (embed.rs, stack.rs, head.rs, the
+/// block recipe in block/mod.rs) and the projections every part uses (linear.rs); each part
+/// of a block (`BlockNorm`, `TokenShift`, `ChannelProjections`, `TinyAttention`,
+/// `SpatialProjection`, `SpatialGatingUnit`, `LocalMixing`, `AxialFold`) and of the
+/// sequence axis (`SequenceAxis`, `StaticStatePart`, `GenaiInterface`) is a type of its own
+/// whose functions take the emitter.
 pub(crate) struct Emitter {
     /// The graph under construction.
     pub(crate) g: GraphBuilder,

@@ -9,6 +9,8 @@ use super::sequence::{FixedPositions, Sequence};
 use super::{BATCH, INPUTS_EMBEDS, INPUT_IDS, PIXEL_VALUES};
 use crate::error::Result;
 use crate::gmlp::config::Task;
+use crate::gmlp::emit::sequence::SequenceAxis;
+use crate::gmlp::emit::static_state::GenaiInterface;
 use crate::gmlp::interface::{Interface, SequenceMode, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
 
@@ -32,12 +34,12 @@ impl Emitter {
                     added_end_token: true,
                 } = self.interface
                 {
-                    ids = self.genai_ids_in_vocabulary(&ids)?;
+                    ids = GenaiInterface::genai_ids_in_vocabulary(self, &ids)?;
                 }
-                let declared = self.declare_sequence_inputs(mode, &batch)?;
+                let declared = SequenceAxis::declare_sequence_inputs(self, mode, &batch)?;
                 let table = self.param("embed.weight")?;
                 let x = self.scoped("embed", |s| s.g.gather("gather", &table, &ids, 0))?;
-                let sequence = self.start_sequence(declared, &ids, &seq)?;
+                let sequence = SequenceAxis::start_sequence(self, declared, &ids, &seq)?;
                 Ok((x, Some(table), sequence))
             }
             Task::Vision {

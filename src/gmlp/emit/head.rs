@@ -10,6 +10,7 @@ use super::stack::Stacked;
 use super::HEAD_SCOPE;
 use crate::error::{Error, Result};
 use crate::gmlp::config::Task;
+use crate::gmlp::emit::block::BlockNorm;
 use crate::onnx::graph::Value;
 
 impl Emitter {
@@ -28,8 +29,8 @@ impl Emitter {
             };
         }
         let h = match pending {
-            None => self.norm("final_norm", &x, "norm", self.cfg.norm_eps)?,
-            Some(branch) => self.skip_norm("final_norm", &x, &branch, "norm")?.0,
+            None => BlockNorm::norm(self, "final_norm", &x, "norm", self.cfg.norm_eps)?,
+            Some(branch) => BlockNorm::skip_norm(self, "final_norm", &x, &branch, "norm")?.0,
         };
         self.head(&h, embedding)
     }

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Task};
+use crate::gmlp::emit::static_state::GenaiInterface;
 use crate::gmlp::genai::genai_layers;
 use crate::gmlp::interface::{
     mode_state, Interface, SequenceMode, NEXT_INPUT_IDS, NEXT_POSITION, TRITON_NEXT_POSITION,
@@ -131,7 +132,7 @@ pub fn build_graph_for(
     let out = match interface {
         Interface::Genai {
             added_end_token: true,
-        } => em.genai_end_logit(&out)?,
+        } => GenaiInterface::genai_end_logit(&mut em, &out)?,
         _ => out,
     };
     let out = em.g.rename(&out, name)?;

@@ -20,6 +20,8 @@ use super::context::Emitter;
 use super::static_state::{StaticInputs, StaticState};
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
+use crate::gmlp::emit::block::TinyAttention;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::gmlp::interface::{
     block_state, first_local_block, static_local_mixing_refused, Interface, SequenceMode,
     StateTensor, TOTAL_SEQUENCE,
@@ -108,25 +110,32 @@ pub(crate) enum DeclaredInputs {
     Static(StaticInputs),
 }
 
-impl Emitter {
+/// The sequence axis' graph parts: the inputs each mode declares, its positions, causal-mask rows and past state.
+pub(crate) struct SequenceAxis;
+
+impl SequenceAxis {
     /// Declares the inputs `mode` takes after `input_ids` (`[batch, …]` for `batch`).
     pub(crate) fn declare_sequence_inputs(
-        &mut self,
+        em: &mut Emitter,
         mode: SequenceMode,
         batch: &Dim,
     ) -> Result<DeclaredInputs> {
         Ok(match mode {
             SequenceMode::Fixed => DeclaredInputs::Fixed,
             SequenceMode::Variable => DeclaredInputs::Variable,
-            SequenceMode::Growing => DeclaredInputs::Growing(self.declare_past_inputs(batch)?),
-            SequenceMode::Static => DeclaredInputs::Static(self.declare_static_inputs(batch)?),
+            SequenceMode::Growing => {
+                DeclaredInputs::Growing(SequenceAxis::declare_past_inputs(em, batch)?)
+            }
+            SequenceMode::Static => {
+                DeclaredInputs::Static(StaticStatePart::declare_static_inputs(em, batch)?)
+            }
         })
     }
 
     /// The [`Sequence`] of the new tokens `ids` [batch, `seq`] and the inputs `declared`
     /// (positions in the `positions` scope).
     pub(crate) fn start_sequence(
-        &mut self,
+        em: &mut Emitter,
         declared: DeclaredInputs,
         ids: &Value,
         seq: &Dim,
@@ -134,11 +143,11 @@ impl Emitter {
         Ok(match declared {
             DeclaredInputs::Fixed => Sequence::Fixed(FixedPositions::default()),
             DeclaredInputs::Variable => {
-                Sequence::Variable(compute_positions(&mut self.g, ids, seq, None)?)
+                Sequence::Variable(compute_positions(&mut em.g, ids, seq, None)?)
             }
             DeclaredInputs::Growing(GrowingInputs { past, slots }) => {
-                let first = first_growing_input(&self.cfg, &past);
-                let positions = compute_positions(&mut self.g, ids, seq, first.as_ref())?;
+                let first = first_growing_input(&em.cfg, &past);
+                let positions = compute_positions(&mut em.g, ids, seq, first.as_ref())?;
                 let state = GrowingState {
                     past,
                     present: Vec::new(),
@@ -147,7 +156,7 @@ impl Emitter {
                 Sequence::Growing(positions, state)
             }
             DeclaredInputs::Static(inputs) => {
-                Sequence::Static(Box::new(self.start_static(inputs, ids)?))
+                Sequence::Static(Box::new(StaticStatePart::start_static(em, inputs, ids)?))
             }
         })
     }
@@ -156,20 +165,20 @@ impl Emitter {
     /// `[batch, past_shift_sequence, width]` or `[batch, past_window_K, width]`); for
     /// [`Interface::Triton`], each with one leading slot more along its rows (see
     /// [`TritonSlot`]).
-    fn declare_past_inputs(&mut self, batch: &Dim) -> Result<GrowingInputs> {
+    fn declare_past_inputs(em: &mut Emitter, batch: &Dim) -> Result<GrowingInputs> {
         let mut inputs = GrowingInputs::default();
-        let slot = match self.interface {
-            Interface::Triton => Some(TritonSlot::new(&mut self.g)?),
+        let slot = match em.interface {
+            Interface::Triton => Some(TritonSlot::new(&mut em.g)?),
             Interface::File | Interface::BoundStep | Interface::Genai { .. } => None,
         };
-        for i in 0..self.cfg.layers {
-            for state in block_state(&self.cfg, i) {
+        for i in 0..em.cfg.layers {
+            for state in block_state(&em.cfg, i) {
                 let rows = Dim::Symbol(state.past_rows_symbol());
                 let shape = vec![batch.clone(), rows, Dim::Fixed(state.width)];
                 let v = match &slot {
-                    None => self.g.input(&state.past, ElemType::F32, shape)?,
+                    None => em.g.input(&state.past, ElemType::F32, shape)?,
                     Some(slot) => {
-                        let (rows, slot) = slot.declare(&mut self.g, &state.past, shape)?;
+                        let (rows, slot) = slot.declare(&mut em.g, &state.past, shape)?;
                         inputs.slots.insert(state.present.clone(), slot);
                         rows
                     }
@@ -183,23 +192,23 @@ impl Emitter {
     /// The causal mask for the new rows, shared by the blocks: [n, n] for a fixed length,
     /// rows P..P+T−1 and columns 0..P+T−1 of it for a variable length or growing state,
     /// [batch, sequence, n] over the state's rows for the static form.
-    pub(crate) fn causal_mask_rows(&mut self, seq: &mut Sequence) -> Result<Value> {
+    pub(crate) fn causal_mask_rows(em: &mut Emitter, seq: &mut Sequence) -> Result<Value> {
         match seq {
-            Sequence::Fixed(_) => self.causal_mask(),
-            Sequence::Variable(pos) | Sequence::Growing(pos, _) => self.mask_rows(pos),
-            Sequence::Static(state) => self.static_mask(state),
+            Sequence::Fixed(_) => TinyAttention::causal_mask(em),
+            Sequence::Variable(pos) | Sequence::Growing(pos, _) => SequenceAxis::mask_rows(em, pos),
+            Sequence::Static(state) => StaticStatePart::static_mask(em, state),
         }
     }
 
     /// The causal mask for the new rows: [sequence, total] ([1, 1, sequence, total] in the
     /// fused spelling), shared by the blocks.
-    fn mask_rows(&mut self, pos: &mut Positions) -> Result<Value> {
+    fn mask_rows(em: &mut Emitter, pos: &mut Positions) -> Result<Value> {
         if let Some(v) = &pos.mask {
             return Ok(v.clone());
         }
-        let full = self.causal_mask()?;
+        let full = TinyAttention::causal_mask(em)?;
         let row_axis = full.shape.len() - 2;
-        let v = self.g.scoped("shared", |g| {
+        let v = em.g.scoped("shared", |g| {
             let rows = pos.rows_of(g, "causal_mask_rows", &full, row_axis)?;
             pos.first_columns(g, "causal_mask_columns", &rows)
         })?;
@@ -210,26 +219,26 @@ impl Emitter {
     /// `past` (a graph input of `state`) followed by `new` along the tokens; the result is
     /// also the `present_*` output `kind`.
     pub(crate) fn with_past(
-        &mut self,
+        em: &mut Emitter,
         pos: &Positions,
         state: &mut GrowingState,
         past: &str,
         kind: &str,
         new: &Value,
     ) -> Result<Value> {
-        let past_value = self.past_input(state, past, &format!("past_{kind}_cast"), new.elem)?;
+        let past_value =
+            SequenceAxis::past_input(em, state, past, &format!("past_{kind}_cast"), new.elem)?;
         let total_dim = pos.total_dim.clone();
         let all =
-            self.g
-                .concat_symbolic(&format!("{kind}_concat"), &[&past_value, new], 1, total_dim)?;
+            em.g.concat_symbolic(&format!("{kind}_concat"), &[&past_value, new], 1, total_dim)?;
         let present = past.replacen("past_", "present_", 1);
-        self.push_present(state, present, &format!("present_{kind}_to_f32"), &all)?;
+        SequenceAxis::push_present(em, state, present, &format!("present_{kind}_to_f32"), &all)?;
         Ok(all)
     }
 
     /// The graph input `past` of `state` (cast to `elem`).
     pub(crate) fn past_input(
-        &mut self,
+        em: &mut Emitter,
         state: &GrowingState,
         past: &str,
         local: &str,
@@ -240,21 +249,21 @@ impl Emitter {
             .get(past)
             .cloned()
             .ok_or_else(|| Error::Internal(format!("no graph input {past}")))?;
-        self.cast_to(local, &value, elem)
+        em.cast_to(local, &value, elem)
     }
 
     /// Records `value` (cast to f32) as the graph output `present` of `state`.
     pub(crate) fn push_present(
-        &mut self,
+        em: &mut Emitter,
         state: &mut GrowingState,
         present: String,
         local: &str,
         value: &Value,
     ) -> Result<()> {
-        let mut value = self.cast_to(local, value, ElemType::F32)?;
+        let mut value = em.cast_to(local, value, ElemType::F32)?;
         if let Some(slot) = state.slots.get(&present) {
             let total = Dim::Symbol(format!("1 + {}", value.shape[1]));
-            value = self.g.concat_symbolic(
+            value = em.g.concat_symbolic(
                 &format!("{present}/triton_put_slot_back"),
                 &[slot, &value],
                 1,
@@ -269,32 +278,36 @@ impl Emitter {
     /// `new`, returned for the computation, and its last min(L + T, K) rows as the
     /// `present_*` output.
     fn with_past_window(
-        &mut self,
+        em: &mut Emitter,
         state: &mut GrowingState,
         tensor: &StateTensor,
         window: usize,
         new: &Value,
     ) -> Result<Value> {
         let kind = tensor.kind().to_string();
-        let past = self.past_input(state, &tensor.past, &format!("past_{kind}_cast"), new.elem)?;
-        let full = self.g.concat_symbolic(
+        let past = SequenceAxis::past_input(
+            em,
+            state,
+            &tensor.past,
+            &format!("past_{kind}_cast"),
+            new.elem,
+        )?;
+        let full = em.g.concat_symbolic(
             &format!("{kind}_concat"),
             &[&past, new],
             1,
             Dim::Symbol(format!("{} + {}", tensor.past_rows_symbol(), new.shape[1])),
         )?;
-        let len = self.g.shape_of(&format!("{kind}_rows"), &full, 1, 2)?;
-        let keep = self
-            .g
-            .const_i64(&format!("{kind}_window"), &[1], vec![window as i64])?;
-        let zero = self
-            .g
-            .const_i64(&format!("{kind}_window_zero"), &[1], vec![0])?;
-        let over = self.g.sub(&format!("{kind}_window_over"), &len, &keep)?;
-        let start = self.g.max(&format!("{kind}_window_start"), &over, &zero)?;
+        let len = em.g.shape_of(&format!("{kind}_rows"), &full, 1, 2)?;
+        let keep =
+            em.g.const_i64(&format!("{kind}_window"), &[1], vec![window as i64])?;
+        let zero =
+            em.g.const_i64(&format!("{kind}_window_zero"), &[1], vec![0])?;
+        let over = em.g.sub(&format!("{kind}_window_over"), &len, &keep)?;
+        let start = em.g.max(&format!("{kind}_window_start"), &over, &zero)?;
         let mut shape = full.shape.clone();
         shape[1] = Dim::Symbol(tensor.present_rows_symbol());
-        let present = self.g.slice_dynamic(
+        let present = em.g.slice_dynamic(
             &format!("{kind}_window_rows"),
             &full,
             &start,
@@ -302,7 +315,8 @@ impl Emitter {
             &[1],
             shape,
         )?;
-        self.push_present(
+        SequenceAxis::push_present(
+            em,
             state,
             tensor.present.clone(),
             &format!("present_{kind}_to_f32"),
@@ -313,58 +327,61 @@ impl Emitter {
 
     /// The block state of `kind` for block `i` (growing or window) joined with `new`.
     pub(crate) fn with_block_state(
-        &mut self,
+        em: &mut Emitter,
         pos: &Positions,
         state: &mut GrowingState,
         i: usize,
         kind: &str,
         new: &Value,
     ) -> Result<Value> {
-        let tensor = block_state(&self.cfg, i)
+        let tensor = block_state(&em.cfg, i)
             .into_iter()
             .find(|s| s.kind() == kind)
             .ok_or_else(|| Error::Internal(format!("block {i} has no {kind} state")))?;
         match tensor.window {
-            None => self.with_past(pos, state, &tensor.past, kind, new),
-            Some(window) => self.with_past_window(state, &tensor, window, new),
+            None => SequenceAxis::with_past(em, pos, state, &tensor.past, kind, new),
+            Some(window) => SequenceAxis::with_past_window(em, state, &tensor, window, new),
         }
     }
 
     /// Absolute positions of the new rows, i64 [T]: 0..n−1 in a fixed graph, P..P+T−1
     /// otherwise.
-    pub(crate) fn row_positions(&mut self, seq: &mut LocalSequence) -> Result<Value> {
+    pub(crate) fn row_positions(em: &mut Emitter, seq: &mut LocalSequence) -> Result<Value> {
         match seq {
-            LocalSequence::Fixed(fixed) => self.fixed_positions(fixed),
+            LocalSequence::Fixed(fixed) => SequenceAxis::fixed_positions(em, fixed),
             LocalSequence::Variable(pos) | LocalSequence::Growing(pos, _) => Ok(pos.rows.clone()),
         }
     }
 
     /// Absolute positions of the rows of `keys`, which end at the last new row: i64 [S]
     /// (P + T − S ..= P + T − 1).
-    pub(crate) fn key_positions(&mut self, seq: &mut LocalSequence, keys: &Value) -> Result<Value> {
+    pub(crate) fn key_positions(
+        em: &mut Emitter,
+        seq: &mut LocalSequence,
+        keys: &Value,
+    ) -> Result<Value> {
         match seq {
-            LocalSequence::Fixed(fixed) => self.fixed_positions(fixed),
+            LocalSequence::Fixed(fixed) => SequenceAxis::fixed_positions(em, fixed),
             LocalSequence::Variable(pos) => Ok(pos.rows.clone()),
             LocalSequence::Growing(pos, _) => {
                 let total = pos.total_scalar.clone();
-                let zero = self.g.const_i64("key_positions_zero", &[], vec![0])?;
-                let one = self.g.const_i64("key_positions_one", &[], vec![1])?;
-                let len = self.g.shape_of("key_positions_shape", keys, 1, 2)?;
-                let len = self.g.gather("key_positions_count", &len, &zero, 0)?;
-                let start = self.g.sub("key_positions_start", &total, &len)?;
-                self.g
-                    .range("key_positions", &start, &total, &one, keys.shape[1].clone())
+                let zero = em.g.const_i64("key_positions_zero", &[], vec![0])?;
+                let one = em.g.const_i64("key_positions_one", &[], vec![1])?;
+                let len = em.g.shape_of("key_positions_shape", keys, 1, 2)?;
+                let len = em.g.gather("key_positions_count", &len, &zero, 0)?;
+                let start = em.g.sub("key_positions_start", &total, &len)?;
+                em.g.range("key_positions", &start, &total, &one, keys.shape[1].clone())
             }
         }
     }
 
     /// The constant positions 0..n−1 of a fixed graph, shared by the blocks.
-    fn fixed_positions(&mut self, fixed: &mut FixedPositions) -> Result<Value> {
+    fn fixed_positions(em: &mut Emitter, fixed: &mut FixedPositions) -> Result<Value> {
         if let Some(v) = &fixed.positions {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
-        let v = self.g.scoped("shared", |g| {
+        let n = em.cfg.seq_len();
+        let v = em.g.scoped("shared", |g| {
             g.const_i64("positions", &[n], (0..n as i64).collect())
         })?;
         fixed.positions = Some(v.clone());

@@ -11,6 +11,8 @@ use super::context::Emitter;
 use super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::StackKind;
+use crate::gmlp::emit::block::BlockNorm;
+use crate::gmlp::emit::block::ChannelProjections;
 use crate::onnx::graph::Value;
 
 /// What the stack hands the head: the residual stream x, and the last block's branch
@@ -39,7 +41,7 @@ impl Emitter {
         for i in 0..self.cfg.layers {
             let p = format!("blocks.{i}");
             (x, pending) = self.scoped(&p, |s| {
-                let (h, x) = s.block_input(&x, pending.take(), &format!("{p}.norm"))?;
+                let (h, x) = BlockNorm::block_input(s, &x, pending.take(), &format!("{p}.norm"))?;
                 let branch = s.block(i, &h, seq)?;
                 match branch.bias {
                     None => Ok((s.g.add("residual", &x, &branch.y)?, None)),
@@ -55,11 +57,11 @@ impl Emitter {
         for i in 0..self.cfg.layers {
             let p = format!("blocks.{i}");
             (x1, x2) = self.scoped(&p, |s| {
-                let (h, _) = s.block_input(&x2, None, &format!("{p}.norm"))?;
+                let (h, _) = BlockNorm::block_input(s, &x2, None, &format!("{p}.norm"))?;
                 let branch = s.block(i, &h, seq)?;
                 let f = s.branch_value(branch)?;
                 let y1 = s.g.add("residual", &x1, &f)?;
-                let g = s.feed_forward(&p, &y1, ff_inner)?;
+                let g = ChannelProjections::feed_forward(s, &p, &y1, ff_inner)?;
                 let y2 = s.g.add("ff_residual", &x2, &g)?;
                 Ok((y1, y2))
             })?;

@@ -14,25 +14,30 @@ use super::super::sequence::Sequence;
 use super::super::static_state::Written;
 use super::super::MASK_VALUE;
 use crate::error::Result;
+use crate::gmlp::emit::block::LocalMixing;
+use crate::gmlp::emit::sequence::SequenceAxis;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::onnx::graph::{Dim, ElemType, Value};
 
-impl Emitter {
+/// The aMLP's tiny attention (paper fig. 6): one head of width `attn_dim` on the block's normalized input, added to the gate.
+pub(crate) struct TinyAttention;
+
+impl TinyAttention {
     /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
     /// shared by the blocks; [1, 1, n, n] in the fused spelling, `Attention`'s layout.
-    pub(crate) fn causal_mask(&mut self) -> Result<Value> {
-        if let Some(v) = &self.causal_mask {
+    pub(crate) fn causal_mask(em: &mut Emitter) -> Result<Value> {
+        if let Some(v) = &em.causal_mask {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let mut mask = vec![0f32; n * n];
         for i in 0..n {
             mask[i * n + i + 1..(i + 1) * n].fill(MASK_VALUE);
         }
-        let dims: &[usize] = if self.fused() { &[1, 1, n, n] } else { &[n, n] };
-        let v = self
-            .g
-            .scoped("shared", |g| g.const_f32("causal_mask", dims, mask))?;
-        self.causal_mask = Some(v.clone());
+        let dims: &[usize] = if em.fused() { &[1, 1, n, n] } else { &[n, n] };
+        let v =
+            em.g.scoped("shared", |g| g.const_f32("causal_mask", dims, mask))?;
+        em.causal_mask = Some(v.clone());
         Ok(v)
     }
 
@@ -40,7 +45,7 @@ impl Emitter {
     /// over the sequence `seq`, as the gate's terms: projected here, or from `qkv` where
     /// the block's input projection joined them (the fused static step).
     pub(crate) fn attention(
-        &mut self,
+        em: &mut Emitter,
         p: &str,
         h: &Value,
         a: usize,
@@ -48,60 +53,57 @@ impl Emitter {
         i: usize,
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
-        if !self.fused() {
-            return Ok(vec![self.attention_standard(p, h, a, i, seq)?]);
+        if !em.fused() {
+            return Ok(vec![TinyAttention::attention_standard(
+                em, p, h, a, i, seq,
+            )?]);
         }
         let qkv = match qkv {
             Some(qkv) => qkv,
-            None => self.attention_projections(p, h, a)?,
+            None => TinyAttention::attention_projections(em, p, h, a)?,
         };
-        self.attention_fused(p, a, qkv, i, seq)
+        TinyAttention::attention_fused(em, p, a, qkv, i, seq)
     }
 
     /// q, k and v of block prefix `p` (size `a`): three MatMuls with their biases on
     /// column slices of W_qkv.
-    fn attention_projections(&mut self, p: &str, h: &Value, a: usize) -> Result<[Value; 3]> {
-        let form = self.projection_form();
+    fn attention_projections(em: &mut Emitter, p: &str, h: &Value, a: usize) -> Result<[Value; 3]> {
+        let form = em.projection_form();
         let weight = format!("{p}.attn.qkv.weight");
-        let bias = self
+        let bias = em
             .cfg
             .block
             .attn_qkv_bias
             .then(|| format!("{p}.attn.qkv.bias"));
-        let part = |s: &mut Self, k: usize, local: &str| {
+        let part = |s: &mut Emitter, k: usize, local: &str| {
             let cols = Some((k * a, (k + 1) * a));
             s.dense(local, h, &weight, bias.as_deref(), cols, form)
         };
-        Ok([
-            part(self, 0, "q")?,
-            part(self, 1, "k")?,
-            part(self, 2, "v")?,
-        ])
+        Ok([part(em, 0, "q")?, part(em, 1, "k")?, part(em, 2, "v")?])
     }
 
     /// `Attention(q, K, V, mask) · W_o + b_o`, the keys and values those of `seq`; b_o
     /// apart in the fused static step (its gate's `Sum` adds it).
     fn attention_fused(
-        &mut self,
+        em: &mut Emitter,
         p: &str,
         a: usize,
         [q, k, v]: [Value; 3],
         i: usize,
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
-        let (keys, values) = self.keys_and_values(i, &k, Some(&v), seq)?;
-        let mask = match self.cfg.causal {
-            true => Some(self.causal_mask_rows(seq)?),
+        let (keys, values) = TinyAttention::keys_and_values(em, i, &k, Some(&v), seq)?;
+        let mask = match em.cfg.causal {
+            true => Some(SequenceAxis::causal_mask_rows(em, seq)?),
             false => None,
         };
         let scale = (a as f32).powf(-0.5);
-        let context = self
-            .g
-            .attention("attention", &q, &keys, &values, mask.as_ref(), scale)?;
-        let form = self.projection_form();
+        let context =
+            em.g.attention("attention", &q, &keys, &values, mask.as_ref(), scale)?;
+        let form = em.projection_form();
         let (weight, bias) = (format!("{p}.attn.out.weight"), format!("{p}.attn.out.bias"));
-        if !self.joins_step() {
-            return Ok(vec![self.dense(
+        if !em.joins_step() {
+            return Ok(vec![em.dense(
                 "out",
                 &context,
                 &weight,
@@ -110,15 +112,15 @@ impl Emitter {
                 form,
             )?]);
         }
-        let out = self.dense("out", &context, &weight, None, None, form)?;
-        let bias = self.param(&bias)?;
+        let out = em.dense("out", &context, &weight, None, None, form)?;
+        let bias = em.param(&bias)?;
         Ok(vec![out, bias])
     }
 
     /// The attention in standard operators: q, k, v projected from `h`, scores, mask,
     /// softmax, context and the output projection with its bias.
     fn attention_standard(
-        &mut self,
+        em: &mut Emitter,
         p: &str,
         h: &Value,
         a: usize,
@@ -126,9 +128,9 @@ impl Emitter {
         seq: &mut Sequence,
     ) -> Result<Value> {
         // q, k, v from column slices of Wqkv (three MatMuls, no Split).
-        let form = self.projection_form();
-        let mixing = self.cfg.block.mixing(i);
-        let bias = self
+        let form = em.projection_form();
+        let mixing = em.cfg.block.mixing(i);
+        let bias = em
             .cfg
             .block
             .attn_qkv_bias
@@ -142,62 +144,56 @@ impl Emitter {
         for (k, part) in ["q", "k", "v"].into_iter().enumerate().take(used) {
             let weight = format!("{p}.attn.qkv.weight");
             let cols = Some((k * a, (k + 1) * a));
-            parts.push(self.dense(part, h, &weight, bias.as_deref(), cols, form)?);
+            parts.push(em.dense(part, h, &weight, bias.as_deref(), cols, form)?);
         }
         let elem = parts[0].elem;
-        let scale = self
-            .g
-            .const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
-        let q = self.g.mul("q_scale", &parts[0], &scale)?;
-        let (mut keys, mut values) = self.keys_and_values(i, &parts[1], parts.get(2), seq)?;
+        let scale =
+            em.g.const_float("scale_value", &[], vec![(a as f32).powf(-0.5)], elem)?;
+        let q = em.g.mul("q_scale", &parts[0], &scale)?;
+        let (mut keys, mut values) =
+            TinyAttention::keys_and_values(em, i, &parts[1], parts.get(2), seq)?;
         let mut local_mask = None;
         if !mixing.is_global() {
-            let mut local = seq.local(&self.cfg)?;
-            let rows = self.row_positions(&mut local)?;
-            let cols = self.key_positions(&mut local, &keys)?;
-            let (mask, zero_keys) = self.scoped("local", |s| {
-                let maps = s.local_maps(mixing, &rows, &cols)?;
-                s.local_attention_mask(&maps, mixing.window)
+            let mut local = seq.local(&em.cfg)?;
+            let rows = SequenceAxis::row_positions(em, &mut local)?;
+            let cols = SequenceAxis::key_positions(em, &mut local, &keys)?;
+            let (mask, zero_keys) = em.scoped("local", |s| {
+                let maps = LocalMixing::local_maps(s, mixing, &rows, &cols)?;
+                LocalMixing::local_attention_mask(s, &maps, mixing.window)
             })?;
             local_mask = Some(match zero_keys {
                 // upstream's first window also attends to w zero keys: one extra zero key
                 // (and value) at the end, weighted w by its logit ln(w).
                 Some(extra) => {
                     let with_zero = Dim::Symbol(format!("{} + 1", keys.shape[1]));
-                    keys = self.g.pad_axis_symbolic(
-                        "zero_key",
-                        &keys,
-                        1,
-                        (0, 1),
-                        with_zero.clone(),
-                    )?;
-                    values = self.g.pad_axis_symbolic(
+                    keys =
+                        em.g.pad_axis_symbolic("zero_key", &keys, 1, (0, 1), with_zero.clone())?;
+                    values = em.g.pad_axis_symbolic(
                         "zero_value",
                         &values,
                         1,
                         (0, 1),
                         with_zero.clone(),
                     )?;
-                    self.g
-                        .concat_symbolic("local_mask_zero_key", &[&mask, &extra], 1, with_zero)?
+                    em.g.concat_symbolic("local_mask_zero_key", &[&mask, &extra], 1, with_zero)?
                 }
                 None => mask,
             });
         }
-        let kt = self.g.transpose("k_transpose", &keys, &[0, 2, 1])?;
-        let scores = self.g.matmul("scores", &q, &kt)?;
+        let kt = em.g.transpose("k_transpose", &keys, &[0, 2, 1])?;
+        let scores = em.g.matmul("scores", &q, &kt)?;
         // Mask and softmax in f32 (an f16 model casts around them).
-        let mut scores = self.cast_to("scores_to_f32", &scores, ElemType::F32)?;
+        let mut scores = em.cast_to("scores_to_f32", &scores, ElemType::F32)?;
         if let Some(mask) = &local_mask {
-            scores = self.g.add("local_mask", &scores, mask)?;
-        } else if self.cfg.causal {
-            let mask = self.causal_mask_rows(seq)?;
-            scores = self.g.add("causal_mask", &scores, &mask)?;
+            scores = em.g.add("local_mask", &scores, mask)?;
+        } else if em.cfg.causal {
+            let mask = SequenceAxis::causal_mask_rows(em, seq)?;
+            scores = em.g.add("causal_mask", &scores, &mask)?;
         }
-        let probs = self.g.softmax("softmax", &scores, -1)?;
-        let probs = self.cast_to("probs_to_f16", &probs, elem)?;
-        let context = self.g.matmul("context", &probs, &values)?;
-        self.linear(
+        let probs = em.g.softmax("softmax", &scores, -1)?;
+        let probs = em.cast_to("probs_to_f16", &probs, elem)?;
+        let context = em.g.matmul("context", &probs, &values)?;
+        em.linear(
             "out",
             &context,
             &format!("{p}.attn.out.weight"),
@@ -210,7 +206,7 @@ impl Emitter {
     /// ones alone, the growing state's past followed by them, or the whole static state
     /// with them written (the mask hides the rows after each sequence's position).
     fn keys_and_values(
-        &mut self,
+        em: &mut Emitter,
         i: usize,
         k: &Value,
         v: Option<&Value>,
@@ -221,17 +217,25 @@ impl Emitter {
                 Ok((k.clone(), v.cloned().unwrap_or_else(|| k.clone())))
             }
             Sequence::Growing(pos, state) => {
-                let keys = self.with_block_state(pos, state, i, "key", k)?;
+                let keys = SequenceAxis::with_block_state(em, pos, state, i, "key", k)?;
                 let values = match v {
-                    Some(v) => self.with_block_state(pos, state, i, "value", v)?,
+                    Some(v) => SequenceAxis::with_block_state(em, pos, state, i, "value", v)?,
                     None => keys.clone(),
                 };
                 Ok((keys, values))
             }
             Sequence::Static(state) => {
-                let keys = self.update_static_state(state, i, "key", k, Written::Only)?;
+                let keys =
+                    StaticStatePart::update_static_state(em, state, i, "key", k, Written::Only)?;
                 let values = match v {
-                    Some(v) => self.update_static_state(state, i, "value", v, Written::Only)?,
+                    Some(v) => StaticStatePart::update_static_state(
+                        em,
+                        state,
+                        i,
+                        "value",
+                        v,
+                        Written::Only,
+                    )?,
                     None => keys.clone(),
                 };
                 Ok((keys, values))

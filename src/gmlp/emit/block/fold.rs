@@ -7,36 +7,39 @@
 use super::super::context::Emitter;
 use super::super::sequence::{LocalSequence, Sequence};
 use crate::error::Result;
+use crate::gmlp::emit::sequence::SequenceAxis;
 use crate::onnx::graph::Value;
 
-impl Emitter {
+/// A block's axial fold: the convolution over the folded sequence axis.
+pub(crate) struct AxialFold;
+
+impl AxialFold {
     /// The fold's convolution of block `i` (prefix `p`) on the block output `y` [B, T, d],
     /// over the sequence `seq` (with a growing state: the last e − 1 outputs before `y`).
     pub(crate) fn fold_conv(
-        &mut self,
+        em: &mut Emitter,
         p: &str,
         i: usize,
         y: &Value,
         seq: &mut Sequence,
     ) -> Result<Value> {
-        let w = self.param(&format!("{p}.fold.weight"))?;
-        let b = self.param(&format!("{p}.fold.bias"))?;
-        let conv = |s: &mut Self, full: &Value| {
+        let w = em.param(&format!("{p}.fold.weight"))?;
+        let b = em.param(&format!("{p}.fold.bias"))?;
+        let conv = |s: &mut Emitter, full: &Value| {
             let channels_first = s.g.transpose("channels_first", full, &[0, 2, 1])?;
             let conv =
                 s.g.conv1d_causal_depthwise("conv", &channels_first, &w, &b)?;
             s.g.transpose("tokens_first", &conv, &[0, 2, 1])
         };
-        let LocalSequence::Growing(pos, state) = seq.local(&self.cfg)? else {
-            return conv(self, y);
+        let LocalSequence::Growing(pos, state) = seq.local(&em.cfg)? else {
+            return conv(em, y);
         };
-        let full = self.with_block_state(pos, state, i, "fold", y)?;
-        let out = conv(self, &full)?;
+        let full = SequenceAxis::with_block_state(em, pos, state, i, "fold", y)?;
+        let out = conv(em, &full)?;
         // Keep the rows of the new positions: the last T of past ‖ new.
-        let all = self.g.shape_of("all_rows", &out, 1, 2)?;
-        let new = self.g.shape_of("new_rows", y, 1, 2)?;
-        let start = self.g.sub("new_start", &all, &new)?;
-        self.g
-            .slice_dynamic("new_positions", &out, &start, &all, &[1], y.shape.clone())
+        let all = em.g.shape_of("all_rows", &out, 1, 2)?;
+        let new = em.g.shape_of("new_rows", y, 1, 2)?;
+        let start = em.g.sub("new_start", &all, &new)?;
+        em.g.slice_dynamic("new_positions", &out, &start, &all, &[1], y.shape.clone())
     }
 }

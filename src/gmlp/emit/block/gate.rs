@@ -10,13 +10,18 @@ use super::super::context::{Emitter, Joins, Spelling};
 use super::super::sequence::Sequence;
 use crate::error::Result;
 use crate::gmlp::config::GateAct;
+use crate::gmlp::emit::block::BlockNorm;
+use crate::gmlp::emit::block::SpatialProjection;
 use crate::onnx::graph::Value;
 
-impl Emitter {
+/// The spatial gating unit (paper eq. 2–3): `s = z1 ⊙ act(W·LN(z2) + b + a)`.
+pub(crate) struct SpatialGatingUnit;
+
+impl SpatialGatingUnit {
     /// `z1 ⊙ act(W · LN(z2) + b [+ attn])` of block `i` (prefix `p`), with `attn` the
     /// attention's terms (none in a gMLP).
     pub(crate) fn spatial_gating(
-        &mut self,
+        em: &mut Emitter,
         p: &str,
         i: usize,
         z1: &Value,
@@ -24,42 +29,42 @@ impl Emitter {
         attn: Vec<Value>,
         seq: &mut Sequence,
     ) -> Result<Value> {
-        let sgu_eps = self.cfg.sgu_norm_eps;
-        self.scoped("sgu", |s| {
-            let u = s.norm("norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
-            let mut terms = s.spatial_projection(&u, p, i, seq)?;
+        let sgu_eps = em.cfg.sgu_norm_eps;
+        em.scoped("sgu", |s| {
+            let u = BlockNorm::norm(s, "norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
+            let mut terms = SpatialProjection::spatial_projection(s, &u, p, i, seq)?;
             terms.extend(attn);
-            let gate = s.gate_sum(&terms)?;
-            let gate = s.gate_activation(&gate)?;
+            let gate = SpatialGatingUnit::gate_sum(s, &terms)?;
+            let gate = SpatialGatingUnit::gate_activation(s, &gate)?;
             s.g.mul("gate", z1, &gate)
         })
     }
 
     /// The sum of the gate's terms: the spatial projection plus the attention (`attn_add`),
     /// or in the fused static step every term and bias in one node (`gate_sum`).
-    fn gate_sum(&mut self, terms: &[Value]) -> Result<Value> {
-        let step = self.spelling == Spelling::Fused(Joins::Step);
+    fn gate_sum(em: &mut Emitter, terms: &[Value]) -> Result<Value> {
+        let step = em.spelling == Spelling::Fused(Joins::Step);
         match (step, terms) {
             (_, [only]) => Ok(only.clone()),
-            (false, [gate, attn]) => self.g.add("attn_add", gate, attn),
-            (true, [a, b]) => self.g.add("gate_sum", a, b),
+            (false, [gate, attn]) => em.g.add("attn_add", gate, attn),
+            (true, [a, b]) => em.g.add("gate_sum", a, b),
             _ => {
                 let refs: Vec<&Value> = terms.iter().collect();
-                self.g.sum("gate_sum", &refs)
+                em.g.sum("gate_sum", &refs)
             }
         }
     }
 
     /// The gate activation (none for the paper's block).
-    pub(crate) fn gate_activation(&mut self, gate: &Value) -> Result<Value> {
+    pub(crate) fn gate_activation(em: &mut Emitter, gate: &Value) -> Result<Value> {
         let local = "gate_act";
-        match self.cfg.block.gate_act {
+        match em.cfg.block.gate_act {
             GateAct::Identity => Ok(gate.clone()),
-            GateAct::Tanh => self.g.tanh(local, gate),
-            GateAct::Sigmoid => self.g.sigmoid(local, gate),
-            GateAct::Relu => self.g.relu(local, gate),
-            GateAct::Gelu => self.g.gelu(local, gate),
-            GateAct::Silu => self.g.silu(local, gate),
+            GateAct::Tanh => em.g.tanh(local, gate),
+            GateAct::Sigmoid => em.g.sigmoid(local, gate),
+            GateAct::Relu => em.g.relu(local, gate),
+            GateAct::Gelu => em.g.gelu(local, gate),
+            GateAct::Silu => em.g.silu(local, gate),
         }
     }
 }

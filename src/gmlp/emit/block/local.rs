@@ -16,7 +16,7 @@
 //! spatial projection's zero previous block adds nothing, and a fold's or window's padded
 //! tail lies after every real position. The one place padding shows is the local
 //! attention: upstream's first window attends to w zero keys (zero scores, zero values)
-//! that are not masked and count in the softmax's denominator; [`Emitter::local_attention_mask`]
+//! that are not masked and count in the softmax's denominator; [`LocalMixing::local_attention_mask`]
 //! reproduces them as one extra zero key of weight w for the rows of the first window.
 //!
 //! Everything is integer arithmetic on i64 tensors (`Div`, `Mul`, `Sub`, `Min`, `Max`,
@@ -41,33 +41,33 @@ pub(crate) struct LocalMaps {
     pub(crate) first_window: Option<Value>,
 }
 
-impl Emitter {
+/// A block's local token mixing: a window and / or an axial fold, as maps over the sequence.
+pub(crate) struct LocalMixing;
+
+impl LocalMixing {
     /// The index maps of `mixing` for new rows at `rows` [T] and keys at `cols` [S]
     /// (absolute positions), in the current scope.
     pub(crate) fn local_maps(
-        &mut self,
+        em: &mut Emitter,
         mixing: TokenMixing,
         rows: &Value,
         cols: &Value,
     ) -> Result<LocalMaps> {
         let t_dim = rows.shape[0].clone();
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         // Integer quotients by lookup (position → position div k) rather than `Div`: tract
         // reasons about `Div` of positions symbolically and overflows (tract-data 0.23.9,
         // TDim::guess_slope) on a few stacked windows; a constant table stays opaque.
         let fold_table = (mixing.fold > 1).then(|| quotient_table(n, mixing.fold));
         let fold_table = match fold_table {
-            Some(t) => Some(self.g.const_i64("fold_quotient", &[n], t)?),
+            Some(t) => Some(em.g.const_i64("fold_quotient", &[n], t)?),
             None => None,
         };
         let window_table = match mixing.window {
-            Some(w) => Some(
-                self.g
-                    .const_i64("window_quotient", &[n], quotient_table(n, w))?,
-            ),
+            Some(w) => Some(em.g.const_i64("window_quotient", &[n], quotient_table(n, w))?),
             None => None,
         };
-        let g = &mut self.g;
+        let g = &mut em.g;
         let one = scalar(g, "one", 1)?;
         let zero = scalar(g, "zero", 0)?;
         let r = g.reshape(
@@ -120,11 +120,11 @@ impl Emitter {
     /// key column, f32 [T, 1]: ln(w) (w zero keys of score 0) for rows of the first window,
     /// the mask value for the others.
     pub(crate) fn local_attention_mask(
-        &mut self,
+        em: &mut Emitter,
         maps: &LocalMaps,
         window: Option<usize>,
     ) -> Result<(Value, Option<Value>)> {
-        let g = &mut self.g;
+        let g = &mut em.g;
         let valid = g.cast("valid_f32", &maps.valid, ElemType::F32)?;
         let one = g.const_f32("mask_one", &[], vec![1.0])?;
         let masked = g.sub("masked", &one, &valid)?;

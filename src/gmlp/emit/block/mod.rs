@@ -1,16 +1,18 @@
-//! One gMLP / aMLP block as a composition of parts, one file each (paper eq. 1–4, fig. 1;
-//! aMLP fig. 6), the one recipe of every graph the emitter writes:
+//! One gMLP / aMLP block as a composition of parts, one type and file each (paper eq. 1–4,
+//! fig. 1; aMLP fig. 6), the one recipe of every graph the emitter writes:
 //! ```text
-//! h  = LN(x)                       norm.rs        blocks.i/norm             (the stack's)
-//! h  = shift(h)                    shift.rs       blocks.i/token_shift/...  (g-mlp-pytorch)
-//! z1 = GELU(h·U1 + bU1)            channel.rs     blocks.i/proj_in_z1, blocks.i/gelu_z1
-//! z2 = GELU(h·U2 + bU2)            channel.rs     blocks.i/proj_in_z2, blocks.i/gelu_z2
-//! a  = attn(h)                     attention.rs   blocks.i/attn/...         (aMLP)
-//! g  = W·LN(z2) + b                spatial.rs     blocks.i/sgu/norm, .../spatial_matmul
-//! s  = z1 ⊙ act(g + a)             gate.rs        blocks.i/sgu/attn_add, blocks.i/sgu/gate
-//! y  = s·V + bV                    channel.rs     blocks.i/proj_out
-//! y  = conv(y)                     fold.rs        blocks.i/fold/...         (axial fold)
+//! h  = LN(x)             BlockNorm           norm.rs       blocks.i/norm          (the stack's)
+//! h  = shift(h)          TokenShift          shift.rs      blocks.i/token_shift/  (g-mlp-pytorch)
+//! z1 = GELU(h·U1 + bU1)  ChannelProjections  channel.rs    blocks.i/proj_in_z1, blocks.i/gelu_z1
+//! z2 = GELU(h·U2 + bU2)  ChannelProjections  channel.rs    blocks.i/proj_in_z2, blocks.i/gelu_z2
+//! a  = attn(h)           TinyAttention       attention.rs  blocks.i/attn/...      (aMLP)
+//! g  = W·LN(z2) + b      SpatialProjection   spatial.rs    blocks.i/sgu/norm, .../spatial_matmul
+//! s  = z1 ⊙ act(g + a)   SpatialGatingUnit   gate.rs       blocks.i/sgu/attn_add, blocks.i/sgu/gate
+//! y  = s·V + bV          ChannelProjections  channel.rs    blocks.i/proj_out
+//! y  = conv(y)           AxialFold           fold.rs       blocks.i/fold/...      (axial fold)
 //! ```
+//! Each part's functions take the [`Emitter`] they write into; the block's recipe
+//! ([`Emitter::block`]) calls them in this order.
 //! The norm is LayerNorm or RMSNorm, the GELU exact or tanh, the gate may have an
 //! activation, and a block may mix tokens locally (a window and / or an axial fold:
 //! local.rs) — see `BlockOptions`. The block returns its branch y; the residual is the
@@ -40,6 +42,15 @@ mod shift;
 mod spatial;
 mod spatial_int8;
 
+pub(crate) use attention::TinyAttention;
+pub(crate) use channel::ChannelProjections;
+pub(crate) use fold::AxialFold;
+pub(crate) use gate::SpatialGatingUnit;
+pub(crate) use local::LocalMixing;
+pub(crate) use norm::BlockNorm;
+pub(crate) use shift::TokenShift;
+pub(crate) use spatial::SpatialProjection;
+
 use super::context::{Emitter, Joins, Spelling};
 use super::sequence::Sequence;
 use crate::error::Result;
@@ -61,17 +72,20 @@ impl Emitter {
         let p = format!("blocks.{i}");
         let mut h = h.clone();
         if self.cfg.shift_tokens > 0 {
-            h = self.scoped("token_shift", |s| s.shift_tokens(&h, i, seq))?;
+            h = self.scoped("token_shift", |s| TokenShift::shift_tokens(s, &h, i, seq))?;
         }
-        let projected = self.proj_in(&p, &h)?;
+        let projected = ChannelProjections::proj_in(self, &p, &h)?;
         let attn = match self.cfg.attn_dim {
             Some(a) => {
                 let qkv = projected.qkv.clone();
-                Some(self.scoped("attn", |s| s.attention(&p, &h, a, qkv, i, seq))?)
+                Some(self.scoped("attn", |s| {
+                    TinyAttention::attention(s, &p, &h, a, qkv, i, seq)
+                })?)
             }
             None => None,
         };
-        let gated = self.spatial_gating(
+        let gated = SpatialGatingUnit::spatial_gating(
+            self,
             &p,
             i,
             &projected.z1,
@@ -79,10 +93,10 @@ impl Emitter {
             attn.unwrap_or_default(),
             seq,
         )?;
-        let branch = self.proj_out(&p, &gated)?;
+        let branch = ChannelProjections::proj_out(self, &p, &gated)?;
         if self.cfg.block.mixing(i).fold > 1 {
             let y = self.branch_value(branch)?;
-            let y = self.scoped("fold", |s| s.fold_conv(&p, i, &y, seq))?;
+            let y = self.scoped("fold", |s| AxialFold::fold_conv(s, &p, i, &y, seq))?;
             return Ok(Branch { y, bias: None });
         }
         Ok(branch)

@@ -12,38 +12,44 @@ use crate::error::Result;
 use crate::gmlp::config::NormKind;
 use crate::onnx::graph::{ElemType, Value};
 
-impl Emitter {
+/// The norms of a block: its input's (LayerNorm or RMSNorm, or in the fused spelling `SkipLayerNormalization` carrying the residual) and the gate's `LN(z2)`.
+pub(crate) struct BlockNorm;
+
+impl BlockNorm {
     /// A block's normalized input `h` and the residual stream it continues: `LN(x)` and `x`,
     /// or with the previous block's `pending` branch (fused spelling) `LN(x + y + b_V)` and
     /// `x + y + b_V` from one `SkipLayerNormalization` (parameters `{prefix}.weight`,
     /// `{prefix}.bias`).
     pub(crate) fn block_input(
-        &mut self,
+        em: &mut Emitter,
         x: &Value,
         pending: Option<Branch>,
         prefix: &str,
     ) -> Result<(Value, Value)> {
         match pending {
-            None => Ok((self.norm("norm", x, prefix, self.cfg.norm_eps)?, x.clone())),
-            Some(branch) => self.skip_norm("norm", x, &branch, prefix),
+            None => Ok((
+                BlockNorm::norm(em, "norm", x, prefix, em.cfg.norm_eps)?,
+                x.clone(),
+            )),
+            Some(branch) => BlockNorm::skip_norm(em, "norm", x, &branch, prefix),
         }
     }
 
     /// `SkipLayerNormalization` of `x + y + b_V` (`branch`) with the LayerNorm parameters
     /// `{prefix}.weight` and `{prefix}.bias`: the normalized value and the sum.
     pub(crate) fn skip_norm(
-        &mut self,
+        em: &mut Emitter,
         local: &str,
         x: &Value,
         branch: &Branch,
         prefix: &str,
     ) -> Result<(Value, Value)> {
         let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
-        let dims = self.spec(&w)?.shape;
-        let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
-        let shift = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
-        let eps = self.cfg.norm_eps;
-        self.g.skip_layer_norm(
+        let dims = em.spec(&w)?.shape;
+        let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+        let shift = em.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let eps = em.cfg.norm_eps;
+        em.g.skip_layer_norm(
             local,
             x,
             &branch.y,
@@ -56,29 +62,41 @@ impl Emitter {
 
     /// The configured norm with the parameters `{prefix}.weight` (and `{prefix}.bias` for
     /// LayerNorm).
-    pub(crate) fn norm(&mut self, local: &str, x: &Value, prefix: &str, eps: f32) -> Result<Value> {
-        match self.cfg.block.norm {
-            NormKind::LayerNorm => self.layer_norm(local, x, prefix, eps),
+    pub(crate) fn norm(
+        em: &mut Emitter,
+        local: &str,
+        x: &Value,
+        prefix: &str,
+        eps: f32,
+    ) -> Result<Value> {
+        match em.cfg.block.norm {
+            NormKind::LayerNorm => BlockNorm::layer_norm(em, local, x, prefix, eps),
             NormKind::RmsNorm => {
                 let w = format!("{prefix}.weight");
-                let dims = self.spec(&w)?.shape;
-                let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
-                let x32 = self.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
-                let y = self.g.rms_norm(local, &x32, &scale, eps)?;
-                self.cast_to(&format!("{local}_to_f16"), &y, x.elem)
+                let dims = em.spec(&w)?.shape;
+                let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+                let x32 = em.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
+                let y = em.g.rms_norm(local, &x32, &scale, eps)?;
+                em.cast_to(&format!("{local}_to_f16"), &y, x.elem)
             }
         }
     }
 
     /// LayerNorm with the parameters `{prefix}.weight` and `{prefix}.bias`, always computed
     /// in f32 (an f16 model casts around it, keeping its scale and shift in f32).
-    fn layer_norm(&mut self, local: &str, x: &Value, prefix: &str, eps: f32) -> Result<Value> {
+    fn layer_norm(
+        em: &mut Emitter,
+        local: &str,
+        x: &Value,
+        prefix: &str,
+        eps: f32,
+    ) -> Result<Value> {
         let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
-        let dims = self.spec(&w)?.shape;
-        let scale = self.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
-        let shift = self.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
-        let x32 = self.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
-        let y = self.g.layer_norm(local, &x32, &scale, &shift, eps)?;
-        self.cast_to(&format!("{local}_to_f16"), &y, x.elem)
+        let dims = em.spec(&w)?.shape;
+        let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+        let shift = em.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let x32 = em.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
+        let y = em.g.layer_norm(local, &x32, &scale, &shift, eps)?;
+        em.cast_to(&format!("{local}_to_f16"), &y, x.elem)
     }
 }

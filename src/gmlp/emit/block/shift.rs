@@ -12,22 +12,27 @@ use super::super::context::Emitter;
 use super::super::sequence::{GrowingState, Sequence};
 use super::super::static_state::{StaticState, Written};
 use crate::error::{Error, Result};
+use crate::gmlp::emit::sequence::SequenceAxis;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::gmlp::interface::{PAST_SHIFT_SEQUENCE, PRESENT_SHIFT_SEQUENCE, SEQUENCE};
 use crate::onnx::graph::{Dim, Value};
 
-impl Emitter {
+/// g-mlp-pytorch's token shift (`PreShiftTokens`): chunks of the block's input shifted along the sequence.
+pub(crate) struct TokenShift;
+
+impl TokenShift {
     /// The token shift of `h` in block `i`, in the form of the sequence `seq`.
     pub(crate) fn shift_tokens(
-        &mut self,
+        em: &mut Emitter,
         h: &Value,
         i: usize,
         seq: &mut Sequence,
     ) -> Result<Value> {
         match seq {
-            Sequence::Fixed(_) => self.shift_tokens_fixed(h),
-            Sequence::Variable(_) => self.shift_tokens_variable(h),
-            Sequence::Growing(_, state) => self.shift_tokens_with_past(state, h, i),
-            Sequence::Static(state) => self.shift_tokens_static(state, h, i),
+            Sequence::Fixed(_) => TokenShift::shift_tokens_fixed(em, h),
+            Sequence::Variable(_) => TokenShift::shift_tokens_variable(em, h),
+            Sequence::Growing(_, state) => TokenShift::shift_tokens_with_past(em, state, h, i),
+            Sequence::Static(state) => TokenShift::shift_tokens_static(em, state, h, i),
         }
     }
 
@@ -35,27 +40,33 @@ impl Emitter {
     /// block's normalized input of every position; the new rows are written into it, and
     /// chunk k of new row P_b + t reads the state's row P_b + t − a (zero before 0).
     fn shift_tokens_static(
-        &mut self,
+        em: &mut Emitter,
         state: &mut StaticState,
         h: &Value,
         i: usize,
     ) -> Result<Value> {
-        let all = self.update_static_state(state, i, "shift", h, Written::Any)?;
-        let amounts = self.cfg.shift_amounts();
-        let d = self.cfg.d_model;
+        let all = StaticStatePart::update_static_state(em, state, i, "shift", h, Written::Any)?;
+        let amounts = em.cfg.shift_amounts();
+        let d = em.cfg.d_model;
         let chunk = d / amounts.len();
         let mut parts = Vec::with_capacity(amounts.len() + 1);
         for (k, &a) in amounts.iter().enumerate() {
             let source = match usize::try_from(a) {
                 Ok(0) => h.clone(),
-                Ok(a) => self.static_rows_back(state, &format!("shift_{k}_source"), &all, a)?,
+                Ok(a) => StaticStatePart::static_rows_back(
+                    em,
+                    state,
+                    &format!("shift_{k}_source"),
+                    &all,
+                    a,
+                )?,
                 Err(_) => {
                     return Err(Error::Internal(
                         "a token shift with state must be causal".into(),
                     ))
                 }
             };
-            parts.push(self.g.slice(
+            parts.push(em.g.slice(
                 &format!("shift_{k}"),
                 &source,
                 2,
@@ -64,42 +75,42 @@ impl Emitter {
             )?);
         }
         if chunk * amounts.len() < d {
-            parts.push(self.g.slice("rest", h, 2, chunk * amounts.len(), d)?);
+            parts.push(em.g.slice("rest", h, 2, chunk * amounts.len(), d)?);
         }
         let refs: Vec<&Value> = parts.iter().collect();
-        self.g.concat("concat", &refs, -1)
+        em.g.concat("concat", &refs, -1)
     }
 
     /// Splits `h` into the shift's channel chunks (`Split` on the last axis; a remainder
     /// chunk, if any, stays), passes each with its amount (0 for the remainder) to
     /// `shift_one`, and concatenates the results back along the channels.
     fn shift_chunks(
-        &mut self,
+        em: &mut Emitter,
         h: &Value,
-        mut shift_one: impl FnMut(&mut Self, usize, &Value, i64) -> Result<Value>,
+        mut shift_one: impl FnMut(&mut Emitter, usize, &Value, i64) -> Result<Value>,
     ) -> Result<Value> {
-        let amounts = self.cfg.shift_amounts();
-        let d = self.cfg.d_model;
+        let amounts = em.cfg.shift_amounts();
+        let d = em.cfg.d_model;
         let chunk = d / amounts.len();
         let rest = d - chunk * amounts.len();
         let mut sizes = vec![chunk; amounts.len()];
         if rest > 0 {
             sizes.push(rest);
         }
-        let parts = self.g.split("split", h, -1, &sizes)?;
+        let parts = em.g.split("split", h, -1, &sizes)?;
         let mut shifted = Vec::with_capacity(parts.len());
         for (k, part) in parts.iter().enumerate() {
             let a = amounts.get(k).copied().unwrap_or(0);
-            shifted.push(shift_one(self, k, part, a)?);
+            shifted.push(shift_one(em, k, part, a)?);
         }
         let refs: Vec<&Value> = shifted.iter().collect();
-        self.g.concat("concat", &refs, -1)
+        em.g.concat("concat", &refs, -1)
     }
 
     /// The whole sequence of n tokens: slice off a rows at one end, pad a zeros at the other.
-    fn shift_tokens_fixed(&mut self, h: &Value) -> Result<Value> {
-        let n = self.cfg.seq_len();
-        self.shift_chunks(h, |s, k, part, a| match a.cmp(&0) {
+    fn shift_tokens_fixed(em: &mut Emitter, h: &Value) -> Result<Value> {
+        let n = em.cfg.seq_len();
+        TokenShift::shift_chunks(em, h, |s, k, part, a| match a.cmp(&0) {
             Ordering::Equal => Ok(part.clone()),
             Ordering::Greater => {
                 let a = a as usize;
@@ -116,8 +127,8 @@ impl Emitter {
 
     /// A variable length (causal shifts a ≥ 0 only): pad a zeros in front, keep the first
     /// T positions.
-    fn shift_tokens_variable(&mut self, h: &Value) -> Result<Value> {
-        self.shift_chunks(h, |s, k, part, a| {
+    fn shift_tokens_variable(em: &mut Emitter, h: &Value) -> Result<Value> {
+        TokenShift::shift_chunks(em, h, |s, k, part, a| {
             let a = match usize::try_from(a) {
                 Ok(0) => return Ok(part.clone()),
                 Ok(a) => a,
@@ -154,40 +165,45 @@ impl Emitter {
     /// of the chunk and keep rows L..L+T. `present_shift.{i}` = the last min(L + T, s)
     /// rows of `full`.
     fn shift_tokens_with_past(
-        &mut self,
+        em: &mut Emitter,
         state: &mut GrowingState,
         h: &Value,
         i: usize,
     ) -> Result<Value> {
-        let past = self.past_input(state, &format!("past_shift.{i}"), "past_shift_cast", h.elem)?;
+        let past = SequenceAxis::past_input(
+            em,
+            state,
+            &format!("past_shift.{i}"),
+            "past_shift_cast",
+            h.elem,
+        )?;
         let full_rows = format!("{PAST_SHIFT_SEQUENCE} + {SEQUENCE}");
-        let full = self.g.concat_symbolic(
+        let full = em.g.concat_symbolic(
             "past_concat",
             &[&past, h],
             1,
             Dim::Symbol(full_rows.clone()),
         )?;
-        let kept = self.g.shape_of("past_rows", &past, 1, 2)?;
-        let len = self.g.shape_of("all_rows", &full, 1, 2)?;
-        let window = self
-            .g
-            .const_i64("window", &[1], vec![self.cfg.shift_tokens as i64])?;
-        let zero = self.g.const_i64("window_zero", &[1], vec![0])?;
-        let over = self.g.sub("window_over", &len, &window)?;
-        let start = self.g.max("window_start", &over, &zero)?;
+        let kept = em.g.shape_of("past_rows", &past, 1, 2)?;
+        let len = em.g.shape_of("all_rows", &full, 1, 2)?;
+        let window =
+            em.g.const_i64("window", &[1], vec![em.cfg.shift_tokens as i64])?;
+        let zero = em.g.const_i64("window_zero", &[1], vec![0])?;
+        let over = em.g.sub("window_over", &len, &window)?;
+        let start = em.g.max("window_start", &over, &zero)?;
         let mut window_shape = full.shape.clone();
         window_shape[1] = Dim::Symbol(PRESENT_SHIFT_SEQUENCE.into());
         let present =
-            self.g
-                .slice_dynamic("window_rows", &full, &start, &len, &[1], window_shape)?;
-        self.push_present(
+            em.g.slice_dynamic("window_rows", &full, &start, &len, &[1], window_shape)?;
+        SequenceAxis::push_present(
+            em,
             state,
             format!("present_shift.{i}"),
             "present_shift_to_f32",
             &present,
         )?;
         let new_rows = h.shape[1].clone();
-        self.shift_chunks(&full, |s, k, part, a| {
+        TokenShift::shift_chunks(em, &full, |s, k, part, a| {
             let source = match usize::try_from(a) {
                 Ok(0) => part.clone(),
                 Ok(a) => s.g.pad_axis_symbolic(

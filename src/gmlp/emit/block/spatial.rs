@@ -12,36 +12,42 @@ use super::super::sequence::{GrowingState, LocalSequence, Positions, Sequence};
 use super::super::static_state::{StaticState, Written};
 use crate::error::Result;
 use crate::gmlp::config::{Precision, SpatialForm, TokenMixing};
+use crate::gmlp::emit::block::LocalMixing;
+use crate::gmlp::emit::sequence::SequenceAxis;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::gmlp::toeplitz::{mask_upper, toeplitz_expand, toeplitz_index};
 use crate::onnx::graph::{Dim, Value};
 
-impl Emitter {
+/// The spatial projection `W·LN(z2) + b` of the gating unit (paper eq. 2): W dense or Toeplitz (expanded or gathered), per head, over the rows the sequence mode needs.
+pub(crate) struct SpatialProjection;
+
+impl SpatialProjection {
     /// Leading `[heads]` dimension when the gate has more than one head.
-    fn head_dims(&self, rest: &[usize]) -> Vec<usize> {
+    fn head_dims(em: &Emitter, rest: &[usize]) -> Vec<usize> {
         let mut dims = rest.to_vec();
-        if self.cfg.heads > 1 {
-            dims.insert(0, self.cfg.heads);
+        if em.cfg.heads > 1 {
+            dims.insert(0, em.cfg.heads);
         }
         dims
     }
 
     /// The spatial bias b, stored as [n, 1] (or [h, n, 1]) so it broadcasts over channels;
     /// `None` for models without it (gmlp-tinygrad).
-    pub(crate) fn spatial_bias(&mut self, name: &str) -> Result<Option<Value>> {
-        if !self.cfg.block.spatial_bias {
+    pub(crate) fn spatial_bias(em: &mut Emitter, name: &str) -> Result<Option<Value>> {
+        if !em.cfg.block.spatial_bias {
             return Ok(None);
         }
-        let dims = self.head_dims(&[self.cfg.seq_len(), 1]);
-        self.lazy_param(name, &dims, |v| v).map(Some)
+        let dims = SpatialProjection::head_dims(em, &[em.cfg.seq_len(), 1]);
+        em.lazy_param(name, &dims, |v| v).map(Some)
     }
 
     /// The Toeplitz vector w [2n−1] (or [h, 2n−1]) of the gather form, causal part only
     /// for causal models.
-    pub(crate) fn toeplitz_vector(&mut self, name: &str) -> Result<Value> {
-        let n = self.cfg.seq_len();
-        let causal = self.cfg.causal;
-        let dims = self.head_dims(&[2 * n - 1]);
-        self.lazy_param(name, &dims, move |mut w| {
+    pub(crate) fn toeplitz_vector(em: &mut Emitter, name: &str) -> Result<Value> {
+        let n = em.cfg.seq_len();
+        let causal = em.cfg.causal;
+        let dims = SpatialProjection::head_dims(em, &[2 * n - 1]);
+        em.lazy_param(name, &dims, move |mut w| {
             if causal {
                 // w[k] serves j − i = k − (n − 1); k > n − 1 is above the diagonal.
                 w.chunks_mut(2 * n - 1).for_each(|v| v[n..].fill(0.0));
@@ -51,23 +57,23 @@ impl Emitter {
     }
 
     /// The spatial weight W as an [n, n] (or [h, n, n]) value in the configured form.
-    pub(crate) fn spatial_weight(&mut self, name: &str) -> Result<Value> {
-        let n = self.cfg.seq_len();
-        let causal = self.cfg.causal;
+    pub(crate) fn spatial_weight(em: &mut Emitter, name: &str) -> Result<Value> {
+        let n = em.cfg.seq_len();
+        let causal = em.cfg.causal;
         let mask_each = move |mut w: Vec<f32>| {
             if causal {
                 w.chunks_mut(n * n).for_each(|m| mask_upper(m, n));
             }
             w
         };
-        match self.cfg.spatial {
+        match em.cfg.spatial {
             SpatialForm::Dense => {
-                let dims = self.head_dims(&[n, n]);
-                self.lazy_param(name, &dims, mask_each)
+                let dims = SpatialProjection::head_dims(em, &[n, n]);
+                em.lazy_param(name, &dims, mask_each)
             }
             SpatialForm::ToeplitzExpand => {
-                let dims = self.head_dims(&[n, n]);
-                self.lazy_param(name, &dims, move |w| {
+                let dims = SpatialProjection::head_dims(em, &[n, n]);
+                em.lazy_param(name, &dims, move |w| {
                     let full = w
                         .chunks(2 * n - 1)
                         .flat_map(|v| toeplitz_expand(v, n))
@@ -76,20 +82,19 @@ impl Emitter {
                 })
             }
             SpatialForm::ToeplitzGather => {
-                let vector = self.toeplitz_vector(name)?;
-                let index = match &self.toeplitz_index {
+                let vector = SpatialProjection::toeplitz_vector(em, name)?;
+                let index = match &em.toeplitz_index {
                     Some(v) => v.clone(),
                     None => {
-                        let v = self.g.scoped("shared", |g| {
+                        let v = em.g.scoped("shared", |g| {
                             g.const_i64("toeplitz_index", &[n, n], toeplitz_index(n))
                         })?;
-                        self.toeplitz_index = Some(v.clone());
+                        em.toeplitz_index = Some(v.clone());
                         v
                     }
                 };
                 let axis = vector.shape.len() - 1;
-                self.g
-                    .gather("spatial_weight_gather", &vector, &index, axis)
+                em.g.gather("spatial_weight_gather", &vector, &index, axis)
             }
         }
     }
@@ -97,49 +102,53 @@ impl Emitter {
     /// `W · LN(z2) + b` of the block with prefix `p` (index `i`) over the sequence `seq`,
     /// one W and b per head, as the gate's terms ([`Self::mix_per_head`]).
     pub(crate) fn spatial_projection(
-        &mut self,
+        em: &mut Emitter,
         z2: &Value,
         p: &str,
         i: usize,
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
-        let mixing = self.cfg.block.mixing(i);
+        let mixing = em.cfg.block.mixing(i);
         if !mixing.is_global() {
-            let local = seq.local(&self.cfg)?;
-            return self.spatial_projection_local(z2, p, i, mixing, local);
+            let local = seq.local(&em.cfg)?;
+            return SpatialProjection::spatial_projection_local(em, z2, p, i, mixing, local);
         }
         match seq {
-            Sequence::Fixed(_) => self.spatial_projection_full(z2, p),
-            Sequence::Variable(pos) => self.spatial_projection_rows(z2, p, i, pos, None),
-            Sequence::Growing(pos, state) => {
-                self.spatial_projection_rows(z2, p, i, pos, Some(state))
+            Sequence::Fixed(_) => SpatialProjection::spatial_projection_full(em, z2, p),
+            Sequence::Variable(pos) => {
+                SpatialProjection::spatial_projection_rows(em, z2, p, i, pos, None)
             }
-            Sequence::Static(state) => self.spatial_projection_static(z2, p, i, state),
+            Sequence::Growing(pos, state) => {
+                SpatialProjection::spatial_projection_rows(em, z2, p, i, pos, Some(state))
+            }
+            Sequence::Static(state) => {
+                SpatialProjection::spatial_projection_static(em, z2, p, i, state)
+            }
         }
     }
 
     /// `W · u + b` over the whole sequence of n tokens.
-    fn spatial_projection_full(&mut self, z2: &Value, p: &str) -> Result<Vec<Value>> {
+    fn spatial_projection_full(em: &mut Emitter, z2: &Value, p: &str) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
-        let w = match self.cfg.dtype {
+        let w = match em.cfg.dtype {
             Precision::Int8 => None,
-            _ => Some(self.spatial_weight(&name)?),
+            _ => Some(SpatialProjection::spatial_weight(em, &name)?),
         };
-        let b = self.spatial_bias(&format!("{p}.sgu.spatial.bias"))?;
-        let mix = |s: &mut Self, u: &Value| match &w {
+        let b = SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))?;
+        let mix = |s: &mut Emitter, u: &Value| match &w {
             Some(w) => s.g.matmul("spatial_matmul", w, u),
-            None => s.spatial_matmul_int8("spatial_matmul", &name, u),
+            None => SpatialProjection::spatial_matmul_int8(s, "spatial_matmul", &name, u),
         };
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let rows = (n as i64, Dim::Fixed(n));
-        self.mix_per_head(z2, mix, b.as_ref(), rows.clone(), rows)
+        SpatialProjection::mix_per_head(em, z2, mix, b.as_ref(), rows.clone(), rows)
     }
 
     /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past of a growing `state` (if
     /// any) followed by `z2`.
     fn spatial_projection_rows(
-        &mut self,
+        em: &mut Emitter,
         z2: &Value,
         p: &str,
         i: usize,
@@ -147,41 +156,40 @@ impl Emitter {
         state: Option<&mut GrowingState>,
     ) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
-        let row_axis = usize::from(self.cfg.heads > 1);
+        let row_axis = usize::from(em.cfg.heads > 1);
         // int8 models: Wᵀ's columns P..P+T−1 (rows 0..P+T−1) of the quantized matrix
         // (spatial_int8.rs); f32/f16: W's rows P..P+T−1 (columns 0..P+T−1).
-        let int8 = self.cfg.dtype == Precision::Int8;
-        let w = match self.cfg.spatial {
+        let int8 = em.cfg.dtype == Precision::Int8;
+        let w = match em.cfg.spatial {
             _ if int8 => None,
             SpatialForm::ToeplitzGather => {
-                let vector = self.toeplitz_vector(&name)?;
-                let index = pos.toeplitz_index_rows(&mut self.g, self.cfg.seq_len())?;
+                let vector = SpatialProjection::toeplitz_vector(em, &name)?;
+                let index = pos.toeplitz_index_rows(&mut em.g, em.cfg.seq_len())?;
                 let axis = vector.shape.len() - 1;
-                Some(
-                    self.g
-                        .gather("spatial_weight_gather", &vector, &index, axis)?,
-                )
+                Some(em.g.gather("spatial_weight_gather", &vector, &index, axis)?)
             }
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
-                let full = self.spatial_weight(&name)?;
-                let rows = pos.rows_of(&mut self.g, "spatial_weight_rows", &full, row_axis)?;
-                Some(pos.first_columns(&mut self.g, "spatial_weight_columns", &rows)?)
+                let full = SpatialProjection::spatial_weight(em, &name)?;
+                let rows = pos.rows_of(&mut em.g, "spatial_weight_rows", &full, row_axis)?;
+                Some(pos.first_columns(&mut em.g, "spatial_weight_columns", &rows)?)
             }
         };
-        let mix = |s: &mut Self, u: &Value| match &w {
+        let mix = |s: &mut Emitter, u: &Value| match &w {
             Some(w) => s.g.matmul("spatial_matmul", w, u),
-            None => s.spatial_matmul_int8_rows("spatial_matmul", &name, u, pos),
+            None => SpatialProjection::spatial_matmul_int8_rows(s, "spatial_matmul", &name, u, pos),
         };
-        let b = match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
-            Some(b) => Some(pos.rows_of(&mut self.g, "spatial_bias_rows", &b, row_axis)?),
+        let b = match SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))? {
+            Some(b) => Some(pos.rows_of(&mut em.g, "spatial_bias_rows", &b, row_axis)?),
             None => None,
         };
         let u = match state {
-            Some(state) => self.with_past(pos, state, &format!("past_sgu.{i}"), "sgu", z2)?,
+            Some(state) => {
+                SequenceAxis::with_past(em, pos, state, &format!("past_sgu.{i}"), "sgu", z2)?
+            }
             None => z2.clone(),
         };
         let (total, seq) = (u.shape[1].clone(), z2.shape[1].clone());
-        self.mix_per_head(&u, mix, b.as_ref(), (-1, total), (-1, seq))
+        SpatialProjection::mix_per_head(em, &u, mix, b.as_ref(), (-1, total), (-1, seq))
     }
 
     /// W[P_b + t, :] · u + b[P_b + t] for the new rows of a static-state graph (see
@@ -194,69 +202,76 @@ impl Emitter {
     /// in f32 (a step reads one row of it). The biases of all blocks may have been read
     /// together ([`StaticState::stacked_spatial_bias`]).
     fn spatial_projection_static(
-        &mut self,
+        em: &mut Emitter,
         z2: &Value,
         p: &str,
         i: usize,
         state: &mut StaticState,
     ) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
-        let n = self.cfg.seq_len();
-        let heads = self.cfg.heads > 1;
+        let n = em.cfg.seq_len();
+        let heads = em.cfg.heads > 1;
         let row_axis = usize::from(heads);
         let rows = state.rows().clone();
-        let toeplitz_index = match self.cfg.spatial {
-            SpatialForm::ToeplitzGather => Some(self.static_toeplitz_index(state)?),
+        let toeplitz_index = match em.cfg.spatial {
+            SpatialForm::ToeplitzGather => Some(StaticStatePart::static_toeplitz_index(em, state)?),
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
         };
-        let w = self.spatial_weight_rows(&name, &rows, toeplitz_index.as_ref())?;
+        let w = SpatialProjection::spatial_weight_rows(em, &name, &rows, toeplitz_index.as_ref())?;
         // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
-        let heads_second = |s: &mut Self, local: &str, v: Value| {
+        let heads_second = |s: &mut Emitter, local: &str, v: Value| {
             if heads {
                 s.g.transpose(local, &v, &[1, 0, 2, 3])
             } else {
                 Ok(v)
             }
         };
-        let w = heads_second(self, "spatial_weight_heads", w)?;
+        let w = heads_second(em, "spatial_weight_heads", w)?;
         let b = match state.stacked_spatial_bias(i) {
             Some(b) => Some(b),
-            None => match self.spatial_bias(&format!("{p}.sgu.spatial.bias"))? {
+            None => match SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))? {
                 Some(b) => {
-                    let picked = self.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
-                    Some(heads_second(self, "spatial_bias_heads", picked)?)
+                    let picked = em.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
+                    Some(heads_second(em, "spatial_bias_heads", picked)?)
                 }
                 None => None,
             },
         };
-        let u = self.update_static_state(state, i, "sgu", z2, Written::Only)?;
+        let u = StaticStatePart::update_static_state(em, state, i, "sgu", z2, Written::Only)?;
         let seq = z2.shape[1].clone();
-        let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w, u);
-        self.mix_per_head(&u, mix, b.as_ref(), (n as i64, Dim::Fixed(n)), (-1, seq))
+        let mix = |s: &mut Emitter, u: &Value| s.g.matmul("spatial_matmul", &w, u);
+        SpatialProjection::mix_per_head(
+            em,
+            &u,
+            mix,
+            b.as_ref(),
+            (n as i64, Dim::Fixed(n)),
+            (-1, seq),
+        )
     }
 
     /// The rows of W (parameter `name`) at each sequence's rows `rows` i64 [batch, T] of a
     /// static-state step: the Toeplitz vector gathered at `toeplitz_index` (`s − row + n − 1`,
     /// the gather form, which needs it), else the stored W's rows.
     pub(crate) fn spatial_weight_rows(
-        &mut self,
+        em: &mut Emitter,
         name: &str,
         rows: &Value,
         toeplitz_index: Option<&Value>,
     ) -> Result<Value> {
-        match (self.cfg.spatial, toeplitz_index) {
+        match (em.cfg.spatial, toeplitz_index) {
             (SpatialForm::ToeplitzGather, Some(index)) => {
-                let vector = self.toeplitz_vector(name)?;
+                let vector = SpatialProjection::toeplitz_vector(em, name)?;
                 let axis = vector.shape.len() - 1;
-                self.g.gather("spatial_weight_gather", &vector, index, axis)
+                em.g.gather("spatial_weight_gather", &vector, index, axis)
             }
             (SpatialForm::ToeplitzGather, None) => Err(crate::error::Error::Internal(format!(
                 "{name}: the gather form reads W at a Toeplitz index"
             ))),
             (SpatialForm::Dense | SpatialForm::ToeplitzExpand, _) => {
-                let full = self.spatial_weight(name)?;
-                let row_axis = usize::from(self.cfg.heads > 1);
-                self.g.gather("spatial_weight_rows", &full, rows, row_axis)
+                let full = SpatialProjection::spatial_weight(em, name)?;
+                let row_axis = usize::from(em.cfg.heads > 1);
+                em.g.gather("spatial_weight_rows", &full, rows, row_axis)
             }
         }
     }
@@ -266,7 +281,7 @@ impl Emitter {
     /// (every earlier row, or a window's last rows in a with-past graph), gathered from the
     /// stored W through the index maps and zeroed where a row may not read a key.
     fn spatial_projection_local(
-        &mut self,
+        em: &mut Emitter,
         z2: &Value,
         p: &str,
         i: usize,
@@ -276,36 +291,36 @@ impl Emitter {
         let name = format!("{p}.sgu.spatial.weight");
         let u = match &mut seq {
             LocalSequence::Growing(pos, state) => {
-                self.with_block_state(pos, state, i, "sgu", z2)?
+                SequenceAxis::with_block_state(em, pos, state, i, "sgu", z2)?
             }
             LocalSequence::Fixed(_) | LocalSequence::Variable(_) => z2.clone(),
         };
-        let rows = self.row_positions(&mut seq)?;
-        let cols = self.key_positions(&mut seq, &u)?;
-        let maps = self.scoped("local", |s| s.local_maps(mixing, &rows, &cols))?;
-        let heads = self.cfg.heads;
+        let rows = SequenceAxis::row_positions(em, &mut seq)?;
+        let cols = SequenceAxis::key_positions(em, &mut seq, &u)?;
+        let maps = em.scoped("local", |s| {
+            LocalMixing::local_maps(s, mixing, &rows, &cols)
+        })?;
+        let heads = em.cfg.heads;
         let flat = |shape: &[usize]| -> Vec<usize> {
             let keep = usize::from(heads > 1);
             let mut dims = shape[..keep].to_vec();
             dims.push(shape[keep..].iter().product());
             dims
         };
-        let w_dims = flat(&self.spec(&name)?.shape);
-        let w = self.lazy_param(&name, &w_dims, |v| v)?;
+        let w_dims = flat(&em.spec(&name)?.shape);
+        let w = em.lazy_param(&name, &w_dims, |v| v)?;
         let axis = w_dims.len() - 1;
-        let gathered = self
-            .g
-            .gather("spatial_weight_gather", &w, &maps.weight_index, axis)?;
-        let valid = self.g.cast("spatial_weight_valid", &maps.valid, w.elem)?;
-        let w_eff = self.g.mul("spatial_weight_local", &gathered, &valid)?;
-        let b = if self.cfg.block.spatial_bias {
+        let gathered =
+            em.g.gather("spatial_weight_gather", &w, &maps.weight_index, axis)?;
+        let valid = em.g.cast("spatial_weight_valid", &maps.valid, w.elem)?;
+        let w_eff = em.g.mul("spatial_weight_local", &gathered, &valid)?;
+        let b = if em.cfg.block.spatial_bias {
             let b_name = format!("{p}.sgu.spatial.bias");
-            let b_dims = flat(&self.spec(&b_name)?.shape);
-            let b = self.lazy_param(&b_name, &b_dims, |v| v)?;
+            let b_dims = flat(&em.spec(&b_name)?.shape);
+            let b = em.lazy_param(&b_name, &b_dims, |v| v)?;
             let axis = b_dims.len() - 1;
-            let picked = self
-                .g
-                .gather("spatial_bias_gather", &b, &maps.bias_index, axis)?;
+            let picked =
+                em.g.gather("spatial_bias_gather", &b, &maps.bias_index, axis)?;
             let mut shape = picked.shape.clone();
             shape.push(Dim::Fixed(1));
             let target: Vec<i64> = if heads > 1 {
@@ -313,16 +328,13 @@ impl Emitter {
             } else {
                 vec![-1, 1]
             };
-            Some(
-                self.g
-                    .reshape("spatial_bias_column", &picked, &target, shape)?,
-            )
+            Some(em.g.reshape("spatial_bias_column", &picked, &target, shape)?)
         } else {
             None
         };
         let (s_rows, t_rows) = (u.shape[1].clone(), z2.shape[1].clone());
-        let mix = |s: &mut Self, u: &Value| s.g.matmul("spatial_matmul", &w_eff, u);
-        self.mix_per_head(&u, mix, b.as_ref(), (-1, s_rows), (-1, t_rows))
+        let mix = |s: &mut Emitter, u: &Value| s.g.matmul("spatial_matmul", &w_eff, u);
+        SpatialProjection::mix_per_head(em, &u, mix, b.as_ref(), (-1, s_rows), (-1, t_rows))
     }
 
     /// `mix(u) (+ b)` with one W and b per gating head: the gate channels are split into
@@ -332,39 +344,39 @@ impl Emitter {
     /// one, or with one head in the fused static step the product and the bias apart (the
     /// gate's `Sum` adds them).
     pub(crate) fn mix_per_head(
-        &mut self,
+        em: &mut Emitter,
         u: &Value,
-        mix: impl FnOnce(&mut Self, &Value) -> Result<Value>,
+        mix: impl FnOnce(&mut Emitter, &Value) -> Result<Value>,
         b: Option<&Value>,
         rows_in: (i64, Dim),
         rows_out: (i64, Dim),
     ) -> Result<Vec<Value>> {
-        let heads = self.cfg.heads;
-        let add_bias = |s: &mut Self, mixed: Value| match b {
+        let heads = em.cfg.heads;
+        let add_bias = |s: &mut Emitter, mixed: Value| match b {
             Some(b) => s.g.add("spatial_bias", &mixed, b),
             None => Ok(mixed),
         };
         if heads == 1 {
-            let mixed = mix(self, u)?;
+            let mixed = mix(em, u)?;
             return match b {
-                Some(b) if self.joins_step() => Ok(vec![mixed, b.clone()]),
-                _ => Ok(vec![add_bias(self, mixed)?]),
+                Some(b) if em.joins_step() => Ok(vec![mixed, b.clone()]),
+                _ => Ok(vec![add_bias(em, mixed)?]),
             };
         }
-        let e = self.cfg.gate_dim();
+        let e = em.cfg.gate_dim();
         let c = e / heads;
         let batch = u.shape[0].clone();
-        let split = self.g.reshape(
+        let split = em.g.reshape(
             "split_heads",
             u,
             &[0, rows_in.0, heads as i64, c as i64],
             vec![batch.clone(), rows_in.1, Dim::Fixed(heads), Dim::Fixed(c)],
         )?;
-        let per_head = self.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
-        let mixed = mix(self, &per_head)?;
-        let biased = add_bias(self, mixed)?;
-        let back = self.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
-        let merged = self.g.reshape(
+        let per_head = em.g.transpose("heads_first", &split, &[0, 2, 1, 3])?;
+        let mixed = mix(em, &per_head)?;
+        let biased = add_bias(em, mixed)?;
+        let back = em.g.transpose("tokens_first", &biased, &[0, 2, 1, 3])?;
+        let merged = em.g.reshape(
             "merge_heads",
             &back,
             &[0, rows_out.0, e as i64],

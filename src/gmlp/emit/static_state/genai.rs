@@ -19,6 +19,7 @@ use super::{FloatRows, StateScatter, StaticRows, StaticState};
 use crate::error::{Error, Result};
 use crate::gmlp::config::Task;
 use crate::gmlp::emit::context::Emitter;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::gmlp::genai::{genai_layers, Slot, ATTENTION_MASK, POSITION_IDS};
 use crate::gmlp::interface::{StateTensor, SEQUENCE};
 use crate::onnx::graph::{Dim, ElemType, Value};
@@ -45,21 +46,24 @@ impl GenaiState {
     }
 }
 
-impl Emitter {
+/// onnxruntime-genai's interface of a static state (`Interface::Genai`): its positions, rank-4 state tensors and end token.
+pub(crate) struct GenaiInterface;
+
+impl GenaiInterface {
     /// `position` = `position_ids[:, 0]`, i64 [batch], with `position_ids`
     /// [batch, sequence] and the unread `attention_mask` [batch, total_sequence] declared.
-    pub(super) fn genai_position(&mut self, batch: &Dim) -> Result<Value> {
-        let ids = self.g.input(
+    pub(super) fn genai_position(em: &mut Emitter, batch: &Dim) -> Result<Value> {
+        let ids = em.g.input(
             POSITION_IDS,
             ElemType::I64,
             vec![batch.clone(), Dim::Symbol(SEQUENCE.into())],
         )?;
-        self.g.input(
+        em.g.input(
             ATTENTION_MASK,
             ElemType::I64,
             vec![batch.clone(), Dim::Symbol(TOTAL_SEQUENCE.into())],
         )?;
-        self.g.scoped(SCOPE, |g| {
+        em.g.scoped(SCOPE, |g| {
             let first = g.const_i64("first_position", &[], vec![0])?;
             g.gather("position", &ids, &first, 1)
         })
@@ -68,17 +72,17 @@ impl Emitter {
     /// genai's key and value inputs `[batch, 1, n, width]` of every layer: the file's
     /// state tensors by their `past_*` name, and the spares passed through.
     pub(super) fn declare_genai_state(
-        &mut self,
+        em: &mut Emitter,
         batch: &Dim,
     ) -> Result<(HashMap<String, Value>, GenaiState)> {
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let mut past = HashMap::new();
         let mut state = GenaiState {
             present_names: HashMap::new(),
             spares: Vec::new(),
             scatter_indices: None,
         };
-        for layer in genai_layers(&self.cfg) {
+        for layer in genai_layers(&em.cfg) {
             let shape = vec![
                 batch.clone(),
                 Dim::Fixed(1),
@@ -86,7 +90,7 @@ impl Emitter {
                 Dim::Fixed(layer.width),
             ];
             for (k, (past4, present4, slot)) in layer.tensors().into_iter().enumerate() {
-                let input = self.g.input(&past4, ElemType::F32, shape.clone())?;
+                let input = em.g.input(&past4, ElemType::F32, shape.clone())?;
                 match slot {
                     Slot::State {
                         past: name,
@@ -97,7 +101,7 @@ impl Emitter {
                     }
                     Slot::Spare => {
                         let local = format!("spare.{}.{k}", layer.index);
-                        let through = self.g.scoped(SCOPE, |g| g.identity(&local, &input))?;
+                        let through = em.g.scoped(SCOPE, |g| g.identity(&local, &input))?;
                         state.spares.push((present4, through));
                     }
                 }
@@ -108,13 +112,13 @@ impl Emitter {
 
     /// `ids` read through `Min(ids, vocab − 1)`: an id at or past the vocabulary (genai's
     /// pad, the added end token) reads the last real embedding row.
-    pub(crate) fn genai_ids_in_vocabulary(&mut self, ids: &Value) -> Result<Value> {
-        let Task::Tokens { vocab_size, .. } = self.cfg.task else {
+    pub(crate) fn genai_ids_in_vocabulary(em: &mut Emitter, ids: &Value) -> Result<Value> {
+        let Task::Tokens { vocab_size, .. } = em.cfg.task else {
             return Err(Error::Internal(
                 "genai's interface is a token model's".into(),
             ));
         };
-        self.g.scoped(SCOPE, |g| {
+        em.g.scoped(SCOPE, |g| {
             let last = g.const_i64("last_id", &[], vec![vocab_size as i64 - 1])?;
             g.min("input_ids_in_vocabulary", ids, &last)
         })
@@ -122,8 +126,8 @@ impl Emitter {
 
     /// `logits` [batch, sequence, vocab] with one more entry, −∞, the added end token
     /// (computed from the first logit, so that its shape follows the batch and sequence).
-    pub(crate) fn genai_end_logit(&mut self, logits: &Value) -> Result<Value> {
-        self.g.scoped(SCOPE, |g| {
+    pub(crate) fn genai_end_logit(em: &mut Emitter, logits: &Value) -> Result<Value> {
+        em.g.scoped(SCOPE, |g| {
             let first = g.slice("first_logit", logits, 2, 0, 1)?;
             let zero = g.const_f32("zero", &[], vec![0.0])?;
             let minus_inf = g.const_f32("minus_inf", &[], vec![f32::NEG_INFINITY])?;
@@ -137,7 +141,7 @@ impl Emitter {
     /// at the new rows. Returns genai's present name, the written `[batch, 1, n, width]`
     /// tensor (the graph output) and its `[batch, n, width]` view (what the blocks read).
     pub(super) fn write_genai_state(
-        &mut self,
+        em: &mut Emitter,
         state: &mut StaticState,
         tensor: &StateTensor,
         past4: &Value,
@@ -158,27 +162,25 @@ impl Emitter {
         let start = match rows {
             StaticRows::Int(r) => Some(r.start.clone()),
             StaticRows::Float(r)
-                if StateScatter::at_opset(self.g.opset()) == StateScatter::TensorScatter =>
+                if StateScatter::at_opset(em.g.opset()) == StateScatter::TensorScatter =>
             {
-                Some(self.static_start(r)?)
+                Some(StaticStatePart::static_start(em, r)?)
             }
             StaticRows::Float(_) => None,
         };
         let present4 = match (start, rows) {
             (Some(start), _) => {
-                let update4 = self.g.reshape(
+                let update4 = em.g.reshape(
                     &format!("{kind}_genai_update"),
                     update,
                     &[0, 1, -1, width as i64],
                     vec![batch.clone(), Dim::Fixed(1), seq, Dim::Fixed(width)],
                 )?;
-                self.g
-                    .tensor_scatter(&format!("{kind}_update"), past4, &update4, &start, 2)?
+                em.g.tensor_scatter(&format!("{kind}_update"), past4, &update4, &start, 2)?
             }
             (None, StaticRows::Float(r)) => {
-                let indices = self.genai_scatter_indices(genai, r)?;
-                self.g
-                    .scatter_nd(&format!("{kind}_update"), past4, &indices, update)?
+                let indices = GenaiInterface::genai_scatter_indices(em, genai, r)?;
+                em.g.scatter_nd(&format!("{kind}_update"), past4, &indices, update)?
             }
             (None, StaticRows::Int(_)) => {
                 return Err(Error::Internal(
@@ -186,8 +188,8 @@ impl Emitter {
                 ))
             }
         };
-        let n = self.cfg.seq_len();
-        let view = self.g.reshape(
+        let n = em.cfg.seq_len();
+        let view = em.g.reshape(
             &format!("{kind}_genai_view"),
             &present4,
             &[0, n as i64, width as i64],
@@ -198,11 +200,15 @@ impl Emitter {
 
     /// `ScatterND` indices (b, 0, P_b + t) into the rank-4 state, i64 [batch, sequence, 3]
     /// (shared by every state).
-    fn genai_scatter_indices(&mut self, genai: &mut GenaiState, r: &FloatRows) -> Result<Value> {
+    fn genai_scatter_indices(
+        em: &mut Emitter,
+        genai: &mut GenaiState,
+        r: &FloatRows,
+    ) -> Result<Value> {
         if let Some(v) = &genai.scatter_indices {
             return Ok(v.clone());
         }
-        let v = self.g.scoped("shared", |g| {
+        let v = em.g.scoped("shared", |g| {
             let b3 = g.reshape(
                 "genai_scatter_batch_column",
                 &r.batch_index,

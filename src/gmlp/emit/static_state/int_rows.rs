@@ -20,6 +20,7 @@
 use super::super::context::Emitter;
 use super::super::MASK_VALUE;
 use crate::error::Result;
+use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::onnx::graph::{Dim, Value};
 
 /// The checked rows of a fused step's new tokens and what the blocks derive from them.
@@ -38,16 +39,16 @@ pub(super) struct IntRows {
     pub(super) spatial_biases: Option<Vec<Value>>,
 }
 
-impl Emitter {
+impl StaticStatePart {
     /// The checked rows P_b + t of the new tokens `ids` (in the `positions` scope): the
     /// offsets t are an exclusive running sum of ones made from the ids' values (no
     /// `Shape`, so every node can run on the GPU), and each row is looked up in the table
     /// 0..n−1 at the row and at the row − n, which fails for a row ≥ n or < 0. Then every
     /// block's spatial bias at those rows (in the `shared` scope).
-    pub(super) fn int_rows(&mut self, position: &Value, ids: &Value) -> Result<IntRows> {
-        let n = self.cfg.seq_len();
+    pub(super) fn int_rows(em: &mut Emitter, position: &Value, ids: &Value) -> Result<IntRows> {
+        let n = em.cfg.seq_len();
         let batch = ids.shape[0].clone();
-        let (rows, start) = self.g.scoped("positions", |g| {
+        let (rows, start) = em.g.scoped("positions", |g| {
             let zero = g.const_i64("zero", &[], vec![0])?;
             let one = g.const_i64("one", &[], vec![1])?;
             let axis1 = g.const_i64("axis_tokens", &[], vec![1])?;
@@ -71,7 +72,9 @@ impl Emitter {
             let start = g.gather("start", &rows, &first, 1)?;
             Ok((rows, start))
         })?;
-        let spatial_biases = self.scoped("shared", |s| s.stacked_spatial_biases(&rows))?;
+        let spatial_biases = em.scoped("shared", |s| {
+            StaticStatePart::stacked_spatial_biases(s, &rows)
+        })?;
         Ok(IntRows {
             rows,
             start,
@@ -85,37 +88,36 @@ impl Emitter {
     /// [n] side by side in one table [n, L], one `Gather` of its rows and one `Split` into
     /// the blocks' [batch, sequence, 1] columns (two nodes where one `Gather` per block would
     /// be L). `None` with several gating heads or without the bias.
-    fn stacked_spatial_biases(&mut self, rows: &Value) -> Result<Option<Vec<Value>>> {
-        let layers = self.cfg.layers;
-        if self.cfg.heads > 1 || !self.cfg.block.spatial_bias || layers < 2 {
+    fn stacked_spatial_biases(em: &mut Emitter, rows: &Value) -> Result<Option<Vec<Value>>> {
+        let layers = em.cfg.layers;
+        if em.cfg.heads > 1 || !em.cfg.block.spatial_bias || layers < 2 {
             return Ok(None);
         }
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let params: Vec<String> = (0..layers)
             .map(|i| format!("blocks.{i}.sgu.spatial.bias"))
             .collect();
-        let elem = self.cfg.dtype.elem();
-        let table = self.joined_param(
+        let elem = em.cfg.dtype.elem();
+        let table = em.joined_param(
             "sgu.spatial.bias.stacked",
             &params,
             &[n, layers],
             elem,
             move |v| Ok((0..n).flat_map(|r| v.iter().map(move |b| b[r])).collect()),
         )?;
-        let picked = self.g.gather("spatial_bias_rows", &table, rows, 0)?;
-        let columns = self
-            .g
-            .split("spatial_bias_blocks", &picked, -1, &vec![1; layers])?;
+        let picked = em.g.gather("spatial_bias_rows", &table, rows, 0)?;
+        let columns =
+            em.g.split("spatial_bias_blocks", &picked, -1, &vec![1; layers])?;
         Ok(Some(columns))
     }
 
     /// `s − (P_b + t) + n − 1`, i64 [batch, sequence, n] (shared).
-    pub(super) fn int_toeplitz_index(&mut self, r: &mut IntRows) -> Result<Value> {
+    pub(super) fn int_toeplitz_index(em: &mut Emitter, r: &mut IntRows) -> Result<Value> {
         if let Some(v) = &r.toeplitz_index {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
-        let v = self.g.scoped("positions", |g| {
+        let n = em.cfg.seq_len();
+        let v = em.g.scoped("positions", |g| {
             let mut shape = r.rows.shape.clone();
             shape.push(1.into());
             let rows3 = g.reshape("rows_column", &r.rows, &[0, 0, 1], shape)?;
@@ -133,13 +135,13 @@ impl Emitter {
     /// The attention's additive mask f32 [batch, 1, sequence, n]: 0 for rows s ≤ P_b + t,
     /// [`MASK_VALUE`] after, looked up at the Toeplitz index (≤ n − 1 exactly where s ≤
     /// P_b + t) in a table of 2n − 1 entries (shared).
-    pub(super) fn int_mask(&mut self, r: &mut IntRows) -> Result<Value> {
+    pub(super) fn int_mask(em: &mut Emitter, r: &mut IntRows) -> Result<Value> {
         if let Some(v) = &r.mask {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
-        let index = self.int_toeplitz_index(r)?;
-        let v = self.g.scoped("positions", |g| {
+        let n = em.cfg.seq_len();
+        let index = StaticStatePart::int_toeplitz_index(em, r)?;
+        let v = em.g.scoped("positions", |g| {
             let values = (0..2 * n - 1)
                 .map(|k| if k < n { 0.0 } else { MASK_VALUE })
                 .collect();

@@ -21,6 +21,8 @@
 mod genai;
 mod int_rows;
 
+pub(crate) use genai::GenaiInterface;
+
 use std::collections::HashMap;
 
 use super::context::{Emitter, Spelling};
@@ -81,7 +83,7 @@ pub(crate) struct StaticInputs {
 
 /// The static state of a graph (the `Static` variant of sequence.rs's `Sequence`): the checked rows of
 /// the new tokens, the `past_*` inputs and the `present_*` outputs made so far. Made only
-/// for a model whose every block mixes tokens globally ([`Emitter::start_static`]).
+/// for a model whose every block mixes tokens globally ([`StaticStatePart::start_static`]).
 pub(crate) struct StaticState {
     /// Each sequence's position P, i64 [batch].
     position: Value,
@@ -171,32 +173,34 @@ pub(crate) struct FloatRows {
     mask: Option<Value>,
     /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
     toeplitz_index: Option<Value>,
-    /// The rows the computation reads of each state ([`Emitter::static_read_index`]).
+    /// The rows the computation reads of each state ([`StaticStatePart::static_read_index`]).
     read_index: Option<Value>,
 }
 
-impl Emitter {
+/// The static state's graph parts: its inputs, the rows each sequence writes, the scatter that writes them and the reads of the blocks.
+pub(crate) struct StaticStatePart;
+
+impl StaticStatePart {
     /// The `position` input [batch] (for Triton [batch, 1], the shape of a Triton state
     /// of dims `[ 1 ]`, flattened for the model) and the `past_*` inputs [batch, n, width].
-    pub(crate) fn declare_static_inputs(&mut self, batch: &Dim) -> Result<StaticInputs> {
-        let (position, counted_by_triton) = match self.interface {
+    pub(crate) fn declare_static_inputs(em: &mut Emitter, batch: &Dim) -> Result<StaticInputs> {
+        let (position, counted_by_triton) = match em.interface {
             Interface::Triton => {
                 let column =
-                    self.g
-                        .input(POSITION, ElemType::I64, vec![batch.clone(), Dim::Fixed(1)])?;
-                let flat = self.g.scoped("triton_position", |g| {
+                    em.g.input(POSITION, ElemType::I64, vec![batch.clone(), Dim::Fixed(1)])?;
+                let flat = em.g.scoped("triton_position", |g| {
                     g.reshape("flatten", &column, &[-1], vec![batch.clone()])
                 })?;
                 (flat, true)
             }
-            Interface::Genai { .. } => (self.genai_position(batch)?, false),
+            Interface::Genai { .. } => (GenaiInterface::genai_position(em, batch)?, false),
             Interface::File | Interface::BoundStep => (
-                self.g.input(POSITION, ElemType::I64, vec![batch.clone()])?,
+                em.g.input(POSITION, ElemType::I64, vec![batch.clone()])?,
                 false,
             ),
         };
-        if let Interface::Genai { .. } = self.interface {
-            let (past, genai) = self.declare_genai_state(batch)?;
+        if let Interface::Genai { .. } = em.interface {
+            let (past, genai) = GenaiInterface::declare_genai_state(em, batch)?;
             return Ok(StaticInputs {
                 position,
                 counted_by_triton,
@@ -204,11 +208,11 @@ impl Emitter {
                 genai: Some(genai),
             });
         }
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let mut past = HashMap::new();
-        for state in mode_state(&self.cfg, SequenceMode::Static) {
+        for state in mode_state(&em.cfg, SequenceMode::Static) {
             let shape = vec![batch.clone(), Dim::Fixed(n), Dim::Fixed(state.width)];
-            let v = self.g.input(&state.past, ElemType::F32, shape)?;
+            let v = em.g.input(&state.past, ElemType::F32, shape)?;
             past.insert(state.past.clone(), v);
         }
         Ok(StaticInputs {
@@ -225,16 +229,20 @@ impl Emitter {
     /// where ONNX's `Gather` would otherwise wrap a negative index. Refuses a model with
     /// local token mixing (a window's rows do not fit the fixed state).
     pub(crate) fn start_static(
-        &mut self,
+        em: &mut Emitter,
         inputs: StaticInputs,
         ids: &Value,
     ) -> Result<StaticState> {
-        if let Some(i) = first_local_block(&self.cfg) {
+        if let Some(i) = first_local_block(&em.cfg) {
             return Err(static_local_mixing_refused(i));
         }
-        let rows = match self.spelling {
-            Spelling::Standard => StaticRows::Float(self.float_rows(&inputs.position, ids)?),
-            Spelling::Fused(_) => StaticRows::Int(self.int_rows(&inputs.position, ids)?),
+        let rows = match em.spelling {
+            Spelling::Standard => {
+                StaticRows::Float(StaticStatePart::float_rows(em, &inputs.position, ids)?)
+            }
+            Spelling::Fused(_) => {
+                StaticRows::Int(StaticStatePart::int_rows(em, &inputs.position, ids)?)
+            }
         };
         let mut state = StaticState {
             position: inputs.position,
@@ -245,7 +253,8 @@ impl Emitter {
             genai: inputs.genai,
         };
         if inputs.counted_by_triton {
-            state.triton_next_position = Some(self.triton_next_position(state.rows())?);
+            state.triton_next_position =
+                Some(StaticStatePart::triton_next_position(em, state.rows())?);
         }
         Ok(state)
     }
@@ -253,9 +262,9 @@ impl Emitter {
     /// `position` + the request's token count, i64 [batch, 1], for Triton: the last new
     /// row P_b + T − 1 plus one (from the rows, not from `Shape`, whose values tract keeps
     /// symbolic).
-    fn triton_next_position(&mut self, rows: &Value) -> Result<Value> {
+    fn triton_next_position(em: &mut Emitter, rows: &Value) -> Result<Value> {
         let batch = rows.shape[0].clone();
-        self.g.scoped("triton_position", |g| {
+        em.g.scoped("triton_position", |g| {
             let minus_one = g.const_i64("last", &[1], vec![-1])?;
             let end = g.const_i64("end", &[1], vec![i64::MAX])?;
             let one = g.const_i64("one", &[1], vec![1])?;
@@ -272,11 +281,11 @@ impl Emitter {
     }
 
     /// The standard spelling's rows (f32 arithmetic; see [`FloatRows`]).
-    fn float_rows(&mut self, position: &Value, ids: &Value) -> Result<FloatRows> {
-        let n = self.cfg.seq_len();
+    fn float_rows(em: &mut Emitter, position: &Value, ids: &Value) -> Result<FloatRows> {
+        let n = em.cfg.seq_len();
         let batch = ids.shape[0].clone();
         let seq = Dim::Symbol(SEQUENCE.into());
-        self.g.scoped("positions", |g| {
+        em.g.scoped("positions", |g| {
             let zero = g.const_f32("zero", &[], vec![0.0])?;
             let one = g.const_f32("one", &[], vec![1.0])?;
             let axis0 = g.const_i64("axis_batch", &[], vec![0])?;
@@ -328,11 +337,11 @@ impl Emitter {
     }
 
     /// Each sequence's checked P, i64 [batch] (`TensorScatter`'s write indices), shared.
-    fn static_start(&mut self, r: &mut FloatRows) -> Result<Value> {
+    fn static_start(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.start {
             return Ok(v.clone());
         }
-        let v = self.g.scoped("shared", |g| {
+        let v = em.g.scoped("shared", |g| {
             let first = g.const_i64("start_token", &[], vec![0])?;
             let start = g.gather("start_f32", &r.rows_f, &first, 1)?;
             g.cast("start", &start, ElemType::I64)
@@ -342,11 +351,11 @@ impl Emitter {
     }
 
     /// The `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2], shared.
-    fn static_scatter_indices(&mut self, r: &mut FloatRows) -> Result<Value> {
+    fn static_scatter_indices(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.scatter_indices {
             return Ok(v.clone());
         }
-        let v = self.g.scoped("shared", |g| {
+        let v = em.g.scoped("shared", |g| {
             let b3 = g.reshape(
                 "scatter_batch_column",
                 &r.batch_index,
@@ -363,12 +372,12 @@ impl Emitter {
     /// The rows the computation reads of each state, i64 [batch, n] into the state seen as
     /// [batch·n, width]: b·n + min(s, P_b + T − 1), i.e. row s itself where this run or an
     /// earlier one wrote it, and the sequence's last written row after that (shared).
-    fn static_read_index(&mut self, r: &mut FloatRows) -> Result<Value> {
+    fn static_read_index(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.read_index {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
-        let v = self.g.scoped("shared", |g| {
+        let n = em.cfg.seq_len();
+        let v = em.g.scoped("shared", |g| {
             let last = g.reduce_max_keeping("last_row", &r.rows_f, &[1], true)?;
             let n_c = g.const_f32("read_n", &[], vec![n as f32])?;
             let base = g.mul("read_sequence_start", &r.batch_index, &n_c)?;
@@ -382,23 +391,22 @@ impl Emitter {
     }
 
     /// `present` [batch, n, width] with every row after each sequence's last written one
-    /// read as that row ([`Emitter::static_read_index`]; one `Gather` of n rows).
+    /// read as that row ([`StaticStatePart::static_read_index`]; one `Gather` of n rows).
     fn static_read_rows(
-        &mut self,
+        em: &mut Emitter,
         rows: &mut FloatRows,
         kind: &str,
         present: &Value,
     ) -> Result<Value> {
-        let index = self.static_read_index(rows)?;
+        let index = StaticStatePart::static_read_index(em, rows)?;
         let width = present.shape[2].clone();
-        let flat = self.g.reshape(
+        let flat = em.g.reshape(
             &format!("{kind}_flat_state"),
             present,
             &[-1, width_i64(&width)?],
             vec![Dim::Symbol("batch * n".into()), width],
         )?;
-        self.g
-            .gather(&format!("{kind}_written_rows"), &flat, &index, 0)
+        em.g.gather(&format!("{kind}_written_rows"), &flat, &index, 0)
     }
 
     /// Writes `new` [batch, sequence, width] into the state of `kind` of block `i` at the
@@ -410,45 +418,43 @@ impl Emitter {
     /// `Written::Any` as it is (a reader that picks written rows only). The fused
     /// spelling's state is read as it is either way (it starts zeroed).
     pub(crate) fn update_static_state(
-        &mut self,
+        em: &mut Emitter,
         state: &mut StaticState,
         i: usize,
         kind: &str,
         new: &Value,
         read: Written,
     ) -> Result<Value> {
-        let (tensor, past) = static_state_input(&self.cfg, &state.past, i, kind)?;
-        let update = self.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
+        let (tensor, past) = static_state_input(&em.cfg, &state.past, i, kind)?;
+        let update = em.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         if state.genai.is_some() {
             let (name, present4, view) =
-                self.write_genai_state(state, &tensor, &past, &update, kind)?;
+                GenaiInterface::write_genai_state(em, state, &tensor, &past, &update, kind)?;
             state.present.push((name, present4));
-            return self.read_static_state(state, kind, view, read, new.elem);
+            return StaticStatePart::read_static_state(em, state, kind, view, read, new.elem);
         }
         let local = format!("{kind}_update");
-        let present = match (&mut state.rows, StateScatter::at_opset(self.g.opset())) {
-            (StaticRows::Int(r), _) => {
-                self.g.tensor_scatter(&local, &past, &update, &r.start, 1)?
-            }
+        let present = match (&mut state.rows, StateScatter::at_opset(em.g.opset())) {
+            (StaticRows::Int(r), _) => em.g.tensor_scatter(&local, &past, &update, &r.start, 1)?,
             (StaticRows::Float(r), StateScatter::TensorScatter) => {
-                let start = self.static_start(r)?;
-                self.g.tensor_scatter(&local, &past, &update, &start, 1)?
+                let start = StaticStatePart::static_start(em, r)?;
+                em.g.tensor_scatter(&local, &past, &update, &start, 1)?
             }
             (StaticRows::Float(r), StateScatter::ScatterNd) => {
-                let indices = self.static_scatter_indices(r)?;
-                self.g.scatter_nd(&local, &past, &indices, &update)?
+                let indices = StaticStatePart::static_scatter_indices(em, r)?;
+                em.g.scatter_nd(&local, &past, &indices, &update)?
             }
         };
         state
             .present
             .push((tensor.present.clone(), present.clone()));
-        self.read_static_state(state, kind, present, read, new.elem)
+        StaticStatePart::read_static_state(em, state, kind, present, read, new.elem)
     }
 
     /// What the computation reads of the written state `present` [batch, n, width] (see
-    /// [`Emitter::update_static_state`]), cast to `elem`.
+    /// [`StaticStatePart::update_static_state`]), cast to `elem`.
     fn read_static_state(
-        &mut self,
+        em: &mut Emitter,
         state: &mut StaticState,
         kind: &str,
         present: Value,
@@ -456,24 +462,26 @@ impl Emitter {
         elem: ElemType,
     ) -> Result<Value> {
         let read_value = match (&mut state.rows, read) {
-            (StaticRows::Float(r), Written::Only) => self.static_read_rows(r, kind, &present)?,
+            (StaticRows::Float(r), Written::Only) => {
+                StaticStatePart::static_read_rows(em, r, kind, &present)?
+            }
             (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
         };
-        self.cast_to(&format!("{kind}_state_cast"), &read_value, elem)
+        em.cast_to(&format!("{kind}_state_cast"), &read_value, elem)
     }
 
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n]: 0 for rows
     /// s ≤ P_b + t, [`MASK_VALUE`] after (shared by the blocks); the fused spelling's is
     /// `Attention`'s [batch, 1, sequence, n].
-    pub(crate) fn static_mask(&mut self, state: &mut StaticState) -> Result<Value> {
+    pub(crate) fn static_mask(em: &mut Emitter, state: &mut StaticState) -> Result<Value> {
         let r = match &mut state.rows {
             StaticRows::Float(r) => r,
-            StaticRows::Int(r) => return self.int_mask(r),
+            StaticRows::Int(r) => return StaticStatePart::int_mask(em, r),
         };
         if let Some(v) = &r.mask {
             return Ok(v.clone());
         }
-        let v = self.g.scoped("shared", |g| {
+        let v = em.g.scoped("shared", |g| {
             let zero = g.const_f32("mask_zero", &[], vec![0.0])?;
             let one = g.const_f32("mask_one", &[], vec![1.0])?;
             // 1 where s > P_b + t: min(max(s − row, 0), 1).
@@ -489,16 +497,19 @@ impl Emitter {
 
     /// The Toeplitz gather form's index rows `s − (P_b + t) + n − 1`, i64
     /// [batch, sequence, n], always within 0..2n−1 (shared by the blocks).
-    pub(crate) fn static_toeplitz_index(&mut self, state: &mut StaticState) -> Result<Value> {
+    pub(crate) fn static_toeplitz_index(
+        em: &mut Emitter,
+        state: &mut StaticState,
+    ) -> Result<Value> {
         let r = match &mut state.rows {
             StaticRows::Float(r) => r,
-            StaticRows::Int(r) => return self.int_toeplitz_index(r),
+            StaticRows::Int(r) => return StaticStatePart::int_toeplitz_index(em, r),
         };
         if let Some(v) = &r.toeplitz_index {
             return Ok(v.clone());
         }
-        let n = self.cfg.seq_len();
-        let v = self.g.scoped("shared", |g| {
+        let n = em.cfg.seq_len();
+        let v = em.g.scoped("shared", |g| {
             let offset = g.sub("toeplitz_offset", &r.table, &r.rows3)?;
             let diagonal = g.const_f32("toeplitz_diagonal", &[], vec![n as f32 - 1.0])?;
             let index = g.add("toeplitz_index_f32", &offset, &diagonal)?;
@@ -513,13 +524,13 @@ impl Emitter {
     /// state seen as [batch·n, width] at b·n + max(row − back, 0), a row this run or an
     /// earlier one wrote.
     pub(crate) fn static_rows_back(
-        &mut self,
+        em: &mut Emitter,
         state: &StaticState,
         local: &str,
         all: &Value,
         back: usize,
     ) -> Result<Value> {
-        let n = self.cfg.seq_len();
+        let n = em.cfg.seq_len();
         let StaticRows::Float(r) = &state.rows else {
             return Err(Error::Internal(format!(
                 "{local}: the token shift reads a static state in the standard spelling"
@@ -527,7 +538,7 @@ impl Emitter {
         };
         let (rows, rows3, batch_index) = (&r.rows_f, &r.rows3, &r.batch_index);
         let width = all.shape[2].clone();
-        let g = &mut self.g;
+        let g = &mut em.g;
         let back_c = g.const_f32(&format!("{local}_back"), &[], vec![back as f32])?;
         let zero = g.const_f32(&format!("{local}_zero"), &[], vec![0.0])?;
         let one = g.const_f32(&format!("{local}_one"), &[], vec![1.0])?;
@@ -558,7 +569,7 @@ impl Emitter {
     }
 }
 
-/// What the computation reads of a static state ([`Emitter::update_static_state`]).
+/// What the computation reads of a static state ([`StaticStatePart::update_static_state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Written {
     /// The written rows, each row after them read as the last written one (whatever the
