@@ -34,7 +34,7 @@ impl Emitter {
                     added_end_token: true,
                 } = self.interface
                 {
-                    ids = GenaiInterface::genai_ids_in_vocabulary(self, &ids)?;
+                    ids = GenaiInterface::ids_in_vocabulary(self, &ids)?;
                 }
                 let declared = SequenceAxis::declare_sequence_inputs(self, mode, &batch)?;
                 let table = self.param("embed.weight")?;

@@ -132,7 +132,7 @@ pub fn build_graph_for(
     let out = match interface {
         Interface::Genai {
             added_end_token: true,
-        } => GenaiInterface::genai_end_logit(&mut em, &out)?,
+        } => GenaiInterface::end_logit(&mut em, &out)?,
         _ => out,
     };
     let out = em.g.rename(&out, name)?;

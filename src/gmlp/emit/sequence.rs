@@ -127,7 +127,7 @@ impl SequenceAxis {
                 DeclaredInputs::Growing(SequenceAxis::declare_past_inputs(em, batch)?)
             }
             SequenceMode::Static => {
-                DeclaredInputs::Static(StaticStatePart::declare_static_inputs(em, batch)?)
+                DeclaredInputs::Static(StaticStatePart::declare_inputs(em, batch)?)
             }
         })
     }
@@ -156,7 +156,7 @@ impl SequenceAxis {
                 Sequence::Growing(positions, state)
             }
             DeclaredInputs::Static(inputs) => {
-                Sequence::Static(Box::new(StaticStatePart::start_static(em, inputs, ids)?))
+                Sequence::Static(Box::new(StaticStatePart::start(em, inputs, ids)?))
             }
         })
     }
@@ -196,7 +196,7 @@ impl SequenceAxis {
         match seq {
             Sequence::Fixed(_) => TinyAttention::causal_mask(em),
             Sequence::Variable(pos) | Sequence::Growing(pos, _) => SequenceAxis::mask_rows(em, pos),
-            Sequence::Static(state) => StaticStatePart::static_mask(em, state),
+            Sequence::Static(state) => StaticStatePart::mask(em, state),
         }
     }
 

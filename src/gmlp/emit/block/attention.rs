@@ -44,7 +44,7 @@ impl TinyAttention {
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`,
     /// over the sequence `seq`, as the gate's terms: projected here, or from `qkv` where
     /// the block's input projection joined them (the fused static step).
-    pub(crate) fn attention(
+    pub(crate) fn emit(
         em: &mut Emitter,
         p: &str,
         h: &Value,
@@ -54,20 +54,18 @@ impl TinyAttention {
         seq: &mut Sequence,
     ) -> Result<Vec<Value>> {
         if !em.fused() {
-            return Ok(vec![TinyAttention::attention_standard(
-                em, p, h, a, i, seq,
-            )?]);
+            return Ok(vec![TinyAttention::standard_ops(em, p, h, a, i, seq)?]);
         }
         let qkv = match qkv {
             Some(qkv) => qkv,
-            None => TinyAttention::attention_projections(em, p, h, a)?,
+            None => TinyAttention::projections(em, p, h, a)?,
         };
-        TinyAttention::attention_fused(em, p, a, qkv, i, seq)
+        TinyAttention::fused_kernel(em, p, a, qkv, i, seq)
     }
 
     /// q, k and v of block prefix `p` (size `a`): three MatMuls with their biases on
     /// column slices of W_qkv.
-    fn attention_projections(em: &mut Emitter, p: &str, h: &Value, a: usize) -> Result<[Value; 3]> {
+    fn projections(em: &mut Emitter, p: &str, h: &Value, a: usize) -> Result<[Value; 3]> {
         let form = em.projection_form();
         let weight = format!("{p}.attn.qkv.weight");
         let bias = em
@@ -84,7 +82,7 @@ impl TinyAttention {
 
     /// `Attention(q, K, V, mask) · W_o + b_o`, the keys and values those of `seq`; b_o
     /// apart in the fused static step (its gate's `Sum` adds it).
-    fn attention_fused(
+    fn fused_kernel(
         em: &mut Emitter,
         p: &str,
         a: usize,
@@ -119,7 +117,7 @@ impl TinyAttention {
 
     /// The attention in standard operators: q, k, v projected from `h`, scores, mask,
     /// softmax, context and the output projection with its bias.
-    fn attention_standard(
+    fn standard_ops(
         em: &mut Emitter,
         p: &str,
         h: &Value,
@@ -225,17 +223,9 @@ impl TinyAttention {
                 Ok((keys, values))
             }
             Sequence::Static(state) => {
-                let keys =
-                    StaticStatePart::update_static_state(em, state, i, "key", k, Written::Only)?;
+                let keys = StaticStatePart::update(em, state, i, "key", k, Written::Only)?;
                 let values = match v {
-                    Some(v) => StaticStatePart::update_static_state(
-                        em,
-                        state,
-                        i,
-                        "value",
-                        v,
-                        Written::Only,
-                    )?,
+                    Some(v) => StaticStatePart::update(em, state, i, "value", v, Written::Only)?,
                     None => keys.clone(),
                 };
                 Ok((keys, values))

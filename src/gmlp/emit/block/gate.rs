@@ -20,7 +20,7 @@ pub(crate) struct SpatialGatingUnit;
 impl SpatialGatingUnit {
     /// `z1 ⊙ act(W · LN(z2) + b [+ attn])` of block `i` (prefix `p`), with `attn` the
     /// attention's terms (none in a gMLP).
-    pub(crate) fn spatial_gating(
+    pub(crate) fn emit(
         em: &mut Emitter,
         p: &str,
         i: usize,
@@ -32,17 +32,17 @@ impl SpatialGatingUnit {
         let sgu_eps = em.cfg.sgu_norm_eps;
         em.scoped("sgu", |s| {
             let u = BlockNorm::norm(s, "norm", z2, &format!("{p}.sgu.norm"), sgu_eps)?;
-            let mut terms = SpatialProjection::spatial_projection(s, &u, p, i, seq)?;
+            let mut terms = SpatialProjection::emit(s, &u, p, i, seq)?;
             terms.extend(attn);
-            let gate = SpatialGatingUnit::gate_sum(s, &terms)?;
-            let gate = SpatialGatingUnit::gate_activation(s, &gate)?;
+            let gate = SpatialGatingUnit::sum(s, &terms)?;
+            let gate = SpatialGatingUnit::activation(s, &gate)?;
             s.g.mul("gate", z1, &gate)
         })
     }
 
     /// The sum of the gate's terms: the spatial projection plus the attention (`attn_add`),
     /// or in the fused static step every term and bias in one node (`gate_sum`).
-    fn gate_sum(em: &mut Emitter, terms: &[Value]) -> Result<Value> {
+    fn sum(em: &mut Emitter, terms: &[Value]) -> Result<Value> {
         let step = em.spelling == Spelling::Fused(Joins::Step);
         match (step, terms) {
             (_, [only]) => Ok(only.clone()),
@@ -56,7 +56,7 @@ impl SpatialGatingUnit {
     }
 
     /// The gate activation (none for the paper's block).
-    pub(crate) fn gate_activation(em: &mut Emitter, gate: &Value) -> Result<Value> {
+    pub(crate) fn activation(em: &mut Emitter, gate: &Value) -> Result<Value> {
         let local = "gate_act";
         match em.cfg.block.gate_act {
             GateAct::Identity => Ok(gate.clone()),

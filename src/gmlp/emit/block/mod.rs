@@ -72,19 +72,17 @@ impl Emitter {
         let p = format!("blocks.{i}");
         let mut h = h.clone();
         if self.cfg.shift_tokens > 0 {
-            h = self.scoped("token_shift", |s| TokenShift::shift_tokens(s, &h, i, seq))?;
+            h = self.scoped("token_shift", |s| TokenShift::emit(s, &h, i, seq))?;
         }
         let projected = ChannelProjections::proj_in(self, &p, &h)?;
         let attn = match self.cfg.attn_dim {
             Some(a) => {
                 let qkv = projected.qkv.clone();
-                Some(self.scoped("attn", |s| {
-                    TinyAttention::attention(s, &p, &h, a, qkv, i, seq)
-                })?)
+                Some(self.scoped("attn", |s| TinyAttention::emit(s, &p, &h, a, qkv, i, seq))?)
             }
             None => None,
         };
-        let gated = SpatialGatingUnit::spatial_gating(
+        let gated = SpatialGatingUnit::emit(
             self,
             &p,
             i,

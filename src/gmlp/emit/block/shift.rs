@@ -22,30 +22,25 @@ pub(crate) struct TokenShift;
 
 impl TokenShift {
     /// The token shift of `h` in block `i`, in the form of the sequence `seq`.
-    pub(crate) fn shift_tokens(
-        em: &mut Emitter,
-        h: &Value,
-        i: usize,
-        seq: &mut Sequence,
-    ) -> Result<Value> {
+    pub(crate) fn emit(em: &mut Emitter, h: &Value, i: usize, seq: &mut Sequence) -> Result<Value> {
         match seq {
-            Sequence::Fixed(_) => TokenShift::shift_tokens_fixed(em, h),
-            Sequence::Variable(_) => TokenShift::shift_tokens_variable(em, h),
-            Sequence::Growing(_, state) => TokenShift::shift_tokens_with_past(em, state, h, i),
-            Sequence::Static(state) => TokenShift::shift_tokens_static(em, state, h, i),
+            Sequence::Fixed(_) => TokenShift::fixed(em, h),
+            Sequence::Variable(_) => TokenShift::variable(em, h),
+            Sequence::Growing(_, state) => TokenShift::with_past(em, state, h, i),
+            Sequence::Static(state) => TokenShift::static_rows(em, state, h, i),
         }
     }
 
     /// With static state (causal shifts a ≥ 0): `past_shift.{i}` [batch, n, d] holds the
     /// block's normalized input of every position; the new rows are written into it, and
     /// chunk k of new row P_b + t reads the state's row P_b + t − a (zero before 0).
-    fn shift_tokens_static(
+    fn static_rows(
         em: &mut Emitter,
         state: &mut StaticState,
         h: &Value,
         i: usize,
     ) -> Result<Value> {
-        let all = StaticStatePart::update_static_state(em, state, i, "shift", h, Written::Any)?;
+        let all = StaticStatePart::update(em, state, i, "shift", h, Written::Any)?;
         let amounts = em.cfg.shift_amounts();
         let d = em.cfg.d_model;
         let chunk = d / amounts.len();
@@ -53,13 +48,9 @@ impl TokenShift {
         for (k, &a) in amounts.iter().enumerate() {
             let source = match usize::try_from(a) {
                 Ok(0) => h.clone(),
-                Ok(a) => StaticStatePart::static_rows_back(
-                    em,
-                    state,
-                    &format!("shift_{k}_source"),
-                    &all,
-                    a,
-                )?,
+                Ok(a) => {
+                    StaticStatePart::rows_back(em, state, &format!("shift_{k}_source"), &all, a)?
+                }
                 Err(_) => {
                     return Err(Error::Internal(
                         "a token shift with state must be causal".into(),
@@ -84,7 +75,7 @@ impl TokenShift {
     /// Splits `h` into the shift's channel chunks (`Split` on the last axis; a remainder
     /// chunk, if any, stays), passes each with its amount (0 for the remainder) to
     /// `shift_one`, and concatenates the results back along the channels.
-    fn shift_chunks(
+    fn chunks(
         em: &mut Emitter,
         h: &Value,
         mut shift_one: impl FnMut(&mut Emitter, usize, &Value, i64) -> Result<Value>,
@@ -108,9 +99,9 @@ impl TokenShift {
     }
 
     /// The whole sequence of n tokens: slice off a rows at one end, pad a zeros at the other.
-    fn shift_tokens_fixed(em: &mut Emitter, h: &Value) -> Result<Value> {
+    fn fixed(em: &mut Emitter, h: &Value) -> Result<Value> {
         let n = em.cfg.seq_len();
-        TokenShift::shift_chunks(em, h, |s, k, part, a| match a.cmp(&0) {
+        TokenShift::chunks(em, h, |s, k, part, a| match a.cmp(&0) {
             Ordering::Equal => Ok(part.clone()),
             Ordering::Greater => {
                 let a = a as usize;
@@ -127,8 +118,8 @@ impl TokenShift {
 
     /// A variable length (causal shifts a ≥ 0 only): pad a zeros in front, keep the first
     /// T positions.
-    fn shift_tokens_variable(em: &mut Emitter, h: &Value) -> Result<Value> {
-        TokenShift::shift_chunks(em, h, |s, k, part, a| {
+    fn variable(em: &mut Emitter, h: &Value) -> Result<Value> {
+        TokenShift::chunks(em, h, |s, k, part, a| {
             let a = match usize::try_from(a) {
                 Ok(0) => return Ok(part.clone()),
                 Ok(a) => a,
@@ -164,12 +155,7 @@ impl TokenShift {
     /// new row t reads full's row L + t − a, zero before position 0: pad a zeros in front
     /// of the chunk and keep rows L..L+T. `present_shift.{i}` = the last min(L + T, s)
     /// rows of `full`.
-    fn shift_tokens_with_past(
-        em: &mut Emitter,
-        state: &mut GrowingState,
-        h: &Value,
-        i: usize,
-    ) -> Result<Value> {
+    fn with_past(em: &mut Emitter, state: &mut GrowingState, h: &Value, i: usize) -> Result<Value> {
         let past = SequenceAxis::past_input(
             em,
             state,
@@ -203,7 +189,7 @@ impl TokenShift {
             &present,
         )?;
         let new_rows = h.shape[1].clone();
-        TokenShift::shift_chunks(em, &full, |s, k, part, a| {
+        TokenShift::chunks(em, &full, |s, k, part, a| {
             let source = match usize::try_from(a) {
                 Ok(0) => part.clone(),
                 Ok(a) => s.g.pad_axis_symbolic(

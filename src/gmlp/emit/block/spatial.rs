@@ -33,7 +33,7 @@ impl SpatialProjection {
 
     /// The spatial bias b, stored as [n, 1] (or [h, n, 1]) so it broadcasts over channels;
     /// `None` for models without it (gmlp-tinygrad).
-    pub(crate) fn spatial_bias(em: &mut Emitter, name: &str) -> Result<Option<Value>> {
+    pub(crate) fn bias(em: &mut Emitter, name: &str) -> Result<Option<Value>> {
         if !em.cfg.block.spatial_bias {
             return Ok(None);
         }
@@ -57,7 +57,7 @@ impl SpatialProjection {
     }
 
     /// The spatial weight W as an [n, n] (or [h, n, n]) value in the configured form.
-    pub(crate) fn spatial_weight(em: &mut Emitter, name: &str) -> Result<Value> {
+    pub(crate) fn weight(em: &mut Emitter, name: &str) -> Result<Value> {
         let n = em.cfg.seq_len();
         let causal = em.cfg.causal;
         let mask_each = move |mut w: Vec<f32>| {
@@ -101,7 +101,7 @@ impl SpatialProjection {
 
     /// `W · LN(z2) + b` of the block with prefix `p` (index `i`) over the sequence `seq`,
     /// one W and b per head, as the gate's terms ([`Self::mix_per_head`]).
-    pub(crate) fn spatial_projection(
+    pub(crate) fn emit(
         em: &mut Emitter,
         z2: &Value,
         p: &str,
@@ -111,34 +111,30 @@ impl SpatialProjection {
         let mixing = em.cfg.block.mixing(i);
         if !mixing.is_global() {
             let local = seq.local(&em.cfg)?;
-            return SpatialProjection::spatial_projection_local(em, z2, p, i, mixing, local);
+            return SpatialProjection::local(em, z2, p, i, mixing, local);
         }
         match seq {
-            Sequence::Fixed(_) => SpatialProjection::spatial_projection_full(em, z2, p),
-            Sequence::Variable(pos) => {
-                SpatialProjection::spatial_projection_rows(em, z2, p, i, pos, None)
-            }
+            Sequence::Fixed(_) => SpatialProjection::full(em, z2, p),
+            Sequence::Variable(pos) => SpatialProjection::rows(em, z2, p, i, pos, None),
             Sequence::Growing(pos, state) => {
-                SpatialProjection::spatial_projection_rows(em, z2, p, i, pos, Some(state))
+                SpatialProjection::rows(em, z2, p, i, pos, Some(state))
             }
-            Sequence::Static(state) => {
-                SpatialProjection::spatial_projection_static(em, z2, p, i, state)
-            }
+            Sequence::Static(state) => SpatialProjection::static_rows(em, z2, p, i, state),
         }
     }
 
     /// `W · u + b` over the whole sequence of n tokens.
-    fn spatial_projection_full(em: &mut Emitter, z2: &Value, p: &str) -> Result<Vec<Value>> {
+    fn full(em: &mut Emitter, z2: &Value, p: &str) -> Result<Vec<Value>> {
         let name = format!("{p}.sgu.spatial.weight");
         // int8 models quantize W at build time (spatial_int8.rs) instead of emitting it.
         let w = match em.cfg.dtype {
             Precision::Int8 => None,
-            _ => Some(SpatialProjection::spatial_weight(em, &name)?),
+            _ => Some(SpatialProjection::weight(em, &name)?),
         };
-        let b = SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))?;
+        let b = SpatialProjection::bias(em, &format!("{p}.sgu.spatial.bias"))?;
         let mix = |s: &mut Emitter, u: &Value| match &w {
             Some(w) => s.g.matmul("spatial_matmul", w, u),
-            None => SpatialProjection::spatial_matmul_int8(s, "spatial_matmul", &name, u),
+            None => SpatialProjection::matmul_int8(s, "spatial_matmul", &name, u),
         };
         let n = em.cfg.seq_len();
         let rows = (n as i64, Dim::Fixed(n));
@@ -147,7 +143,7 @@ impl SpatialProjection {
 
     /// W[P:P+T, 0:P+T] · u[0:P+T] + b[P:P+T] with u = the past of a growing `state` (if
     /// any) followed by `z2`.
-    fn spatial_projection_rows(
+    fn rows(
         em: &mut Emitter,
         z2: &Value,
         p: &str,
@@ -169,16 +165,16 @@ impl SpatialProjection {
                 Some(em.g.gather("spatial_weight_gather", &vector, &index, axis)?)
             }
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => {
-                let full = SpatialProjection::spatial_weight(em, &name)?;
+                let full = SpatialProjection::weight(em, &name)?;
                 let rows = pos.rows_of(&mut em.g, "spatial_weight_rows", &full, row_axis)?;
                 Some(pos.first_columns(&mut em.g, "spatial_weight_columns", &rows)?)
             }
         };
         let mix = |s: &mut Emitter, u: &Value| match &w {
             Some(w) => s.g.matmul("spatial_matmul", w, u),
-            None => SpatialProjection::spatial_matmul_int8_rows(s, "spatial_matmul", &name, u, pos),
+            None => SpatialProjection::matmul_int8_rows(s, "spatial_matmul", &name, u, pos),
         };
-        let b = match SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))? {
+        let b = match SpatialProjection::bias(em, &format!("{p}.sgu.spatial.bias"))? {
             Some(b) => Some(pos.rows_of(&mut em.g, "spatial_bias_rows", &b, row_axis)?),
             None => None,
         };
@@ -201,7 +197,7 @@ impl SpatialProjection {
     /// there), so what the buffer holds never reaches the result. int8 models keep this W
     /// in f32 (a step reads one row of it). The biases of all blocks may have been read
     /// together ([`StaticState::stacked_spatial_bias`]).
-    fn spatial_projection_static(
+    fn static_rows(
         em: &mut Emitter,
         z2: &Value,
         p: &str,
@@ -214,10 +210,10 @@ impl SpatialProjection {
         let row_axis = usize::from(heads);
         let rows = state.rows().clone();
         let toeplitz_index = match em.cfg.spatial {
-            SpatialForm::ToeplitzGather => Some(StaticStatePart::static_toeplitz_index(em, state)?),
+            SpatialForm::ToeplitzGather => Some(StaticStatePart::toeplitz_index(em, state)?),
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
         };
-        let w = SpatialProjection::spatial_weight_rows(em, &name, &rows, toeplitz_index.as_ref())?;
+        let w = SpatialProjection::weight_rows(em, &name, &rows, toeplitz_index.as_ref())?;
         // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
         let heads_second = |s: &mut Emitter, local: &str, v: Value| {
             if heads {
@@ -229,7 +225,7 @@ impl SpatialProjection {
         let w = heads_second(em, "spatial_weight_heads", w)?;
         let b = match state.stacked_spatial_bias(i) {
             Some(b) => Some(b),
-            None => match SpatialProjection::spatial_bias(em, &format!("{p}.sgu.spatial.bias"))? {
+            None => match SpatialProjection::bias(em, &format!("{p}.sgu.spatial.bias"))? {
                 Some(b) => {
                     let picked = em.g.gather("spatial_bias_rows", &b, &rows, row_axis)?;
                     Some(heads_second(em, "spatial_bias_heads", picked)?)
@@ -237,7 +233,7 @@ impl SpatialProjection {
                 None => None,
             },
         };
-        let u = StaticStatePart::update_static_state(em, state, i, "sgu", z2, Written::Only)?;
+        let u = StaticStatePart::update(em, state, i, "sgu", z2, Written::Only)?;
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Emitter, u: &Value| s.g.matmul("spatial_matmul", &w, u);
         SpatialProjection::mix_per_head(
@@ -253,7 +249,7 @@ impl SpatialProjection {
     /// The rows of W (parameter `name`) at each sequence's rows `rows` i64 [batch, T] of a
     /// static-state step: the Toeplitz vector gathered at `toeplitz_index` (`s − row + n − 1`,
     /// the gather form, which needs it), else the stored W's rows.
-    pub(crate) fn spatial_weight_rows(
+    pub(crate) fn weight_rows(
         em: &mut Emitter,
         name: &str,
         rows: &Value,
@@ -269,7 +265,7 @@ impl SpatialProjection {
                 "{name}: the gather form reads W at a Toeplitz index"
             ))),
             (SpatialForm::Dense | SpatialForm::ToeplitzExpand, _) => {
-                let full = SpatialProjection::spatial_weight(em, name)?;
+                let full = SpatialProjection::weight(em, name)?;
                 let row_axis = usize::from(em.cfg.heads > 1);
                 em.g.gather("spatial_weight_rows", &full, rows, row_axis)
             }
@@ -280,7 +276,7 @@ impl SpatialProjection {
     /// [`super::local`]): W_eff's rows for the new positions and columns for the key rows
     /// (every earlier row, or a window's last rows in a with-past graph), gathered from the
     /// stored W through the index maps and zeroed where a row may not read a key.
-    fn spatial_projection_local(
+    fn local(
         em: &mut Emitter,
         z2: &Value,
         p: &str,

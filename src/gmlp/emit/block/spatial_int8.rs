@@ -18,27 +18,27 @@ impl SpatialProjection {
     /// (ONNX Runtime has no fast kernel with a constant int8 first operand; measured in
     /// BENCHMARKS.md). Wᵀ is materialized `[n, n]` per head (Toeplitz forms expanded,
     /// causal mask applied) and quantized per column of Wᵀ, i.e. per output token.
-    pub(crate) fn spatial_matmul_int8(
+    pub(crate) fn matmul_int8(
         em: &mut Emitter,
         local: &str,
         weight: &str,
         u: &Value,
     ) -> Result<Value> {
-        let (q, scales) = SpatialProjection::spatial_int8_weights(em, weight)?;
-        SpatialProjection::spatial_int8_transposed(em, local, u, &q, &scales)
+        let (q, scales) = SpatialProjection::int8_weights(em, weight)?;
+        SpatialProjection::int8_transposed(em, local, u, &q, &scales)
     }
 
-    /// [`Self::spatial_matmul_int8`] for the new positions P..P+T−1 (`pos`) of a
+    /// [`Self::matmul_int8`] for the new positions P..P+T−1 (`pos`) of a
     /// variable-length or growing-state graph, `u` holding positions 0..P+T−1: Wᵀ's columns P..P+T−1 and
     /// their scales are gathered, and its rows cut to 0..P+T−1 (never n×n per step).
-    pub(crate) fn spatial_matmul_int8_rows(
+    pub(crate) fn matmul_int8_rows(
         em: &mut Emitter,
         local: &str,
         weight: &str,
         u: &Value,
         pos: &Positions,
     ) -> Result<Value> {
-        let (q, scales) = SpatialProjection::spatial_int8_weights(em, weight)?;
+        let (q, scales) = SpatialProjection::int8_weights(em, weight)?;
         let last = q.shape.len() - 1;
         let rows = pos.rows.clone();
         let (total, total_dim) = (pos.total.clone(), pos.total_dim.clone());
@@ -58,11 +58,11 @@ impl SpatialProjection {
         )?;
         let scales =
             em.g.gather(&format!("{local}_scale_columns"), &scales, &rows, last)?;
-        SpatialProjection::spatial_int8_transposed(em, local, u, &q_rows, &scales)
+        SpatialProjection::int8_transposed(em, local, u, &q_rows, &scales)
     }
 
     /// The int8 Wᵀ `[heads?, n, n]` and its per-column scales `[heads?, 1, n]`.
-    fn spatial_int8_weights(em: &mut Emitter, weight: &str) -> Result<(Value, Value)> {
+    fn int8_weights(em: &mut Emitter, weight: &str) -> Result<(Value, Value)> {
         em.require_int8_opset()?;
         let n = em.cfg.seq_len();
         let (causal, dense) = (em.cfg.causal, em.cfg.spatial == SpatialForm::Dense);
@@ -118,7 +118,7 @@ impl SpatialProjection {
     }
 
     /// `(uᵀ · q)ᵀ` rescaled: the spatial mixing with the int8 Wᵀ as the second operand.
-    fn spatial_int8_transposed(
+    fn int8_transposed(
         em: &mut Emitter,
         local: &str,
         u: &Value,

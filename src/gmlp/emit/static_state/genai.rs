@@ -52,7 +52,7 @@ pub(crate) struct GenaiInterface;
 impl GenaiInterface {
     /// `position` = `position_ids[:, 0]`, i64 [batch], with `position_ids`
     /// [batch, sequence] and the unread `attention_mask` [batch, total_sequence] declared.
-    pub(super) fn genai_position(em: &mut Emitter, batch: &Dim) -> Result<Value> {
+    pub(super) fn position(em: &mut Emitter, batch: &Dim) -> Result<Value> {
         let ids = em.g.input(
             POSITION_IDS,
             ElemType::I64,
@@ -71,7 +71,7 @@ impl GenaiInterface {
 
     /// genai's key and value inputs `[batch, 1, n, width]` of every layer: the file's
     /// state tensors by their `past_*` name, and the spares passed through.
-    pub(super) fn declare_genai_state(
+    pub(super) fn declare_state(
         em: &mut Emitter,
         batch: &Dim,
     ) -> Result<(HashMap<String, Value>, GenaiState)> {
@@ -112,7 +112,7 @@ impl GenaiInterface {
 
     /// `ids` read through `Min(ids, vocab − 1)`: an id at or past the vocabulary (genai's
     /// pad, the added end token) reads the last real embedding row.
-    pub(crate) fn genai_ids_in_vocabulary(em: &mut Emitter, ids: &Value) -> Result<Value> {
+    pub(crate) fn ids_in_vocabulary(em: &mut Emitter, ids: &Value) -> Result<Value> {
         let Task::Tokens { vocab_size, .. } = em.cfg.task else {
             return Err(Error::Internal(
                 "genai's interface is a token model's".into(),
@@ -126,7 +126,7 @@ impl GenaiInterface {
 
     /// `logits` [batch, sequence, vocab] with one more entry, −∞, the added end token
     /// (computed from the first logit, so that its shape follows the batch and sequence).
-    pub(crate) fn genai_end_logit(em: &mut Emitter, logits: &Value) -> Result<Value> {
+    pub(crate) fn end_logit(em: &mut Emitter, logits: &Value) -> Result<Value> {
         em.g.scoped(SCOPE, |g| {
             let first = g.slice("first_logit", logits, 2, 0, 1)?;
             let zero = g.const_f32("zero", &[], vec![0.0])?;
@@ -140,7 +140,7 @@ impl GenaiInterface {
     /// Writes `update` [batch, sequence, width] into the rank-4 state `past4` of `tensor`
     /// at the new rows. Returns genai's present name, the written `[batch, 1, n, width]`
     /// tensor (the graph output) and its `[batch, n, width]` view (what the blocks read).
-    pub(super) fn write_genai_state(
+    pub(super) fn write_state(
         em: &mut Emitter,
         state: &mut StaticState,
         tensor: &StateTensor,
@@ -179,7 +179,7 @@ impl GenaiInterface {
                 em.g.tensor_scatter(&format!("{kind}_update"), past4, &update4, &start, 2)?
             }
             (None, StaticRows::Float(r)) => {
-                let indices = GenaiInterface::genai_scatter_indices(em, genai, r)?;
+                let indices = GenaiInterface::scatter_indices(em, genai, r)?;
                 em.g.scatter_nd(&format!("{kind}_update"), past4, &indices, update)?
             }
             (None, StaticRows::Int(_)) => {
@@ -200,11 +200,7 @@ impl GenaiInterface {
 
     /// `ScatterND` indices (b, 0, P_b + t) into the rank-4 state, i64 [batch, sequence, 3]
     /// (shared by every state).
-    fn genai_scatter_indices(
-        em: &mut Emitter,
-        genai: &mut GenaiState,
-        r: &FloatRows,
-    ) -> Result<Value> {
+    fn scatter_indices(em: &mut Emitter, genai: &mut GenaiState, r: &FloatRows) -> Result<Value> {
         if let Some(v) = &genai.scatter_indices {
             return Ok(v.clone());
         }

@@ -83,7 +83,7 @@ pub(crate) struct StaticInputs {
 
 /// The static state of a graph (the `Static` variant of sequence.rs's `Sequence`): the checked rows of
 /// the new tokens, the `past_*` inputs and the `present_*` outputs made so far. Made only
-/// for a model whose every block mixes tokens globally ([`StaticStatePart::start_static`]).
+/// for a model whose every block mixes tokens globally ([`StaticStatePart::start`]).
 pub(crate) struct StaticState {
     /// Each sequence's position P, i64 [batch].
     position: Value,
@@ -173,7 +173,7 @@ pub(crate) struct FloatRows {
     mask: Option<Value>,
     /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
     toeplitz_index: Option<Value>,
-    /// The rows the computation reads of each state ([`StaticStatePart::static_read_index`]).
+    /// The rows the computation reads of each state ([`StaticStatePart::read_index`]).
     read_index: Option<Value>,
 }
 
@@ -183,7 +183,7 @@ pub(crate) struct StaticStatePart;
 impl StaticStatePart {
     /// The `position` input [batch] (for Triton [batch, 1], the shape of a Triton state
     /// of dims `[ 1 ]`, flattened for the model) and the `past_*` inputs [batch, n, width].
-    pub(crate) fn declare_static_inputs(em: &mut Emitter, batch: &Dim) -> Result<StaticInputs> {
+    pub(crate) fn declare_inputs(em: &mut Emitter, batch: &Dim) -> Result<StaticInputs> {
         let (position, counted_by_triton) = match em.interface {
             Interface::Triton => {
                 let column =
@@ -193,14 +193,14 @@ impl StaticStatePart {
                 })?;
                 (flat, true)
             }
-            Interface::Genai { .. } => (GenaiInterface::genai_position(em, batch)?, false),
+            Interface::Genai { .. } => (GenaiInterface::position(em, batch)?, false),
             Interface::File | Interface::BoundStep => (
                 em.g.input(POSITION, ElemType::I64, vec![batch.clone()])?,
                 false,
             ),
         };
         if let Interface::Genai { .. } = em.interface {
-            let (past, genai) = GenaiInterface::declare_genai_state(em, batch)?;
+            let (past, genai) = GenaiInterface::declare_state(em, batch)?;
             return Ok(StaticInputs {
                 position,
                 counted_by_triton,
@@ -228,7 +228,7 @@ impl StaticStatePart {
     /// row − n, so that a row ≥ n (the first lookup) or < 0 (the second: below −n) fails
     /// where ONNX's `Gather` would otherwise wrap a negative index. Refuses a model with
     /// local token mixing (a window's rows do not fit the fixed state).
-    pub(crate) fn start_static(
+    pub(crate) fn start(
         em: &mut Emitter,
         inputs: StaticInputs,
         ids: &Value,
@@ -351,7 +351,7 @@ impl StaticStatePart {
     }
 
     /// The `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2], shared.
-    fn static_scatter_indices(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
+    fn scatter_indices(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.scatter_indices {
             return Ok(v.clone());
         }
@@ -372,7 +372,7 @@ impl StaticStatePart {
     /// The rows the computation reads of each state, i64 [batch, n] into the state seen as
     /// [batch·n, width]: b·n + min(s, P_b + T − 1), i.e. row s itself where this run or an
     /// earlier one wrote it, and the sequence's last written row after that (shared).
-    fn static_read_index(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
+    fn read_index(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
         if let Some(v) = &r.read_index {
             return Ok(v.clone());
         }
@@ -391,14 +391,14 @@ impl StaticStatePart {
     }
 
     /// `present` [batch, n, width] with every row after each sequence's last written one
-    /// read as that row ([`StaticStatePart::static_read_index`]; one `Gather` of n rows).
-    fn static_read_rows(
+    /// read as that row ([`StaticStatePart::read_index`]; one `Gather` of n rows).
+    fn read_rows(
         em: &mut Emitter,
         rows: &mut FloatRows,
         kind: &str,
         present: &Value,
     ) -> Result<Value> {
-        let index = StaticStatePart::static_read_index(em, rows)?;
+        let index = StaticStatePart::read_index(em, rows)?;
         let width = present.shape[2].clone();
         let flat = em.g.reshape(
             &format!("{kind}_flat_state"),
@@ -417,7 +417,7 @@ impl StaticStatePart {
     /// with a weight of 0, and 0 times a NaN left there would still be NaN); with
     /// `Written::Any` as it is (a reader that picks written rows only). The fused
     /// spelling's state is read as it is either way (it starts zeroed).
-    pub(crate) fn update_static_state(
+    pub(crate) fn update(
         em: &mut Emitter,
         state: &mut StaticState,
         i: usize,
@@ -429,9 +429,9 @@ impl StaticStatePart {
         let update = em.cast_to(&format!("{kind}_update_to_f32"), new, ElemType::F32)?;
         if state.genai.is_some() {
             let (name, present4, view) =
-                GenaiInterface::write_genai_state(em, state, &tensor, &past, &update, kind)?;
+                GenaiInterface::write_state(em, state, &tensor, &past, &update, kind)?;
             state.present.push((name, present4));
-            return StaticStatePart::read_static_state(em, state, kind, view, read, new.elem);
+            return StaticStatePart::read(em, state, kind, view, read, new.elem);
         }
         let local = format!("{kind}_update");
         let present = match (&mut state.rows, StateScatter::at_opset(em.g.opset())) {
@@ -441,19 +441,19 @@ impl StaticStatePart {
                 em.g.tensor_scatter(&local, &past, &update, &start, 1)?
             }
             (StaticRows::Float(r), StateScatter::ScatterNd) => {
-                let indices = StaticStatePart::static_scatter_indices(em, r)?;
+                let indices = StaticStatePart::scatter_indices(em, r)?;
                 em.g.scatter_nd(&local, &past, &indices, &update)?
             }
         };
         state
             .present
             .push((tensor.present.clone(), present.clone()));
-        StaticStatePart::read_static_state(em, state, kind, present, read, new.elem)
+        StaticStatePart::read(em, state, kind, present, read, new.elem)
     }
 
     /// What the computation reads of the written state `present` [batch, n, width] (see
-    /// [`StaticStatePart::update_static_state`]), cast to `elem`.
-    fn read_static_state(
+    /// [`StaticStatePart::update`]), cast to `elem`.
+    fn read(
         em: &mut Emitter,
         state: &mut StaticState,
         kind: &str,
@@ -463,7 +463,7 @@ impl StaticStatePart {
     ) -> Result<Value> {
         let read_value = match (&mut state.rows, read) {
             (StaticRows::Float(r), Written::Only) => {
-                StaticStatePart::static_read_rows(em, r, kind, &present)?
+                StaticStatePart::read_rows(em, r, kind, &present)?
             }
             (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
         };
@@ -473,7 +473,7 @@ impl StaticStatePart {
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n]: 0 for rows
     /// s ≤ P_b + t, [`MASK_VALUE`] after (shared by the blocks); the fused spelling's is
     /// `Attention`'s [batch, 1, sequence, n].
-    pub(crate) fn static_mask(em: &mut Emitter, state: &mut StaticState) -> Result<Value> {
+    pub(crate) fn mask(em: &mut Emitter, state: &mut StaticState) -> Result<Value> {
         let r = match &mut state.rows {
             StaticRows::Float(r) => r,
             StaticRows::Int(r) => return StaticStatePart::int_mask(em, r),
@@ -497,10 +497,7 @@ impl StaticStatePart {
 
     /// The Toeplitz gather form's index rows `s − (P_b + t) + n − 1`, i64
     /// [batch, sequence, n], always within 0..2n−1 (shared by the blocks).
-    pub(crate) fn static_toeplitz_index(
-        em: &mut Emitter,
-        state: &mut StaticState,
-    ) -> Result<Value> {
+    pub(crate) fn toeplitz_index(em: &mut Emitter, state: &mut StaticState) -> Result<Value> {
         let r = match &mut state.rows {
             StaticRows::Float(r) => r,
             StaticRows::Int(r) => return StaticStatePart::int_toeplitz_index(em, r),
@@ -523,7 +520,7 @@ impl StaticStatePart {
     /// zero where that row is before 0: [batch, sequence, width]. One `Gather` on the
     /// state seen as [batch·n, width] at b·n + max(row − back, 0), a row this run or an
     /// earlier one wrote.
-    pub(crate) fn static_rows_back(
+    pub(crate) fn rows_back(
         em: &mut Emitter,
         state: &StaticState,
         local: &str,
@@ -569,7 +566,7 @@ impl StaticStatePart {
     }
 }
 
-/// What the computation reads of a static state ([`StaticStatePart::update_static_state`]).
+/// What the computation reads of a static state ([`StaticStatePart::update`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Written {
     /// The written rows, each row after them read as the last written one (whatever the
