@@ -69,14 +69,7 @@ pub fn rebuild(
         None => SequenceMode::Fixed,
     };
     let target = BuildTarget::resolve(target, Some(opset))?;
-    let graph = build_graph_for(
-        &cfg,
-        Arc::new(StoredInFile),
-        target.opset,
-        target.forms,
-        mode,
-        interface,
-    )?;
+    let graph = build_graph_for(&cfg, Arc::new(StoredInFile), &target, mode, interface)?;
     let stored = &model
         .graph
         .as_ref()

@@ -16,7 +16,7 @@ pub struct OrtFlags {
     #[arg(long, value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,
     /// Threads of a run: ONNX Runtime's intra-op threads (0: its default, one per physical
-    /// core) and tract's matrix products (0: one; a decoder's single-token steps keep one).
+    /// core) and tract's matrix products (0: one).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// ort-cuda: the CUDA device to run on (its ordinal, as nvidia-smi numbers them).

@@ -234,11 +234,8 @@ impl LoadedModel {
         let engine = if writes == StateWrites::InPlace && binds(kind, &description) {
             file.with_decoded(|file| open_session(kind, file, options))?
         } else {
-            // tract's thread pool (`--threads`) serves the runs of several tokens (a
-            // prefill, a re-run prefix) and not the single-token steps, where it costs more
-            // than it saves: the decoder says which ([`Runtime::use_threads`]; amlp-base, 6
-            // blocks, 2 cores: a step 10.9 ms on 2 threads, 9.6 on one; a prefill of 256
-            // tokens 182 against 225 ms; BENCHMARKS.md).
+            // tract's thread pool (`--threads`) serves every run, the single-token steps
+            // included (their products split from 2^18 multiply-adds: `runtime::tract`).
             Engine::Runs(open(kind, file, options)?)
         };
         Ok(LoadedModel {

@@ -198,8 +198,6 @@ impl Carried {
         positions: &[i64],
     ) -> Result<()> {
         let inputs = step_inputs(&self.info, ids, positions);
-        // A step's products are small: the runtime's extra threads only for several tokens.
-        runtime.use_threads(ids.ncols() > 1);
         let outputs = runtime.run_carrying(&inputs, &mut self.state, &self.carry)?;
         self.last
             .keep(outputs, self.batch, ids.ncols(), runtime.name())

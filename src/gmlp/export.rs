@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, SpatialForm};
 use crate::gmlp::emit::NBITS_ACCURACY_LEVEL;
-use crate::gmlp::emit::{build_graph_in, fused_kernels_apply, HEAD_SCOPE};
-use crate::gmlp::interface::{DecodingInfo, SequenceMode, StateStart};
+use crate::gmlp::emit::{build_graph_in, HEAD_SCOPE};
+use crate::gmlp::interface::{DecodingInfo, SequenceMode};
 use crate::gmlp::metadata::{
     config_json, quantization_json, CONFIG_KEY, DECODING_KEY, FLOPS_KEY, PRESET_KEY,
     QUANTIZATION_KEY, STORED_PARAMS_KEY, TARGET_KEY, VERSION_KEY, WEIGHTS_KEY,
@@ -133,18 +133,11 @@ pub fn export_for(
     mode: SequenceMode,
 ) -> Result<Export> {
     check_size(cfg)?;
-    let (opset, forms) = (target.opset, target.forms);
-    let graph = build_graph_in(cfg, source.clone(), opset, forms, mode)?;
+    let graph = build_graph_in(cfg, source.clone(), target, mode)?;
     let c = if mode == SequenceMode::Fixed {
         counts(&graph)
     } else {
-        counts(&build_graph_in(
-            cfg,
-            source,
-            opset,
-            forms,
-            SequenceMode::Fixed,
-        )?)
+        counts(&build_graph_in(cfg, source, target, SequenceMode::Fixed)?)
     };
     let mut metadata = vec![
         (CONFIG_KEY.to_string(), config_json(cfg)?),
@@ -158,8 +151,8 @@ pub fn export_for(
     }
     metadata.push((TARGET_KEY.to_string(), target.target.name()));
     if let Some(mut info) = DecodingInfo::of(cfg, mode) {
-        if mode == SequenceMode::Static && fused_kernels_apply(cfg, mode, opset, forms) {
-            info.state_start = StateStart::Zeroed;
+        if mode == SequenceMode::Static {
+            info.state_start = target.target.state_start();
         }
         metadata.push((DECODING_KEY.to_string(), info.to_json()?));
     }

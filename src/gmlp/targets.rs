@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
-use crate::gmlp::interface::{first_local_block, SequenceMode};
+use crate::gmlp::interface::{first_local_block, SequenceMode, StateStart};
 use crate::message::{Phrase, Setting};
 use crate::onnx::forms::{Fusions, LayerNormForm, MeanForm, OpForms};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
@@ -61,6 +61,16 @@ pub enum Target {
     #[value(name = "onnxruntime", alias = "ort-gpu")]
     #[serde(rename = "onnxruntime")]
     OnnxRuntime,
+    /// tract and ONNX Runtime, the static step as fast as tract runs it: opset 17, its state
+    /// read as it is (buffers must start zeroed; not onnxruntime-genai).
+    ///
+    /// Today's graph but for the static state, whose step reads every row of each state
+    /// buffer as it is instead of a copy with the unwritten rows replaced
+    /// ([`StateStart::Zeroed`]): the copy of every state every step, which the default
+    /// file makes so that a buffer may start holding anything, is gone. Every loop this
+    /// project ships (the command, the library, Python, Triton) starts a sequence on zeroed
+    /// buffers; onnxruntime-genai does not on every device and refuses such a file.
+    Tract,
     /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
     /// LayerNorm as primitive ops, Toeplitz expanded.
     ///
@@ -106,7 +116,17 @@ impl Target {
                 fusions: Fusions::OnnxRuntime,
                 ..OpForms::default()
             },
-            Target::Ort | Target::OrtLegacy | Target::Opencv4 => OpForms::default(),
+            Target::Ort | Target::OrtLegacy | Target::Opencv4 | Target::Tract => OpForms::default(),
+        }
+    }
+
+    /// What a static state's buffers must hold before a sequence's first run in the
+    /// profile's files: zeros for `tract` and `onnxruntime` (their steps read every row as it
+    /// is), anything for the others.
+    pub fn state_start(self) -> StateStart {
+        match self {
+            Target::Tract | Target::OnnxRuntime => StateStart::Zeroed,
+            _ => StateStart::Any,
         }
     }
 
@@ -159,7 +179,7 @@ impl Target {
                 " opencv4: OpenCV 4 dnn imports neither state form (the Shape of a dynamic input)",
             )),
             // Said once per build: earlier builds wrote the growing form here.
-            Target::Ort | Target::OrtLegacy | Target::OnnxRuntime => (
+            Target::Ort | Target::OrtLegacy | Target::OnnxRuntime | Target::Tract => (
                 SequenceMode::Static,
                 Phrase::setting(Setting::WithPast)
                     .then(" builds the static state (a `position` input, n rows written in place: docs/static-state.md); ")
@@ -189,6 +209,9 @@ impl Target {
             }
             Target::Portable => {
                 "widest reach: ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch"
+            }
+            Target::Tract => {
+                "tract and ONNX Runtime (the static step read as it is: state buffers start zeroed; not genai)"
             }
             Target::Opencv4 => "OpenCV 4.x dnn",
             Target::Candle => "candle-onnx",
@@ -271,15 +294,15 @@ impl BuildTarget {
         Ok(())
     }
 
-    /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort` and
-    /// `onnxruntime`: their projections are ONNX
+    /// Refuses `--dtype int4` and `int8-weight-only` for every profile but `ort`,
+    /// `onnxruntime` and `tract`: their projections are ONNX
     /// Runtime's contrib operator `com.microsoft.MatMulNBits` (ONNX Runtime ≥ 1.17; OpenVINO
     /// reads it too, tract its 4-bit form), which ONNX Runtime ≤ 1.14, candle-onnx, OpenCV and
     /// onnx2torch do not have.
     pub fn check_dtype(&self, dtype: Precision) -> Result<()> {
         let t = self.target;
         let block = matches!(dtype, Precision::Int4 | Precision::Int8WeightOnly);
-        if block && !matches!(t, Target::Ort | Target::OnnxRuntime) {
+        if block && !matches!(t, Target::Ort | Target::OnnxRuntime | Target::Tract) {
             return Err(Error::Setting(
                 Phrase::setting(Setting::Dtype)
                     .then(format!(
@@ -299,6 +322,57 @@ impl BuildTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--target tract`'s static step is the default file's without the written-row reads
+    /// (one `*_written_rows` Gather per state there, none here) and asks for zeroed
+    /// buffers; every other node is the same operator at the same place.
+    #[test]
+    fn the_tract_step_is_the_default_step_without_the_written_row_reads() {
+        use crate::gmlp::init::{InitScheme, SeededInit};
+        use std::sync::Arc;
+        let mut cfg = crate::gmlp::presets::preset("amlp-base")
+            .unwrap()
+            .config
+            .clone();
+        cfg.causal = true;
+        cfg.layers = 2;
+        let step = |t: Target| {
+            let source = Arc::new(SeededInit {
+                seed: 1,
+                scheme: InitScheme::Spread,
+            });
+            let target = BuildTarget::resolve(t, None).unwrap();
+            crate::gmlp::build_graph_in(&cfg, source, &target, SequenceMode::Static).unwrap()
+        };
+        let (plain, tract) = (step(Target::Ort), step(Target::Tract));
+        let reads = |g: &crate::onnx::graph::Graph| {
+            g.nodes
+                .iter()
+                .filter(|n| n.name.ends_with("_written_rows"))
+                .count()
+        };
+        // Per block: the SGU state, the attention's keys and values.
+        assert_eq!(reads(&plain), 3 * cfg.layers);
+        assert_eq!(reads(&tract), 0);
+        // Every node of the tract step is the default step's, by name and operator.
+        let plain_nodes: std::collections::HashMap<_, _> = plain
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.op_type.as_str()))
+            .collect();
+        for n in &tract.nodes {
+            assert_eq!(
+                plain_nodes.get(n.name.as_str()),
+                Some(&n.op_type.as_str()),
+                "{}",
+                n.name
+            );
+        }
+        assert_eq!(tract.opset, plain.opset);
+        assert!(tract.nodes.len() < plain.nodes.len());
+        assert_eq!(Target::Tract.state_start(), StateStart::Zeroed);
+        assert_eq!(Target::Ort.state_start(), StateStart::Any);
+    }
 
     #[test]
     fn opencv_profiles_keep_causal_token_models_static() {
@@ -327,7 +401,7 @@ mod tests {
         for &t in Target::value_variants() {
             let (mode, note) = t.with_past_for(&causal);
             match t {
-                Target::Ort | Target::OrtLegacy | Target::OnnxRuntime => {
+                Target::Ort | Target::OrtLegacy | Target::OnnxRuntime | Target::Tract => {
                     assert_eq!(mode, SequenceMode::Static, "{}", t.name());
                     assert_eq!(
                         note.settings().collect::<Vec<_>>(),

@@ -201,7 +201,7 @@ pub(super) fn static_state_lines(d: &DecodingInfo) -> String {
     let start = match d.state_start {
         StateStart::Any => "",
         StateStart::Zeroed => {
-            "; buffers must start zeroed (docs/static-state.md, \"The onnxruntime step\")"
+            "; buffers must start zeroed (docs/static-state.md, \"Buffers that must start zeroed\")"
         }
     };
     format!(

@@ -156,11 +156,6 @@ pub trait Runtime: Send {
     fn note(&self) -> Option<String> {
         None
     }
-    /// Whether the following runs may use the threads the runtime was opened with beyond
-    /// the calling one (on by default): tract's pool for its matrix products, which costs
-    /// more than it saves on a run of many small products (a decoding step) and saves on
-    /// one of large ones (a prefill). ONNX Runtime keeps its session's threads either way.
-    fn use_threads(&mut self, _on: bool) {}
     /// One run carrying values to the next: `inputs` plus the values held in `state`,
     /// matched by name. Each output named as the `output` of a pair in `carry` is not
     /// returned: it becomes `state`'s value under the pair's `input` name, fed by the next

@@ -22,11 +22,17 @@ pub struct TractRuntime {
     output_names: Vec<String>,
     /// Nodes run as MatMul on dequantized weights, if any.
     dequantized: usize,
-    /// tract's pool for the matrix products (`TractOptions::threads` above 1), and whether
-    /// the next runs use it ([`Runtime::use_threads`]).
+    /// tract's pool for the matrix products (`TractOptions::threads` above 1).
     pool: Option<tract_linalg::multithread::Executor>,
-    pooled: bool,
 }
+
+/// The multiply-adds from which tract's pool splits a matrix-vector product over its threads
+/// (tract-linalg's `set_threading_mac_threshold`, a setting of the whole process, made when a
+/// runtime with a pool is opened). tract's own default, 2^21, keeps a decoding step's
+/// projections (amlp-base: 512 × 3072, 1.6M) on one thread and splits only the head's; from
+/// 2^18 they split too: a static step on 2 threads 13.5–14.0 ms against 15.9–16.6 on one
+/// (the default's pool: 17.0–17.7; BENCHMARKS.md, "tract and ONNX Runtime").
+const POOLED_PRODUCT_MACS: usize = 1 << 18;
 
 /// MatMulNBits code widths tract 0.23 reads itself (`tract-onnx`'s `mat_mul_nbits`).
 const TRACT_NBITS: [i64; 2] = [2, 4];
@@ -168,9 +174,10 @@ impl TractRuntime {
             input_names,
             output_names,
             dequantized,
-            pool: (options.threads > 1)
-                .then(|| tract_linalg::multithread::Executor::multithread(options.threads)),
-            pooled: true,
+            pool: (options.threads > 1).then(|| {
+                tract_linalg::multithread::set_threading_mac_threshold(POOLED_PRODUCT_MACS);
+                tract_linalg::multithread::Executor::multithread(options.threads)
+            }),
         })
     }
 
@@ -277,10 +284,6 @@ impl Runtime for TractRuntime {
         contain_panic("tract", || {
             self.run_carrying_unguarded(inputs, state, carry)
         })
-    }
-
-    fn use_threads(&mut self, on: bool) {
-        self.pooled = on;
     }
 
     fn note(&self) -> Option<String> {
@@ -406,13 +409,11 @@ impl TractRuntime {
     /// One run of the plan, its matrix products on the pool where there is one and the
     /// runs use it, else on the calling thread.
     fn run_plan(&self, values: TVec<TValue>) -> Result<TVec<TValue>> {
-        match (&self.pool, self.pooled) {
-            (Some(pool), true) => {
-                tract_linalg::multithread::multithread_tract_scope(pool.clone(), || {
-                    self.plan.run(values)
-                })
-            }
-            _ => self.plan.run(values),
+        match &self.pool {
+            Some(pool) => tract_linalg::multithread::multithread_tract_scope(pool.clone(), || {
+                self.plan.run(values)
+            }),
+            None => self.plan.run(values),
         }
         .map_err(failed)
     }

@@ -163,9 +163,10 @@ pub fn causal_configs() -> Vec<(&'static str, GmlpConfig)> {
 
 /// The static-state builds every decoding check runs on: opset 17 (`ScatterND`, both
 /// runtimes), the portable target (opset 13, Toeplitz W expanded, primitive LayerNorm),
-/// opset 24 (`TensorScatter`: ONNX Runtime only) and `--target onnxruntime` (opset 24 in
-/// ONNX Runtime's fused kernels: ONNX Runtime only) where its kernels express the model
-/// (it refuses the others: tests/suite/static_state.rs checks that).
+/// opset 24 (`TensorScatter`: ONNX Runtime only), `--target tract` (opset 17, the state read
+/// as written: both runtimes) and `--target onnxruntime` (opset 24 in ONNX Runtime's fused
+/// kernels: ONNX Runtime only) where its kernels express the model (it refuses the others:
+/// tests/suite/static_state.rs checks that).
 pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, Vec<RuntimeKind>)> {
     let mut portable = cfg.clone();
     portable.spatial = Target::Portable.spatial_for(portable.spatial);
@@ -188,6 +189,12 @@ pub fn targets(cfg: &GmlpConfig) -> Vec<(&'static str, GmlpConfig, BuildTarget, 
             cfg.clone(),
             BuildTarget::at_opset(24),
             vec![RuntimeKind::OrtCpu],
+        ),
+        (
+            "tract",
+            cfg.clone(),
+            BuildTarget::resolve(Target::Tract, None).unwrap(),
+            CPU_RUNTIMES.to_vec(),
         ),
     ];
     if fused_gap(cfg, SequenceMode::Static, onnxruntime.opset).is_none() {

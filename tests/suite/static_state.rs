@@ -650,6 +650,86 @@ mod with_onnxruntime {
         }
     }
 
+    /// `--target tract`, the default file's step with each state read as written (no copy
+    /// of every state every step), equals the default file on every causal checkpoint
+    /// fixture with a static state, the token shift's included: the same greedy tokens
+    /// (prompt a quarter of the fixture's ids, 8 new tokens, both sequences of the batch)
+    /// and the logits of every run within 1e-6 (normwise relative), in tract and in ONNX
+    /// Runtime; its file has no read of the written rows and declares `state_start:
+    /// zeroed`.
+    #[test]
+    fn tract_target_step_equals_the_default_file_on_every_causal_fixture() {
+        use gmlp_onnx::gmlp::interface::StateStart;
+        let dir = tempfile::tempdir().unwrap();
+        let normwise = |a: &Array2<f32>, b: &Array2<f32>| {
+            let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+            let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+            (d / n).sqrt()
+        };
+        let written_row_reads = |p: &std::path::Path| {
+            let model = read_model(p).unwrap();
+            let graph = model.graph.unwrap();
+            graph
+                .node
+                .iter()
+                .filter(|n| n.name().ends_with("_written_rows"))
+                .count()
+        };
+        for name in
+            LUCID_CAUSAL
+                .into_iter()
+                .chain(["gpt_tokens", "gpt_heads2_attn", "gpt_act_tanh"])
+        {
+            let fx = Fixture::open(name);
+            let prompts = quarter_prompts(&fx);
+            let plain = dir.path().join(format!("{name}.onnx"));
+            let tract = dir.path().join(format!("{name}-tract.onnx"));
+            fx.build("model.safetensors", &["--with-past", "static"], &plain);
+            fx.build(
+                "model.safetensors",
+                &["--with-past", "static", "--target", "tract"],
+                &tract,
+            );
+            let start = |p: &std::path::Path| DecodingModel::read(p).unwrap().info.state_start;
+            assert_eq!(start(&plain), StateStart::Any, "{name}");
+            assert_eq!(start(&tract), StateStart::Zeroed, "{name}");
+            assert!(
+                written_row_reads(&plain) > 0,
+                "{name}: the default file's guard"
+            );
+            assert_eq!(
+                written_row_reads(&tract),
+                0,
+                "{name}: a copy left in the tract file"
+            );
+            for kind in CPU_RUNTIMES {
+                let run = |path: &std::path::Path| {
+                    let decoder = Decoder::open(kind, path, &options(), prompts.len()).unwrap();
+                    greedy(decoder, &prompts, 8)
+                };
+                let (want, want_logits, _) = run(&plain);
+                let (tokens, logits, _) = run(&tract);
+                assert_eq!(
+                    tokens,
+                    want,
+                    "{name}: tract target vs default in {}",
+                    kind.name()
+                );
+                assert_eq!(logits.len(), want_logits.len());
+                let worst = logits
+                    .iter()
+                    .zip(&want_logits)
+                    .map(|(a, b)| normwise(a, b))
+                    .fold(0.0, f64::max);
+                eprintln!(
+                    "{name}: every run's logits, tract target vs default in {}: {worst:.2e}",
+                    kind.name()
+                );
+                assert!(worst <= 1e-6, "{name} {}: {worst:.2e}", kind.name());
+            }
+        }
+    }
+
     /// One greedy continuation of `prompt` [batch, T] by `steps` tokens, driving the file
     /// run by run with every `past_*` buffer starting as `fill` (NaN or 0) and each run's
     /// `present_*` fed back: the tokens and every run's last logits. Also checks that the
@@ -808,11 +888,12 @@ mod with_onnxruntime {
         }
     }
 
-    /// `--target ort-gpu`'s fused step reads the state as written, so its file declares
-    /// `state_start: zeroed` (the default file does not), its logits do turn non-finite
-    /// when a loop leaves NaN in the buffers (the contract is real), a loop that starts from
-    /// zeros (as every loop the project ships does) gets the default file's greedy tokens,
-    /// and genai, which does not zero its buffers on every device, refuses the file.
+    /// `--target ort-gpu`'s fused step and `--target tract`'s read the state as written, so
+    /// their files declare `state_start: zeroed` (the default file does not), their logits
+    /// do turn non-finite when a loop leaves NaN in the buffers (the contract is real), a
+    /// loop that starts from zeros (as every loop the project ships does) gets the default
+    /// file's greedy tokens, and genai, which does not zero its buffers on every device,
+    /// refuses the files.
     fn zeroed_state_is_a_real_contract(
         fx: &Fixture,
         plain: &std::path::Path,
@@ -830,18 +911,27 @@ mod with_onnxruntime {
         let start = |p: &std::path::Path| DecodingModel::read(p).unwrap().info.state_start;
         assert_eq!(start(plain), StateStart::Any);
         assert_eq!(start(&fused), StateStart::Zeroed);
-        let out = run_python(NAN_LOOP, &[&fused, std::path::Path::new(prompt_json)]);
-        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        eprintln!("ort-gpu in place: {r}");
-        assert_eq!(r["tokens"], plain_run["tokens"], "zeroed buffers");
-        assert_eq!(
-            r["finite"], false,
-            "NaN buffers left no mark on the fused step"
+        let tract = dir.join("tract.onnx");
+        fx.build(
+            "model.safetensors",
+            &["--with-past", "static", "--target", "tract"],
+            &tract,
         );
-        let folder = dir.join("genai");
-        let o = gmlp(&["genai", path_str(&fused), "--out", path_str(&folder)]);
-        assert_fails(&o, 2, &["must start zeroed", "--target onnxruntime"]);
-        assert!(!folder.exists(), "genai wrote a folder it refused");
+        assert_eq!(start(&tract), StateStart::Zeroed);
+        for (label, file) in [("ort-gpu", &fused), ("tract target", &tract)] {
+            let out = run_python(NAN_LOOP, &[file, std::path::Path::new(prompt_json)]);
+            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            eprintln!("{label} in place: {r}");
+            assert_eq!(r["tokens"], plain_run["tokens"], "{label}: zeroed buffers");
+            assert_eq!(
+                r["finite"], false,
+                "{label}: NaN buffers left no mark on a step that reads them as written"
+            );
+            let folder = dir.join(format!("genai-{}", label.replace(' ', "-")));
+            let o = gmlp(&["genai", path_str(file), "--out", path_str(&folder)]);
+            assert_fails(&o, 2, &["must start zeroed", "--target ort"]);
+            assert!(!folder.exists(), "genai wrote a folder it refused");
+        }
     }
 
     /// The in-place loop of docs/static-state.md run twice, every state buffer starting as

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind};
-use crate::gmlp::interface::{first_local_block, Interface, SequenceMode};
+use crate::gmlp::interface::{first_local_block, Interface, SequenceMode, StateStart};
 use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::onnx::builder::GraphBuilder;
@@ -129,6 +129,9 @@ pub(crate) struct Emitter {
     pub(crate) spelling: Spelling,
     /// What the graph offers beyond the file's interface.
     pub(crate) interface: Interface,
+    /// What a static state's buffers hold before a sequence's first run (the target's):
+    /// with [`StateStart::Zeroed`] the blocks read every row as it is.
+    pub(crate) state_start: StateStart,
     specs: HashMap<String, ParamSpec>,
     source: Arc<dyn WeightSource>,
     /// The shared Toeplitz index table `idx[i][j] = j − i + n − 1` (made on first use).
@@ -138,13 +141,14 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    /// A new emitter of `cfg` into `g` in `spelling` with `interface`, with parameter
-    /// values from `source`.
+    /// A new emitter of `cfg` into `g` in `spelling` with `interface`, for static-state
+    /// buffers that start as `state_start` says, with parameter values from `source`.
     pub(crate) fn new(
         g: GraphBuilder,
         cfg: &GmlpConfig,
         spelling: Spelling,
         interface: Interface,
+        state_start: StateStart,
         specs: Vec<ParamSpec>,
         source: Arc<dyn WeightSource>,
     ) -> Emitter {
@@ -153,6 +157,7 @@ impl Emitter {
             cfg: cfg.clone(),
             spelling,
             interface,
+            state_start,
             specs: specs.into_iter().map(|s| (s.name.clone(), s)).collect(),
             source,
             toeplitz_index: None,

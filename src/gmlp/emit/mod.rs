@@ -41,6 +41,7 @@ use crate::gmlp::genai::genai_layers;
 use crate::gmlp::interface::{
     mode_state, Interface, SequenceMode, NEXT_INPUT_IDS, NEXT_POSITION, TRITON_NEXT_POSITION,
 };
+use crate::gmlp::targets::BuildTarget;
 use crate::gmlp::weights::{param_specs, WeightSource};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::OpForms;
@@ -85,20 +86,25 @@ pub fn fused_kernels_apply(
 /// Emits the whole network for `cfg` at `opset`, with parameter values taken from
 /// `source` when the graph is written, with a fixed sequence length.
 pub fn build_graph(cfg: &GmlpConfig, source: Arc<dyn WeightSource>, opset: i64) -> Result<Graph> {
-    build_graph_in(cfg, source, opset, OpForms::default(), SequenceMode::Fixed)
+    build_graph_in(
+        cfg,
+        source,
+        &BuildTarget::at_opset(opset),
+        SequenceMode::Fixed,
+    )
 }
 
-/// [`build_graph`] with the operations spelled in `forms` (a `--target` profile's) and
-/// the sequence axis emitted as `mode` says (fixed, variable length, or variable length
-/// with the per-block state in and out).
+/// [`build_graph`] for a `--target` profile (its opset, the op forms it spells the
+/// operations in, what its static state's buffers start with) with the sequence axis
+/// emitted as `mode` says (fixed, variable length, or variable length with the per-block
+/// state in and out).
 pub fn build_graph_in(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
-    opset: i64,
-    forms: OpForms,
+    target: &BuildTarget,
     mode: SequenceMode,
 ) -> Result<Graph> {
-    build_graph_for(cfg, source, opset, forms, mode, Interface::File)
+    build_graph_for(cfg, source, target, mode, Interface::File)
 }
 
 /// [`build_graph_in`] with the interface `interface` offers (for [`Interface::BoundStep`]:
@@ -107,17 +113,25 @@ pub fn build_graph_in(
 pub fn build_graph_for(
     cfg: &GmlpConfig,
     source: Arc<dyn WeightSource>,
-    opset: i64,
-    forms: OpForms,
+    target: &BuildTarget,
     mode: SequenceMode,
     interface: Interface,
 ) -> Result<Graph> {
     cfg.validate()?;
     mode.check(cfg)?;
     interface.check(mode)?;
+    let (opset, forms) = (target.opset, target.forms);
     let builder = GraphBuilder::with_forms(opset, forms)?;
     let spelling = Spelling::of(cfg, mode, opset, forms)?;
-    let mut em = Emitter::new(builder, cfg, spelling, interface, param_specs(cfg), source);
+    let mut em = Emitter::new(
+        builder,
+        cfg,
+        spelling,
+        interface,
+        target.target.state_start(),
+        param_specs(cfg),
+        source,
+    );
     let (x, embedding, mut sequence) = em.embed(mode)?;
     let stacked = em.stack(x, &mut sequence)?;
     let out = em.output(stacked, embedding)?;

@@ -18,9 +18,9 @@ use std::collections::HashMap;
 
 use super::context::Emitter;
 use super::static_state::{StaticInputs, StaticState};
+use super::MASK_VALUE;
 use crate::error::{Error, Result};
 use crate::gmlp::config::GmlpConfig;
-use crate::gmlp::emit::block::TinyAttention;
 use crate::gmlp::emit::static_state::StaticStatePart;
 use crate::gmlp::interface::{
     block_state, first_local_block, static_local_mixing_refused, Interface, SequenceMode,
@@ -189,12 +189,30 @@ impl SequenceAxis {
         Ok(inputs)
     }
 
+    /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
+    /// shared by the blocks; [1, 1, n, n] in the fused spelling, `Attention`'s layout.
+    pub(crate) fn causal_mask(em: &mut Emitter) -> Result<Value> {
+        if let Some(v) = &em.causal_mask {
+            return Ok(v.clone());
+        }
+        let n = em.cfg.seq_len();
+        let mut mask = vec![0f32; n * n];
+        for i in 0..n {
+            mask[i * n + i + 1..(i + 1) * n].fill(MASK_VALUE);
+        }
+        let dims: &[usize] = if em.fused() { &[1, 1, n, n] } else { &[n, n] };
+        let v =
+            em.g.scoped("shared", |g| g.const_f32("causal_mask", dims, mask))?;
+        em.causal_mask = Some(v.clone());
+        Ok(v)
+    }
+
     /// The causal mask for the new rows, shared by the blocks: [n, n] for a fixed length,
     /// rows P..P+T−1 and columns 0..P+T−1 of it for a variable length or growing state,
     /// [batch, sequence, n] over the state's rows for the static form.
     pub(crate) fn causal_mask_rows(em: &mut Emitter, seq: &mut Sequence) -> Result<Value> {
         match seq {
-            Sequence::Fixed(_) => TinyAttention::causal_mask(em),
+            Sequence::Fixed(_) => SequenceAxis::causal_mask(em),
             Sequence::Variable(pos) | Sequence::Growing(pos, _) => SequenceAxis::mask_rows(em, pos),
             Sequence::Static(state) => StaticStatePart::mask(em, state),
         }
@@ -206,7 +224,7 @@ impl SequenceAxis {
         if let Some(v) = &pos.mask {
             return Ok(v.clone());
         }
-        let full = TinyAttention::causal_mask(em)?;
+        let full = SequenceAxis::causal_mask(em)?;
         let row_axis = full.shape.len() - 2;
         let v = em.g.scoped("shared", |g| {
             let rows = pos.rows_of(g, "causal_mask_rows", &full, row_axis)?;

@@ -278,10 +278,10 @@ pub fn check_decoding(info: Option<&DecodingInfo>) -> Result<&DecodingInfo> {
     match info.mode {
         SequenceMode::Static if info.state_start == StateStart::Zeroed => Err(refused_for_setting(
             Phrase::text(
-                "its state buffers must start zeroed, which genai does not do on every device (build it without ",
+                "its state buffers must start zeroed, which genai does not do on every device (build it with ",
             )
             .and(Setting::Target)
-            .then(" onnxruntime: the default target's step ignores whatever the buffers hold)"),
+            .then(" ort, the default: its step ignores whatever the buffers hold)"),
         )),
         SequenceMode::Static => Ok(info),
         SequenceMode::Fixed | SequenceMode::Variable => Err(refused_for_setting(

@@ -1,7 +1,7 @@
 //! aMLP's tiny attention (paper fig. 6): a single head of size a on the block's normalized
 //! input h, `attn(h) = softmax(q·kᵀ/√a [+ causal mask]) · v · W_o + b_o`, added to the
 //! gate. q, k and v are three MatMuls on column slices of W_qkv (no `Split`); causal models
-//! add [`MASK_VALUE`] above the diagonal before the softmax. In a with-past graph k and v
+//! add [`MASK_VALUE`](super::super::MASK_VALUE) above the diagonal before the softmax. In a with-past graph k and v
 //! are the block's `past_key.{i}` / `past_value.{i}` state followed by the new rows (in a
 //! static-state graph, the whole state with the new rows written, masked by position). A
 //! block with a window (g-mlp-gpt's `LocalAttention`) attends within its window and, as
@@ -12,7 +12,6 @@
 use super::super::context::Emitter;
 use super::super::sequence::Sequence;
 use super::super::static_state::Written;
-use super::super::MASK_VALUE;
 use crate::error::Result;
 use crate::gmlp::emit::block::LocalMixing;
 use crate::gmlp::emit::sequence::SequenceAxis;
@@ -23,24 +22,6 @@ use crate::onnx::graph::{Dim, ElemType, Value};
 pub(crate) struct TinyAttention;
 
 impl TinyAttention {
-    /// The additive causal mask [n, n] (0 on and below the diagonal, [`MASK_VALUE`] above),
-    /// shared by the blocks; [1, 1, n, n] in the fused spelling, `Attention`'s layout.
-    pub(crate) fn causal_mask(em: &mut Emitter) -> Result<Value> {
-        if let Some(v) = &em.causal_mask {
-            return Ok(v.clone());
-        }
-        let n = em.cfg.seq_len();
-        let mut mask = vec![0f32; n * n];
-        for i in 0..n {
-            mask[i * n + i + 1..(i + 1) * n].fill(MASK_VALUE);
-        }
-        let dims: &[usize] = if em.fused() { &[1, 1, n, n] } else { &[n, n] };
-        let v =
-            em.g.scoped("shared", |g| g.const_f32("causal_mask", dims, mask))?;
-        em.causal_mask = Some(v.clone());
-        Ok(v)
-    }
-
     /// The tiny attention of block `i` (prefix `p`, size `a`) on its normalized input `h`,
     /// over the sequence `seq`, as the gate's terms: projected here, or from `qkv` where
     /// the block's input projection joined them (the fused static step).

@@ -29,8 +29,8 @@ use super::context::{Emitter, Spelling};
 use super::MASK_VALUE;
 use crate::error::{Error, Result};
 use crate::gmlp::interface::{
-    first_local_block, mode_state, static_local_mixing_refused, Interface, SequenceMode, POSITION,
-    SEQUENCE,
+    first_local_block, mode_state, static_local_mixing_refused, Interface, SequenceMode,
+    StateStart, POSITION, SEQUENCE,
 };
 use crate::onnx::graph::{Dim, ElemType, Value};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
@@ -415,8 +415,9 @@ impl StaticStatePart {
     /// sequence's last written one reads as that last row (a `Gather` of rows), whatever
     /// the buffer holds there, so what it holds never reaches an output (those rows count
     /// with a weight of 0, and 0 times a NaN left there would still be NaN); with
-    /// `Written::Any` as it is (a reader that picks written rows only). The fused
-    /// spelling's state is read as it is either way (it starts zeroed).
+    /// `Written::Any` as it is (a reader that picks written rows only). A state whose
+    /// buffers start zeroed ([`StateStart::Zeroed`]: `--target tract` and the fused
+    /// spelling's) is read as it is either way.
     pub(crate) fn update(
         em: &mut Emitter,
         state: &mut StaticState,
@@ -461,11 +462,13 @@ impl StaticStatePart {
         read: Written,
         elem: ElemType,
     ) -> Result<Value> {
-        let read_value = match (&mut state.rows, read) {
-            (StaticRows::Float(r), Written::Only) => {
+        let read_value = match (&mut state.rows, read, em.state_start) {
+            (StaticRows::Float(r), Written::Only, StateStart::Any) => {
                 StaticStatePart::read_rows(em, r, kind, &present)?
             }
-            (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
+            (StaticRows::Float(_), Written::Any, _)
+            | (StaticRows::Float(_), _, StateStart::Zeroed)
+            | (StaticRows::Int(_), _, _) => present,
         };
         em.cast_to(&format!("{kind}_state_cast"), &read_value, elem)
     }
