@@ -129,6 +129,19 @@ def test_step_form_names_the_static_step_each_file_runs(files, tmp_path):
     assert [gens[p].generate(PROMPT, max_new_tokens=NEW) for p in gens] == [want, want]
 
 
+@pytest.mark.parametrize("runtime", ["ort-cpu", "tract"])
+def test_the_tract_target_generates_the_pytorch_greedy_loop(model, expected, tmp_path, runtime):
+    # target="tract": the static step reads each state as written (buffers start zeroed),
+    # token shift included; the same picks as PyTorch's loop, one prompt and a batch.
+    path = tmp_path / "tract.onnx"
+    r = gmlp_onnx.export(model, path, with_past="static", target="tract")
+    assert r.target == "tract"
+    assert gmlp_onnx.inspect(path)["decoding"]["state_start"] == "zeroed"
+    gen = gmlp_onnx.Generator(path, runtime=runtime)
+    assert gen.generate(PROMPT, max_new_tokens=NEW) == expected[tuple(PROMPT)]
+    assert gen.generate(BATCH, max_new_tokens=NEW) == [expected[tuple(p)] for p in BATCH]
+
+
 def test_prompts_that_are_not_token_ids_are_refused(files):
     gen = gmlp_onnx.Generator(files["static"])
     for bad in ("hello", [], [1, [2]]):
