@@ -583,6 +583,13 @@ mod with_onnxruntime {
             .collect()
     }
 
+    /// ‖a − b‖ / ‖b‖ over every value (b the reference), in f64.
+    fn normwise(a: &Array2<f32>, b: &Array2<f32>) -> f64 {
+        let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+        (d / n).sqrt()
+    }
+
     /// `--target ort-gpu`'s fused step equals the default file on every causal checkpoint
     /// fixture that has a static state (g-mlp-pytorch's gMLP, aMLP and token-shift aMLP;
     /// g-mlp-gpt's one- and two-head, attention and gate-activation models; gmlp-tinygrad's
@@ -593,11 +600,6 @@ mod with_onnxruntime {
     #[test]
     fn ort_gpu_step_equals_the_default_file_on_every_causal_fixture() {
         let dir = tempfile::tempdir().unwrap();
-        let normwise = |a: &Array2<f32>, b: &Array2<f32>| {
-            let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-            let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-            (d / n).sqrt()
-        };
         for name in LUCID_CAUSAL.into_iter().chain([
             "gpt_tokens",
             "gpt_heads2_attn",
@@ -661,11 +663,6 @@ mod with_onnxruntime {
     fn tract_target_step_equals_the_default_file_on_every_causal_fixture() {
         use gmlp_onnx::gmlp::interface::StateStart;
         let dir = tempfile::tempdir().unwrap();
-        let normwise = |a: &Array2<f32>, b: &Array2<f32>| {
-            let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-            let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-            (d / n).sqrt()
-        };
         let written_row_reads = |p: &std::path::Path| {
             let model = read_model(p).unwrap();
             let graph = model.graph.unwrap();
