@@ -14,10 +14,10 @@
 //!
 //! ```text
 //! message:
-//! tensor:
 //! rng:
 //! spelling:
 //! error: message
+//! tensor: error
 //! fs: error
 //! archive: error
 //! npz: archive, error, fs, tensor

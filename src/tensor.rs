@@ -1,7 +1,11 @@
 //! Tensors as they go in and out of runtimes, NumPy files and checkpoints: an n-dimensional
 //! array of one of the element types the tool exchanges (f32, f64, i32, i64), with a name.
 
+use std::borrow::Cow;
+
 use ndarray::ArrayD;
+
+use crate::error::Result;
 
 /// `with_array!(value, a => expr)`: `expr` evaluated with `a` bound to the array inside a
 /// [`TensorValue`] (or a reference to one), whatever its element type, for the code that
@@ -72,6 +76,47 @@ pub fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         transpose_block(block, r0, rows, cols, &mut out);
     }
     out
+}
+
+/// Where a producer of f32 values hands them: consecutive runs, in order, each a borrowed
+/// slice (copied out in pieces the writer keeps in cache) or an owned vector (moved as it
+/// is). A refusal from the sink stops the producer.
+pub type F32Sink<'s> = dyn FnMut(Cow<'_, [f32]>) -> Result<()> + 's;
+
+/// Floats in a run a producer hands on at once (512 KB; a strip of
+/// [`transpose_in_strips`] is about as large): small enough to stay in cache until the
+/// writer has copied it into the file.
+pub const RUN: usize = 1 << 17;
+
+/// The transpose (`cols × rows`, row-major) of a `rows × cols` row-major matrix whose row
+/// parts `read(r, c0..c1, out)` writes into `out`, handed to `sink` a strip of output rows
+/// at a time (about [`RUN`] floats): each strip built in cache from 16-row blocks, so the
+/// transpose never goes through a full-size buffer (no fresh pages, one pass over memory).
+pub fn transpose_in_strips(
+    rows: usize,
+    cols: usize,
+    mut read: impl FnMut(usize, std::ops::Range<usize>, &mut [f32]),
+    sink: &mut F32Sink<'_>,
+) -> Result<()> {
+    // Output rows per strip: a multiple of 16 (a 64-byte line of each input row).
+    let width = (RUN / rows.max(1) / TRANSPOSE_ROWS * TRANSPOSE_ROWS).max(TRANSPOSE_ROWS);
+    let mut strip = vec![0f32; width.min(cols) * rows];
+    let mut block = vec![0f32; TRANSPOSE_ROWS * width.min(cols)];
+    for c0 in (0..cols).step_by(width) {
+        let c1 = (c0 + width).min(cols);
+        let w = c1 - c0;
+        let strip = &mut strip[..w * rows];
+        for r0 in (0..rows).step_by(TRANSPOSE_ROWS) {
+            let r1 = (r0 + TRANSPOSE_ROWS).min(rows);
+            let block = &mut block[..(r1 - r0) * w];
+            for (i, part) in block.chunks_exact_mut(w).enumerate() {
+                read(r0 + i, c0..c1, part);
+            }
+            transpose_block(block, r0, rows, w, strip);
+        }
+        sink(Cow::Borrowed(strip))?;
+    }
+    Ok(())
 }
 
 /// Rows of the input a transpose reads at once: 16 f32 make one 64-byte line of each
@@ -193,10 +238,10 @@ pub struct NamedTensor {
 
 #[cfg(test)]
 mod transpose_tests {
-    use super::{first_not_finite, transpose, transpose_with};
+    use super::{first_not_finite, transpose, transpose_in_strips, transpose_with};
 
     /// Tiled as it is, the transpose is the element-by-element one, at sizes on and off the
-    /// tile (1, 31, 32, 33, 70).
+    /// tile (1, 31, 32, 33, 70) and across strips (9000 × 40).
     #[test]
     fn the_tiled_transpose_is_the_plain_one() {
         for (rows, cols) in [
@@ -207,6 +252,8 @@ mod transpose_tests {
             (32, 32),
             (33, 70),
             (70, 33),
+            // Several strips of 16 output rows, the last one short.
+            (9000, 40),
         ] {
             let values: Vec<f32> = (0..rows * cols).map(|k| k as f32 * 0.5 - 7.0).collect();
             let mut plain = vec![0f32; rows * cols];
@@ -220,6 +267,18 @@ mod transpose_tests {
                 block.copy_from_slice(&values[at.start * cols..at.end * cols])
             });
             assert_eq!(filled, plain, "{rows} x {cols}, filled by blocks");
+            let mut strips = Vec::new();
+            transpose_in_strips(
+                rows,
+                cols,
+                |r, at, part| part.copy_from_slice(&values[r * cols + at.start..r * cols + at.end]),
+                &mut |run| {
+                    strips.extend_from_slice(&run);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(strips, plain, "{rows} x {cols}, in strips");
         }
     }
 

@@ -4,6 +4,7 @@
 //! or tensors in memory the caller holds (a live PyTorch module's parameters, read where
 //! they are, strided: [`MemoryTensor`]).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,9 @@ use memmap2::Mmap;
 
 use crate::checkpoint::pytorch;
 use crate::error::{one_line, CheckpointError, Error, Result};
-use crate::tensor::{NamedTensor, TensorValue};
+use crate::tensor::{
+    first_not_finite, transpose_in_strips, F32Sink, NamedTensor, TensorValue, RUN,
+};
 
 /// Element types read from checkpoints (all converted to f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -540,28 +543,7 @@ impl Checkpoint {
                 "{key}: rows {start}..{end} of a [{rows}, {cols}] weight"
             )));
         }
-        let direct = match &self.storage {
-            Storage::Mapped {
-                map,
-                data_start,
-                entries,
-            } => entries.get(key).and_then(|entry| {
-                let dtype = StoredType::of_safetensors(entry.dtype)?;
-                let bytes = &map[data_start + entry.start..data_start + entry.end];
-                (bytes.len() == rows * cols * dtype.size()).then_some((dtype, bytes))
-            }),
-            Storage::Memory(tensors) => tensors.get(key).and_then(|tensor| {
-                let MemoryType::Float(dtype) = tensor.dtype else {
-                    return None;
-                };
-                let count = tensor.count_within(dtype.size())?;
-                let bytes = tensor.data.bytes();
-                tensor
-                    .row_major()
-                    .then_some((dtype, &bytes[..count * dtype.size()]))
-            }),
-            Storage::Loaded(_) => None,
-        };
+        let direct = self.in_place(key);
         let Some((dtype, bytes)) = direct else {
             let all = self.f32(key)?;
             let part = &all[start * cols..end * cols];
@@ -574,6 +556,119 @@ impl Checkpoint {
             self.f32(key)?;
         }
         Ok(values)
+    }
+}
+
+impl Checkpoint {
+    /// The stored type and bytes of `key` where its elements lie in place in row-major
+    /// order (a safetensors tensor of a read type, a row-major float tensor in memory),
+    /// exactly as many bytes as its shape needs; `None` for the others.
+    fn in_place(&self, key: &str) -> Option<(StoredType, &[u8])> {
+        match &self.storage {
+            Storage::Mapped {
+                map,
+                data_start,
+                entries,
+            } => entries.get(key).and_then(|entry| {
+                let dtype = StoredType::of_safetensors(entry.dtype)?;
+                let bytes = &map[data_start + entry.start..data_start + entry.end];
+                let count: usize = entry.shape.iter().product();
+                (bytes.len() == count * dtype.size()).then_some((dtype, bytes))
+            }),
+            Storage::Memory(tensors) => tensors.get(key).and_then(|tensor| {
+                let MemoryType::Float(dtype) = tensor.dtype else {
+                    return None;
+                };
+                let count = tensor.count_within(dtype.size())?;
+                let bytes = tensor.data.bytes();
+                tensor
+                    .row_major()
+                    .then(|| (dtype, &bytes[..count * dtype.size()]))
+            }),
+            Storage::Loaded(_) => None,
+        }
+    }
+
+    /// The refusal of `key` once a value of it was found not finite: [`Checkpoint::f32`]'s,
+    /// which names the first such value in the stored order.
+    fn not_finite(&self, key: &str) -> Error {
+        match self.f32(key) {
+            Err(e) => e,
+            Ok(_) => Error::Internal(format!(
+                "{key}: a value was read as not finite, then as finite"
+            )),
+        }
+    }
+
+    /// `key`'s values as f32, row-major, handed to `sink` a run at a time
+    /// ([`crate::tensor::RUN`]): read in place where they lie (aligned f32 lent as it is,
+    /// other types decoded a run at a time), else as [`Checkpoint::f32`] reads them; refuses
+    /// what `f32` refuses.
+    pub fn stream_f32(&self, key: &str, sink: &mut F32Sink<'_>) -> Result<()> {
+        let Some((dtype, bytes)) = self.in_place(key) else {
+            return sink(Cow::Owned(self.f32(key)?));
+        };
+        let checked = |run: &[f32]| match first_not_finite(run) {
+            Some(_) => Err(self.not_finite(key)),
+            None => Ok(()),
+        };
+        if dtype == StoredType::F32 && cfg!(target_endian = "little") {
+            if let Ok(values) = bytemuck::try_cast_slice::<u8, f32>(bytes) {
+                for run in values.chunks(RUN) {
+                    checked(run)?;
+                    sink(Cow::Borrowed(run))?;
+                }
+                return Ok(());
+            }
+        }
+        let size = dtype.size();
+        let mut buf = vec![0f32; RUN.min(bytes.len() / size)];
+        for part in bytes.chunks(RUN * size) {
+            let run = &mut buf[..part.len() / size];
+            dtype.decode_into(part, run);
+            checked(run)?;
+            sink(Cow::Borrowed(run))?;
+        }
+        Ok(())
+    }
+
+    /// [`Checkpoint::f32_transposed_rows`] handed to `sink` a strip at a time
+    /// ([`crate::tensor::transpose_in_strips`]): read in place where the tensor lies in
+    /// row-major order, never through a buffer of the whole; refuses what
+    /// `f32_transposed_rows` refuses.
+    pub fn stream_transposed_rows(
+        &self,
+        key: &str,
+        (start, end): (usize, usize),
+        sink: &mut F32Sink<'_>,
+    ) -> Result<()> {
+        let (dtype, bytes, cols) = match (self.shape(key), self.in_place(key)) {
+            (Some(&[rows, cols]), Some((dtype, bytes))) if start <= end && end <= rows => {
+                (dtype, bytes, cols)
+            }
+            // Refusals and tensors read otherwise are `f32_transposed_rows`' own.
+            _ => return sink(Cow::Owned(self.f32_transposed_rows(key, start, end)?)),
+        };
+        let size = dtype.size();
+        let row = cols * size;
+        let bytes = &bytes[start * row..end * row];
+        let mut checked = |run: Cow<'_, [f32]>| match first_not_finite(&run) {
+            Some(_) => Err(self.not_finite(key)),
+            None => sink(run),
+        };
+        let rows = end - start;
+        if dtype == StoredType::F32 && cfg!(target_endian = "little") {
+            if let Ok(values) = bytemuck::try_cast_slice::<u8, f32>(bytes) {
+                let read = |r: usize, at: std::ops::Range<usize>, part: &mut [f32]| {
+                    part.copy_from_slice(&values[r * cols + at.start..r * cols + at.end])
+                };
+                return transpose_in_strips(rows, cols, read, &mut checked);
+            }
+        }
+        let read = |r: usize, at: std::ops::Range<usize>, part: &mut [f32]| {
+            dtype.decode_into(&bytes[r * row + at.start * size..], part)
+        };
+        transpose_in_strips(rows, cols, read, &mut checked)
     }
 }
 
@@ -777,6 +872,66 @@ mod memory_tests {
             matches!(e, Error::Checkpoint(CheckpointError::ElementType(_))),
             "{e:?}"
         );
+    }
+
+    /// Streamed, every memory tensor gives the values `f32` gives (and a 2-D one those of
+    /// `f32_transposed_rows`): row-major ones read in place, a broadcast one (stride 0 over
+    /// one element) and a transposed view read as they are.
+    #[test]
+    fn streamed_memory_tensors_give_what_they_give_whole() {
+        let buffer: Vec<f32> = (0..6).map(|k| k as f32 - 2.5).collect();
+        let halves: Vec<u8> = buffer
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let f32_tensor = |shape: &[usize], strides: &[usize], values: &[f32]| {
+            tensor(
+                MemoryType::Float(StoredType::F32),
+                shape,
+                strides,
+                f32_bytes(values),
+            )
+        };
+        let checkpoint = Checkpoint::from_memory(
+            "module m.M",
+            vec![
+                ("rows".into(), f32_tensor(&[3, 2], &[2, 1], &buffer)),
+                ("view".into(), f32_tensor(&[2, 3], &[1, 2], &buffer)),
+                ("broadcast".into(), f32_tensor(&[4], &[0], &[0.75])),
+                (
+                    "halves".into(),
+                    tensor(
+                        MemoryType::Float(StoredType::BF16),
+                        &[2, 3],
+                        &[3, 1],
+                        halves,
+                    ),
+                ),
+            ],
+        )
+        .unwrap();
+        let collect = |stream: &dyn Fn(&mut F32Sink<'_>) -> Result<()>| {
+            let mut all = Vec::new();
+            stream(&mut |run| {
+                all.extend_from_slice(&run);
+                Ok(())
+            })
+            .unwrap();
+            all
+        };
+        for key in ["rows", "view", "broadcast", "halves"] {
+            let streamed = collect(&|sink| checkpoint.stream_f32(key, sink));
+            assert_eq!(streamed, checkpoint.f32(key).unwrap(), "{key}");
+        }
+        for key in ["rows", "view", "halves"] {
+            let rows = checkpoint.shape(key).unwrap()[0];
+            for (start, end) in [(0, rows), (1, rows)] {
+                let streamed =
+                    collect(&|sink| checkpoint.stream_transposed_rows(key, (start, end), sink));
+                let whole = checkpoint.f32_transposed_rows(key, start, end).unwrap();
+                assert_eq!(streamed, whole, "{key} rows {start}..{end}");
+            }
+        }
     }
 
     /// Shapes and strides that reach past the bytes, or of another rank, are refused as a

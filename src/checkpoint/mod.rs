@@ -37,6 +37,7 @@ mod stored_spatial;
 mod timm;
 mod tinygrad;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -50,6 +51,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};
 use crate::gmlp::weights::{ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
+use crate::tensor::F32Sink;
 
 /// What the weights do not say, from the command line.
 #[derive(Clone, Debug)]
@@ -246,5 +248,47 @@ impl WeightSource for ImportedWeights {
                 end,
             )),
         }
+    }
+
+    fn stream(&self, spec: &ParamSpec, sink: &mut F32Sink<'_>) -> Result<()> {
+        let ck = &self.checkpoint;
+        match self.rules.get(&spec.name) {
+            Some(Rule::Same(key)) if self.stored_len(key) == Some(spec.len()) => {
+                ck.stream_f32(key, sink)
+            }
+            Some(Rule::Transposed(key)) if self.transposed_fits(key, spec) => {
+                let rows = spec.shape[1];
+                ck.stream_transposed_rows(key, (0, rows), sink)
+            }
+            // Spatial layouts, and counts `values` refuses with its own message.
+            _ => sink(Cow::Owned(self.values(spec)?)),
+        }
+    }
+
+    fn stream_columns(
+        &self,
+        spec: &ParamSpec,
+        start: usize,
+        end: usize,
+        sink: &mut F32Sink<'_>,
+    ) -> Result<()> {
+        match self.rules.get(&spec.name) {
+            Some(Rule::Transposed(key)) if self.transposed_fits(key, spec) => self
+                .checkpoint
+                .stream_transposed_rows(key, (start, end), sink),
+            _ => sink(Cow::Owned(self.columns(spec, start, end)?)),
+        }
+    }
+}
+
+impl ImportedWeights {
+    /// The element count of the checkpoint tensor `key`, by its shape.
+    fn stored_len(&self, key: &str) -> Option<usize> {
+        self.checkpoint.shape(key).map(|s| s.iter().product())
+    }
+
+    /// Whether the checkpoint tensor `key` is `[rows, cols]` where `spec` is `[cols, rows]`.
+    fn transposed_fits(&self, key: &str, spec: &ParamSpec) -> bool {
+        matches!(self.checkpoint.shape(key), Some(&[rows, cols]) if spec.shape == [cols, rows])
     }
 }

@@ -20,8 +20,11 @@
 //! | `norm.{weight,bias}` | `[d]` | final LN (RMSNorm: `weight` only, as every norm) |
 //! | `head.weight`, `head.bias` | `[d, classes or vocab]`, `[classes or vocab]` | classifier / output projection (no `head.weight` when tied to the embedding) |
 
+use std::borrow::Cow;
+
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, StackKind, Task};
+use crate::tensor::F32Sink;
 
 /// What a parameter is, which decides its initialization.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -245,6 +248,25 @@ pub trait WeightSource: Send + Sync {
             start,
             end,
         ))
+    }
+
+    /// The values of `spec` handed to `sink` in order: this default hands
+    /// [`WeightSource::values`] whole; a checkpoint hands its stored bytes a run at a
+    /// time, transposed in strips where the graph's layout is the transpose of its own.
+    fn stream(&self, spec: &ParamSpec, sink: &mut F32Sink<'_>) -> Result<()> {
+        sink(Cow::Owned(self.values(spec)?))
+    }
+
+    /// [`WeightSource::columns`] handed to `sink` in order, as [`WeightSource::stream`]
+    /// hands all of them.
+    fn stream_columns(
+        &self,
+        spec: &ParamSpec,
+        start: usize,
+        end: usize,
+        sink: &mut F32Sink<'_>,
+    ) -> Result<()> {
+        sink(Cow::Owned(self.columns(spec, start, end)?))
     }
 }
 

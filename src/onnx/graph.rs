@@ -2,6 +2,7 @@
 //! may be produced lazily at write time, and constants. Built by the graph builder
 //! (`builder.rs`), written by the writer (`writer/`).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -103,17 +104,30 @@ pub struct Value {
     pub shape: Vec<Dim>,
 }
 
-/// Produces the f32 contents of an initializer when the model is written.
-pub type F32Producer = Arc<dyn Fn() -> Result<Vec<f32>> + Send + Sync>;
+pub use crate::tensor::F32Sink;
+
+/// Produces the f32 contents of an initializer when the model is written: calls the sink
+/// with its values in order, all of them at once or a run at a time.
+pub type F32Stream = Arc<dyn Fn(&mut F32Sink<'_>) -> Result<()> + Send + Sync>;
 
 /// The contents of an initializer.
 #[derive(Clone)]
 pub enum TensorData {
     /// f32 values already in memory.
     F32(Vec<f32>),
-    /// f32 values produced at write time, one tensor at a time, so that a model never
-    /// needs all of its weights in memory at once.
-    LazyF32(F32Producer),
+    /// f32 values produced at write time, one tensor (or one run of a tensor) at a time,
+    /// so that a model never needs all of its weights in memory at once.
+    LazyF32(F32Stream),
+}
+
+impl TensorData {
+    /// Values produced whole at write time by `produce` (a transform of a whole tensor:
+    /// a quantization, a join).
+    pub fn produced(produce: impl Fn() -> Result<Vec<f32>> + Send + Sync + 'static) -> Self {
+        TensorData::LazyF32(Arc::new(move |sink: &mut F32Sink<'_>| {
+            sink(Cow::Owned(produce()?))
+        }))
+    }
 }
 
 impl fmt::Debug for TensorData {

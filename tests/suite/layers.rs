@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 /// (`runtime` and `checkpoint` over `gmlp`; `serve` and `validate` over `generation`).
 const USES: &[(&str, &[&str])] = &[
     ("message", &[]),
-    ("tensor", &[]),
     ("rng", &[]),
     ("spelling", &[]),
     ("error", &["message"]),
+    ("tensor", &["error"]),
     ("fs", &["error"]),
     ("archive", &["error"]),
     ("npz", &["archive", "error", "fs", "tensor"]),

@@ -14,7 +14,7 @@ use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::{Fusions, OpForms};
-use crate::onnx::graph::{ElemType, TensorData, Value};
+use crate::onnx::graph::{ElemType, F32Sink, TensorData, Value};
 use crate::onnx::ops::{ATTENTION_OPSET, TENSOR_SCATTER_OPSET};
 
 /// The op spelling of the one block recipe (block/mod.rs): which nodes each part writes for
@@ -249,17 +249,34 @@ impl Emitter {
             }
             join(values)
         };
-        self.g.weight_as(
-            init_name,
-            dims,
-            elem,
-            TensorData::LazyF32(Arc::new(produce)),
-        )
+        self.g
+            .weight_as(init_name, dims, elem, TensorData::produced(produce))
+    }
+
+    /// An initializer named `init_name` holding the parameter `param` as it is (checked
+    /// finite), with dimensions `dims` (its element count), streamed from the source when the
+    /// file is written ([`WeightSource::stream`]: a checkpoint's bytes a run at a time),
+    /// stored as `elem`.
+    pub(crate) fn stored_param(
+        &mut self,
+        init_name: &str,
+        param: &str,
+        dims: &[usize],
+        elem: ElemType,
+    ) -> Result<Value> {
+        let spec = self.spec(param)?;
+        let source = self.source.clone();
+        let stream = move |sink: &mut F32Sink<'_>| {
+            let mut checked = finite_runs(&spec, sink);
+            source.stream(&spec, &mut checked)
+        };
+        self.g
+            .weight_as(init_name, dims, elem, TensorData::LazyF32(Arc::new(stream)))
     }
 
     /// An initializer named `init_name`: columns `[start, end)` of the 2-D parameter
-    /// `param` (checked finite), read from the source when the file is written
-    /// ([`WeightSource::columns`]: a checkpoint reads only those), stored as `elem`.
+    /// `param` (checked finite), streamed from the source when the file is written
+    /// ([`WeightSource::stream_columns`]: a checkpoint reads only those), stored as `elem`.
     pub(crate) fn column_param(
         &mut self,
         init_name: &str,
@@ -269,28 +286,33 @@ impl Emitter {
     ) -> Result<Value> {
         let spec = self.spec(param)?;
         let dims = [spec.shape[0], end - start];
+        let part = ParamSpec {
+            shape: dims.to_vec(),
+            ..spec.clone()
+        };
         let source = self.source.clone();
-        let produce = move || {
-            let v = source.columns(&spec, start, end)?;
-            let part = ParamSpec {
-                shape: vec![spec.shape[0], end - start],
-                ..spec.clone()
-            };
-            check_values(&part, &v)?;
-            Ok(v)
+        let stream = move |sink: &mut F32Sink<'_>| {
+            let mut checked = finite_runs(&part, sink);
+            source.stream_columns(&spec, start, end, &mut checked)
         };
         self.g.weight_as(
             init_name,
             &dims,
             elem,
-            TensorData::LazyF32(Arc::new(produce)),
+            TensorData::LazyF32(Arc::new(stream)),
         )
     }
 
     /// A parameter stored as is, in the model's storage type.
     pub(crate) fn param(&mut self, name: &str) -> Result<Value> {
         let dims = self.spec(name)?.shape;
-        self.lazy_param(name, &dims, |v| v)
+        self.reshaped_param(name, &dims)
+    }
+
+    /// A parameter stored as is with dimensions `dims` (its element count), in the model's
+    /// storage type.
+    pub(crate) fn reshaped_param(&mut self, name: &str, dims: &[usize]) -> Result<Value> {
+        self.stored_param(name, name, dims, self.cfg.dtype.elem())
     }
 
     /// Casts `x` to `to` if it is of another type.
@@ -312,5 +334,35 @@ impl Emitter {
         let out = f(self);
         self.g.pop_scope();
         out
+    }
+}
+
+/// `sink` behind a check of each run of `spec`'s values as [`check_values`] checks the
+/// whole: finite (the refusal names the parameter and the value's flat index) and no more
+/// of them than `spec` has (the writer checks that none are missing).
+fn finite_runs<'a, 's: 'a>(
+    spec: &'a ParamSpec,
+    sink: &'a mut F32Sink<'s>,
+) -> impl FnMut(std::borrow::Cow<'_, [f32]>) -> Result<()> + use<'a, 's> {
+    let mut seen = 0usize;
+    move |run| {
+        if let Some(k) = crate::tensor::first_not_finite(&run) {
+            return Err(Error::NotFinite(format!(
+                "{}: value {} at flat index {} is not finite",
+                spec.name,
+                run[k],
+                seen + k
+            )));
+        }
+        seen += run.len();
+        if seen > spec.len() {
+            return Err(Error::BadTensor(format!(
+                "{}: expected {} values for shape {:?}, got more",
+                spec.name,
+                spec.len(),
+                spec.shape
+            )));
+        }
+        sink(run)
     }
 }

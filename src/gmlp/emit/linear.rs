@@ -204,7 +204,7 @@ impl Emitter {
                 let name = format!("{weight}{suffix}");
                 let w = match cols {
                     Some(range) => self.column_param(&name, weight, range, elem)?,
-                    None => self.derived_param(&name, weight, &[rows, width], elem, slice)?,
+                    None => self.stored_param(&name, weight, &[rows, width], elem)?,
                 };
                 self.g.matmul(local, x, &w)?
             }

@@ -24,7 +24,7 @@ fn sample() -> (Graph, ModelInfo) {
             TensorData::F32((0..90_000).map(|k| k as f32).collect()),
         )
         .unwrap();
-    let lazy = TensorData::LazyF32(std::sync::Arc::new(|| Ok(vec![0.5; 300])));
+    let lazy = TensorData::produced(|| Ok(vec![0.5; 300]));
     let b = g.weight_as("b", &[300], ElemType::F16, lazy).unwrap();
     let y = g.matmul("mm", &x, &w).unwrap();
     let y = g.cast("to16", &y, ElemType::F16).unwrap();
@@ -113,9 +113,52 @@ fn external_layout_aligns_tensors_and_keeps_lengths_exact() {
 #[test]
 fn a_tensor_producing_the_wrong_count_is_refused() {
     let mut g = GraphBuilder::new(17).unwrap();
-    let bad = TensorData::LazyF32(std::sync::Arc::new(|| Ok(vec![1.0; 3])));
+    let bad = TensorData::produced(|| Ok(vec![1.0; 3]));
     let w = g.weight("w", &[4], bad).unwrap();
     let y = g.add("y", &w, &w).unwrap();
     let err = encode_model_to_vec(&g.finish("g", vec![y]), &ModelInfo::default()).unwrap_err();
     assert!(matches!(err, Error::BadTensor(_)), "{err:?}");
+}
+
+/// A write that fails while the producer is more than its runs ahead stops the producer
+/// (it waits for room no longer): the error comes back instead of a hang.
+#[test]
+fn a_failing_write_stops_a_producer_waiting_for_room() {
+    /// Takes the headers, then fails: the disk is full at the first run of values.
+    struct Fails(usize);
+    impl std::io::Write for Fails {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.0 + bytes.len() > 4096 {
+                // Late enough that the producer is as far ahead as it may be.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let len = 40 * crate::tensor::RUN; // more than the producer may be ahead
+    let values = std::sync::Arc::new(vec![0.25f32; len]);
+    let stream = TensorData::LazyF32(std::sync::Arc::new(
+        move |sink: &mut crate::tensor::F32Sink<'_>| {
+            sink(std::borrow::Cow::Borrowed(values.as_slice()))
+        },
+    ));
+    let mut g = GraphBuilder::new(17).unwrap();
+    let w = g.weight("w", &[len], stream).unwrap();
+    let y = g.add("y", &w, &w).unwrap();
+    let graph = g.finish("g", vec![y]);
+    let err = encode_model(
+        &graph,
+        &ModelInfo::default(),
+        &DataLayout::Inline,
+        &mut Fails(0),
+        None,
+        |_, _| {},
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
 }

@@ -158,7 +158,7 @@ impl ChannelProjections {
         }
         let y = em.dense("proj_out", gated, &w, None, None, form)?;
         let dims = em.spec(&b)?.shape;
-        let bias = em.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let bias = em.stored_param(&b, &b, &dims, ElemType::F32)?;
         Ok(Branch {
             y,
             bias: Some(bias),

@@ -46,8 +46,8 @@ impl BlockNorm {
     ) -> Result<(Value, Value)> {
         let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
         let dims = em.spec(&w)?.shape;
-        let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
-        let shift = em.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let scale = em.stored_param(&w, &w, &dims, ElemType::F32)?;
+        let shift = em.stored_param(&b, &b, &dims, ElemType::F32)?;
         let eps = em.cfg.norm_eps;
         em.g.skip_layer_norm(
             local,
@@ -74,7 +74,7 @@ impl BlockNorm {
             NormKind::RmsNorm => {
                 let w = format!("{prefix}.weight");
                 let dims = em.spec(&w)?.shape;
-                let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
+                let scale = em.stored_param(&w, &w, &dims, ElemType::F32)?;
                 let x32 = em.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
                 let y = em.g.rms_norm(local, &x32, &scale, eps)?;
                 em.cast_to(&format!("{local}_to_f16"), &y, x.elem)
@@ -93,8 +93,8 @@ impl BlockNorm {
     ) -> Result<Value> {
         let (w, b) = (format!("{prefix}.weight"), format!("{prefix}.bias"));
         let dims = em.spec(&w)?.shape;
-        let scale = em.lazy_param_as(&w, &dims, ElemType::F32, |v| v)?;
-        let shift = em.lazy_param_as(&b, &dims, ElemType::F32, |v| v)?;
+        let scale = em.stored_param(&w, &w, &dims, ElemType::F32)?;
+        let shift = em.stored_param(&b, &b, &dims, ElemType::F32)?;
         let x32 = em.cast_to(&format!("{local}_to_f32"), x, ElemType::F32)?;
         let y = em.g.layer_norm(local, &x32, &scale, &shift, eps)?;
         em.cast_to(&format!("{local}_to_f16"), &y, x.elem)

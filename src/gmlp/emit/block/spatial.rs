@@ -38,7 +38,7 @@ impl SpatialProjection {
             return Ok(None);
         }
         let dims = SpatialProjection::head_dims(em, &[em.cfg.seq_len(), 1]);
-        em.lazy_param(name, &dims, |v| v).map(Some)
+        em.reshaped_param(name, &dims).map(Some)
     }
 
     /// The Toeplitz vector w [2n−1] (or [h, 2n−1]) of the gather form, causal part only
@@ -304,7 +304,7 @@ impl SpatialProjection {
             dims
         };
         let w_dims = flat(&em.spec(&name)?.shape);
-        let w = em.lazy_param(&name, &w_dims, |v| v)?;
+        let w = em.reshaped_param(&name, &w_dims)?;
         let axis = w_dims.len() - 1;
         let gathered =
             em.g.gather("spatial_weight_gather", &w, &maps.weight_index, axis)?;
@@ -313,7 +313,7 @@ impl SpatialProjection {
         let b = if em.cfg.block.spatial_bias {
             let b_name = format!("{p}.sgu.spatial.bias");
             let b_dims = flat(&em.spec(&b_name)?.shape);
-            let b = em.lazy_param(&b_name, &b_dims, |v| v)?;
+            let b = em.reshaped_param(&b_name, &b_dims)?;
             let axis = b_dims.len() - 1;
             let picked =
                 em.g.gather("spatial_bias_gather", &b, &maps.bias_index, axis)?;
