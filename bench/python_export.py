@@ -3,7 +3,7 @@
 a gmlp_onnx.Generator step beside the command's (`gmlp-onnx generate`).
 
 Every measurement runs in a fresh subprocess (so its peak RSS is its own: VmHWM at the end,
-and the RSS once the module is built, before the export starts), the kinds alternating
+reset once the module is built, against the RSS then, before the export starts), the kinds alternating
 within each round (A B C D A B C D ...) so that the load of a shared machine hits them
 alike; the table gives medians over the rounds.
 
@@ -62,6 +62,16 @@ def _status_kb(field: str) -> int:
     return 0
 
 
+def _reset_peak() -> None:
+    """Starts VmHWM again from the current RSS (Linux's clear_refs 5), so that a kind's peak
+    is its own and not the module build's temporaries."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def build(size: str, causal: bool = False):
     import torch
     from g_mlp_pytorch import gMLP
@@ -81,6 +91,7 @@ def worker(kind: str, size: str, out: str, source: str) -> dict:
     if kind == "write":
         with open(source, "rb") as f:
             data = f.read()
+        _reset_peak()
         rss = _status_kb("VmRSS")
         start = time.perf_counter()
         tmp = out + ".tmp"
@@ -99,6 +110,7 @@ def worker(kind: str, size: str, out: str, source: str) -> dict:
         ids = torch.randint(0, SIZES[size]["num_tokens"], (1, SIZES[size]["seq_len"]))
         if kind == "gmlp":
             import gmlp_onnx  # imported before the clock starts, as torch is
+        _reset_peak()
         rss = _status_kb("VmRSS")
         start = time.perf_counter()
         if kind == "gmlp":
@@ -219,7 +231,7 @@ def print_table(rows, kinds) -> None:
                 ratios.append(f"{what} {med[num] / med[den]:.2f}x")
         if ratios:
             print(f"{'':<10} " + ", ".join(ratios))
-    print("(medians over the rounds; peakMB: VmHWM of the measuring process; +MB: above its RSS once the module was built)")
+    print("(medians over the rounds; peakMB: VmHWM of the measuring process, reset once the module was built; +MB: above its RSS then)")
 
 
 # ---------------------------------------------------------------------------------------
