@@ -49,7 +49,7 @@ pub use stored_spatial::StoredSpatial;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};
-use crate::gmlp::weights::{ParamSpec, WeightSource};
+use crate::gmlp::weights::{check_values, columns_spec, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::tensor::F32Sink;
 
@@ -261,7 +261,11 @@ impl WeightSource for ImportedWeights {
                 ck.stream_transposed_rows(key, (0, rows), sink)
             }
             // Spatial layouts, and counts `values` refuses with its own message.
-            _ => sink(Cow::Owned(self.values(spec)?)),
+            _ => {
+                let values = self.values(spec)?;
+                check_values(spec, &values)?;
+                sink(Cow::Owned(values))
+            }
         }
     }
 
@@ -276,7 +280,11 @@ impl WeightSource for ImportedWeights {
             Some(Rule::Transposed(key)) if self.transposed_fits(key, spec) => self
                 .checkpoint
                 .stream_transposed_rows(key, (start, end), sink),
-            _ => sink(Cow::Owned(self.columns(spec, start, end)?)),
+            _ => {
+                let values = self.columns(spec, start, end)?;
+                check_values(&columns_spec(spec, start, end), &values)?;
+                sink(Cow::Owned(values))
+            }
         }
     }
 }

@@ -250,15 +250,19 @@ pub trait WeightSource: Send + Sync {
         ))
     }
 
-    /// The values of `spec` handed to `sink` in order: this default hands
-    /// [`WeightSource::values`] whole; a checkpoint hands its stored bytes a run at a
-    /// time, transposed in strips where the graph's layout is the transpose of its own.
+    /// The values of `spec` handed to `sink` in order, each run checked finite before it
+    /// is handed on: this default hands [`WeightSource::values`] whole (checked by
+    /// [`check_values`]); a checkpoint hands its stored bytes a run at a time, transposed
+    /// in strips where the graph's layout is the transpose of its own, each run checked
+    /// while it is in cache.
     fn stream(&self, spec: &ParamSpec, sink: &mut F32Sink<'_>) -> Result<()> {
-        sink(Cow::Owned(self.values(spec)?))
+        let values = self.values(spec)?;
+        check_values(spec, &values)?;
+        sink(Cow::Owned(values))
     }
 
-    /// [`WeightSource::columns`] handed to `sink` in order, as [`WeightSource::stream`]
-    /// hands all of them.
+    /// [`WeightSource::columns`] handed to `sink` in order and checked, as
+    /// [`WeightSource::stream`] hands all of them.
     fn stream_columns(
         &self,
         spec: &ParamSpec,
@@ -266,7 +270,17 @@ pub trait WeightSource: Send + Sync {
         end: usize,
         sink: &mut F32Sink<'_>,
     ) -> Result<()> {
-        sink(Cow::Owned(self.columns(spec, start, end)?))
+        let values = self.columns(spec, start, end)?;
+        check_values(&columns_spec(spec, start, end), &values)?;
+        sink(Cow::Owned(values))
+    }
+}
+
+/// The spec of columns `[start, end)` of the 2-D `spec` (`[rows, end - start]`, same name).
+pub fn columns_spec(spec: &ParamSpec, start: usize, end: usize) -> ParamSpec {
+    ParamSpec {
+        shape: vec![spec.shape.first().copied().unwrap_or(1), end - start],
+        ..spec.clone()
     }
 }
 

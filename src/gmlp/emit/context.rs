@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, NormKind, Precision, StackKind};
 use crate::gmlp::interface::{first_local_block, Interface, SequenceMode, StateStart};
-use crate::gmlp::weights::{check_values, ParamSpec, WeightSource};
+use crate::gmlp::weights::{check_values, columns_spec, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::onnx::builder::GraphBuilder;
 use crate::onnx::forms::{Fusions, OpForms};
@@ -254,7 +254,7 @@ impl Emitter {
     }
 
     /// An initializer named `init_name` holding the parameter `param` as it is (checked
-    /// finite), with dimensions `dims` (its element count), streamed from the source when the
+    /// finite by the source as it streams), with dimensions `dims` (its element count), streamed from the source when the
     /// file is written ([`WeightSource::stream`]: a checkpoint's bytes a run at a time),
     /// stored as `elem`.
     pub(crate) fn stored_param(
@@ -267,8 +267,8 @@ impl Emitter {
         let spec = self.spec(param)?;
         let source = self.source.clone();
         let stream = move |sink: &mut F32Sink<'_>| {
-            let mut checked = finite_runs(&spec, sink);
-            source.stream(&spec, &mut checked)
+            let mut counted = counted_runs(&spec, sink);
+            source.stream(&spec, &mut counted)
         };
         self.g
             .weight_as(init_name, dims, elem, TensorData::LazyF32(Arc::new(stream)))
@@ -286,14 +286,11 @@ impl Emitter {
     ) -> Result<Value> {
         let spec = self.spec(param)?;
         let dims = [spec.shape[0], end - start];
-        let part = ParamSpec {
-            shape: dims.to_vec(),
-            ..spec.clone()
-        };
+        let part = columns_spec(&spec, start, end);
         let source = self.source.clone();
         let stream = move |sink: &mut F32Sink<'_>| {
-            let mut checked = finite_runs(&part, sink);
-            source.stream_columns(&spec, start, end, &mut checked)
+            let mut counted = counted_runs(&part, sink);
+            source.stream_columns(&spec, start, end, &mut counted)
         };
         self.g.weight_as(
             init_name,
@@ -337,23 +334,14 @@ impl Emitter {
     }
 }
 
-/// `sink` behind a check of each run of `spec`'s values as [`check_values`] checks the
-/// whole: finite (the refusal names the parameter and the value's flat index) and no more
-/// of them than `spec` has (the writer checks that none are missing).
-fn finite_runs<'a, 's: 'a>(
+/// `sink` behind a count of `spec`'s values: no more of them than `spec` has (the writer
+/// checks that none are missing; [`WeightSource::stream`] has checked each run finite).
+fn counted_runs<'a, 's: 'a>(
     spec: &'a ParamSpec,
     sink: &'a mut F32Sink<'s>,
 ) -> impl FnMut(std::borrow::Cow<'_, [f32]>) -> Result<()> + use<'a, 's> {
     let mut seen = 0usize;
     move |run| {
-        if let Some(k) = crate::tensor::first_not_finite(&run) {
-            return Err(Error::NotFinite(format!(
-                "{}: value {} at flat index {} is not finite",
-                spec.name,
-                run[k],
-                seen + k
-            )));
-        }
         seen += run.len();
         if seen > spec.len() {
             return Err(Error::BadTensor(format!(
