@@ -36,11 +36,11 @@ pub fn abandon_pending_files() -> usize {
     removed
 }
 
-/// Bytes a [`PendingFile`] gathers before a write: less than a run of weights
-/// ([`crate::tensor::RUN`] floats, 512 KB), so that a run goes from the weights' memory to
+/// Bytes a [`PendingFile`] gathers before a write: less than a run of weights (the
+/// model writer hands 512 KB at a time), so that a run goes from the weights' memory to
 /// the file in one write and is not first copied into the buffer (mid-28m: that copy was
 /// 6% of the export's samples); the small heads between runs are gathered.
-const WRITE_BUFFER: usize = 1 << 16;
+pub(crate) const WRITE_BUFFER: usize = 1 << 16;
 
 /// A file being written under a temporary name beside its target: renamed into place by
 /// [`PendingFile::persist`], removed if dropped before that or if the process is

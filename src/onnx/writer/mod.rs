@@ -237,6 +237,10 @@ struct InFlight {
 /// ahead, 60 ms 8 or 16 ahead).
 const AHEAD: usize = 16 * RUN;
 
+// A run must be larger than the file's write buffer, or every run is copied into the
+// buffer before it is written.
+const _: () = assert!(crate::fs::WRITE_BUFFER < RUN * std::mem::size_of::<f32>());
+
 impl InFlight {
     fn new() -> Self {
         InFlight {
