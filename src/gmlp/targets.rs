@@ -17,7 +17,7 @@
 //! - tract 0.23 has no `TensorScatter` (opset 24), which writes the static state in place
 //!   with its write index checked on the device: `onnxruntime` (earlier `ort-gpu`) is
 //!   ONNX Runtime alone, at
-//!   opset 24 (measured on an H100: a CUDA-graph step 0.53 ms vs 0.90 with `ScatterND`).
+//!   opset 24 (measured on an H200: a CUDA-graph step 0.528 ms vs 0.911 with `ScatterND`).
 //!
 //! No profile restricts the storage type: OpenCV 4.14 runs our f16 files (it converts f16
 //! weights to f32 on import); OpenCV 5's classic engine refuses f16 tensors into `MatMul`,
