@@ -37,7 +37,6 @@ mod stored_spatial;
 mod timm;
 mod tinygrad;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,7 +48,7 @@ pub use stored_spatial::StoredSpatial;
 
 use crate::error::{Error, Result};
 use crate::gmlp::config::{GateAct, GmlpConfig, SpatialForm};
-use crate::gmlp::weights::{check_values, columns_spec, ParamSpec, WeightSource};
+use crate::gmlp::weights::{stream_columns_whole, stream_whole, ParamSpec, WeightSource};
 use crate::message::{Phrase, Setting};
 use crate::tensor::F32Sink;
 
@@ -261,11 +260,7 @@ impl WeightSource for ImportedWeights {
                 ck.stream_transposed_rows(key, (0, rows), sink)
             }
             // Spatial layouts, and counts `values` refuses with its own message.
-            _ => {
-                let values = self.values(spec)?;
-                check_values(spec, &values)?;
-                sink(Cow::Owned(values))
-            }
+            _ => stream_whole(self, spec, sink),
         }
     }
 
@@ -280,11 +275,7 @@ impl WeightSource for ImportedWeights {
             Some(Rule::Transposed(key)) if self.transposed_fits(key, spec) => self
                 .checkpoint
                 .stream_transposed_rows(key, (start, end), sink),
-            _ => {
-                let values = self.columns(spec, start, end)?;
-                check_values(&columns_spec(spec, start, end), &values)?;
-                sink(Cow::Owned(values))
-            }
+            _ => stream_columns_whole(self, spec, start, end, sink),
         }
     }
 }

@@ -256,9 +256,7 @@ pub trait WeightSource: Send + Sync {
     /// in strips where the graph's layout is the transpose of its own, each run checked
     /// while it is in cache.
     fn stream(&self, spec: &ParamSpec, sink: &mut F32Sink<'_>) -> Result<()> {
-        let values = self.values(spec)?;
-        check_values(spec, &values)?;
-        sink(Cow::Owned(values))
+        stream_whole(self, spec, sink)
     }
 
     /// [`WeightSource::columns`] handed to `sink` in order and checked, as
@@ -270,10 +268,34 @@ pub trait WeightSource: Send + Sync {
         end: usize,
         sink: &mut F32Sink<'_>,
     ) -> Result<()> {
-        let values = self.columns(spec, start, end)?;
-        check_values(&columns_spec(spec, start, end), &values)?;
-        sink(Cow::Owned(values))
+        stream_columns_whole(self, spec, start, end, sink)
     }
+}
+
+/// `source`'s [`WeightSource::values`] of `spec`, checked by [`check_values`], handed to
+/// `sink` whole: what [`WeightSource::stream`] does where a source cannot stream.
+pub fn stream_whole(
+    source: &(impl WeightSource + ?Sized),
+    spec: &ParamSpec,
+    sink: &mut F32Sink<'_>,
+) -> Result<()> {
+    let values = source.values(spec)?;
+    check_values(spec, &values)?;
+    sink(Cow::Owned(values))
+}
+
+/// `source`'s [`WeightSource::columns`] `start..end` of `spec`, checked, handed to `sink`
+/// whole: what [`WeightSource::stream_columns`] does where a source cannot stream.
+pub fn stream_columns_whole(
+    source: &(impl WeightSource + ?Sized),
+    spec: &ParamSpec,
+    start: usize,
+    end: usize,
+    sink: &mut F32Sink<'_>,
+) -> Result<()> {
+    let values = source.columns(spec, start, end)?;
+    check_values(&columns_spec(spec, start, end), &values)?;
+    sink(Cow::Owned(values))
 }
 
 /// The spec of columns `[start, end)` of the 2-D `spec` (`[rows, end - start]`, same name).
