@@ -11,11 +11,14 @@ alike; the table gives medians over the rounds.
   (b) dynamo    torch.onnx.export(module, (ids,), path, dynamo=True)   (needs onnxscript)
   (c) script    torch.onnx.export(module, (ids,), path, dynamo=False)  (TorchScript)
   (d) write     the bytes of (a)'s file written alone: a temporary file beside the target,
-                write, fsync, rename (what src/fs.rs does for a file it writes atomically)
+                one write, fsync, rename (the issue's baseline: the bytes as a user writes them)
+  (e) streamed  the same bytes written as src/fs.rs writes a file: 512 KB writes, the
+                kernel asked to start writeback every 8 MB (sync_file_range, Linux), fsync,
+                rename: the disk's limit when writeback overlaps the writing
 
 Usage:
   python bench/python_export.py [--sizes small,mid-28m,amlp-base] [--rounds 3]
-                                [--kinds gmlp,dynamo,script,write] [--timeout 900]
+                                [--kinds gmlp,dynamo,script,write,streamed] [--timeout 900]
   python bench/python_export.py --generator [--sizes mid-28m] [--rounds 5]
                                 [--new-tokens 64] [--threads 1]
 
@@ -47,7 +50,10 @@ SIZES = {
     "mid-28m": dict(num_tokens=6144, dim=512, depth=12, seq_len=256, ff_mult=4, attn_dim=64),
     "amlp-base": dict(num_tokens=32000, dim=512, depth=36, seq_len=512, ff_mult=6, attn_dim=64),
 }
-KINDS = ("gmlp", "dynamo", "script", "write")
+KINDS = ("gmlp", "dynamo", "script", "write", "streamed")
+# src/fs.rs: the writer's run (tensor::RUN floats) and its WRITEBACK_STEP.
+RUN_BYTES = 1 << 19
+WRITEBACK_STEP = 8 << 20
 
 
 # ---------------------------------------------------------------------------------------
@@ -88,16 +94,25 @@ def build(size: str, causal: bool = False):
 def worker(kind: str, size: str, out: str, source: str) -> dict:
     """Times one kind; returns seconds, file bytes, RSS before and peak RSS (kB)."""
     result = {"kind": kind, "size": size}
-    if kind == "write":
+    if kind in ("write", "streamed"):
         with open(source, "rb") as f:
             data = f.read()
+        start_writeback = _sync_file_range() if kind == "streamed" else None
         _reset_peak()
         rss = _status_kb("VmRSS")
         start = time.perf_counter()
         tmp = out + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+            if start_writeback is None:
+                f.write(data)
+                f.flush()
+            else:
+                fd, view, written, requested = f.fileno(), memoryview(data), 0, 0
+                while written < len(data):
+                    written += os.write(fd, view[written:written + RUN_BYTES])
+                    if written - requested >= WRITEBACK_STEP:
+                        start_writeback(fd, requested, written - requested)
+                        requested = written
             os.fsync(f.fileno())
         os.replace(tmp, out)
         seconds = time.perf_counter() - start
@@ -124,6 +139,22 @@ def worker(kind: str, size: str, out: str, source: str) -> dict:
         seconds = time.perf_counter() - start
     result.update(seconds=seconds, rss_before_kb=rss, peak_kb=_status_kb("VmHWM"), file_bytes=_file_bytes(out))
     return result
+
+
+def _sync_file_range():
+    """libc's sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE) (Linux), as src/fs.rs calls it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = libc.sync_file_range
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    write = 2  # SYNC_FILE_RANGE_WRITE
+
+    def start_writeback(fd: int, offset: int, length: int) -> None:
+        if call(fd, offset, length, write) != 0:
+            raise OSError(ctypes.get_errno(), "sync_file_range")
+
+    return start_writeback
 
 
 def _file_bytes(path: str) -> int:
@@ -174,7 +205,7 @@ def export_bench(a) -> int:
             for r in range(a.rounds):
                 for kind in kinds:
                     source = ""
-                    if kind == "write":
+                    if kind in ("write", "streamed"):
                         # (d) writes the bytes of (a)'s file; without one, of torch's.
                         source_kind = next((k for k in ("gmlp", "script", "dynamo")
                                             if k in paths and os.path.exists(paths[k])), None)
@@ -183,7 +214,7 @@ def export_bench(a) -> int:
                             continue
                         source = paths[source_kind]
                     res = run_worker(kind, size, paths[kind], source, a.timeout)
-                    if kind == "write":
+                    if kind in ("write", "streamed"):
                         res["source"] = source_kind
                     results[kind].append(res)
                     shown = f"{res['seconds']:.2f} s" if "seconds" in res else res["error"]
@@ -225,7 +256,9 @@ def print_table(rows, kinds) -> None:
         ratios = []
         if "write" in med and source_kind != "gmlp":
             print(f"{'':<10} (write: the bytes of the {source_kind} file)")
-        for num, den, what in (("gmlp", "write", "export / write-alone"), ("dynamo", "gmlp", "dynamo / export"),
+        for num, den, what in (("gmlp", "write", "export / write-alone"),
+                               ("gmlp", "streamed", "export / streamed write"),
+                               ("dynamo", "gmlp", "dynamo / export"),
                                ("script", "gmlp", "torchscript / export")):
             if med.get(num) and med.get(den):
                 ratios.append(f"{what} {med[num] / med[den]:.2f}x")

@@ -36,7 +36,7 @@
 #![warn(missing_docs)]
 // `unsafe` only where a module or item says why it allows it: ONNX Runtime's buffer
 // module (raw tensor memory, the CUDA runtime's copies) and the read-only map of a
-// checkpoint file.
+// checkpoint file, and the writeback hint of an output file (fs.rs).
 #![deny(unsafe_code)]
 
 pub mod message;

@@ -3,8 +3,7 @@
 //! it, else inferred from the shapes; and written by [`save_native`].
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
 use crate::checkpoint::file::Checkpoint;
@@ -159,7 +158,7 @@ pub fn save_native(path: &Path, config: &GmlpConfig, source: &dyn WeightSource) 
     while text.len() % 8 != 0 {
         text.push(' ');
     }
-    crate::fs::write_atomically(path, |w: &mut BufWriter<File>| {
+    crate::fs::write_atomically(path, |w| {
         let io = |e: std::io::Error| Error::io(path, e);
         w.write_all(&(text.len() as u64).to_le_bytes())
             .map_err(io)?;
