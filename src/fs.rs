@@ -59,9 +59,9 @@ pub struct PendingFile {
 pub(crate) const WRITEBACK_STEP: u64 = 8 << 20;
 
 /// A file being written from start to end, whose written bytes the kernel starts writing
-/// to disk every [`WRITEBACK_STEP`] bytes (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`:
-/// it waits for nothing and makes nothing durable; the sync at the end still does that),
-/// so that the disk works while the rest is produced. Elsewhere a plain file.
+/// to disk every 8 MB, so that the disk works while the rest is produced. On Linux this
+/// is `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which waits for nothing and makes nothing
+/// durable (the sync at the end still does that); elsewhere a plain file.
 pub struct StreamedFile {
     file: File,
     /// Bytes written so far.
