@@ -2,7 +2,7 @@
 # The GPU table of BENCHMARKS.md on one GPU: gmlp-onnx's figures next to ONNX Runtime's own (Python, same
 # files), token agreement of ort-cuda with ort-cpu and tract, and the third-party fixtures
 # through ort-cuda (vs tract and vs the upstream libraries' outputs). Under 3 minutes on an
-# H100. BENCHMARKS.md ("On the GPU") records its output.
+# H100. BENCHMARKS.md ("Generation on the GPU") records its output.
 #
 # Usage: bench/gpu_decode.sh BIN FIXTURES_NPZ OUT_DIR
 #   BIN           a gmlp-onnx release binary (default `cuda` feature)

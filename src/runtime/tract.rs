@@ -30,8 +30,9 @@ pub struct TractRuntime {
 /// (tract-linalg's `set_threading_mac_threshold`, a setting of the whole process, made when a
 /// runtime with a pool is opened). tract's own default, 2^21, keeps a decoding step's
 /// projections (amlp-base: 512 × 3072, 1.6M) on one thread and splits only the head's; from
-/// 2^18 they split too: a static step on 2 threads 13.5–14.0 ms against 15.9–16.6 on one
-/// (the default's pool: 17.0–17.7; BENCHMARKS.md, "tract and ONNX Runtime").
+/// 2^18 they split too: the default file's static step on 2 threads took 17.0–17.7 ms at
+/// tract's own threshold, against 12.8–13.6 ms with 2^18 (BENCHMARKS.md, "tract and ONNX
+/// Runtime: tract at its own limit").
 const POOLED_PRODUCT_MACS: usize = 1 << 18;
 
 /// MatMulNBits code widths tract 0.23 reads itself (`tract-onnx`'s `mat_mul_nbits`).
