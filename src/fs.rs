@@ -108,9 +108,6 @@ impl Write for StreamedFile {
     }
 }
 
-/// Starts writing `len` bytes of `file` from `offset` to disk and returns at once. A hint:
-/// where the file system cannot (tmpfs does nothing; a pipe or an old kernel refuses), the
-/// sync at the end does it all, so a refusal is not an error.
 /// A writer that seeks (a zip archive going back to a header) writes elsewhere than at the
 /// end: the count of written bytes starts again where it seeks to.
 impl std::io::Seek for StreamedFile {
@@ -122,6 +119,9 @@ impl std::io::Seek for StreamedFile {
     }
 }
 
+/// Starts writing `len` bytes of `file` from `offset` to disk and returns at once. A hint:
+/// where the file system cannot (tmpfs does nothing; a pipe or an old kernel refuses), the
+/// sync at the end does it all, so a refusal is not an error.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn start_writeback(file: &File, offset: u64, len: u64) {
