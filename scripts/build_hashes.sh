@@ -40,6 +40,13 @@ if grep -q -- '--target' <<<"$help"; then
     build "gmlp-ti16-$target" --preset gmlp-ti16 --layers 2 --target "$target"
   done
 fi
+# The tract target (versions with it), whose static step differs from the default file's
+# (the onnxruntime target's files are among the static-state ones below, as ort-gpu).
+targets_help="$(sed -n '/--target <TARGET>/,/^      --[a-z]/p' <<<"$help")"
+if grep -q -- "- tract:" <<<"$targets_help"; then
+  build amlp-base-tract-static --preset amlp-base --layers 2 --causal --with-past static --target tract
+  build amlp-base-tract-any-length --preset amlp-base --layers 2 --causal --target tract
+fi
 
 for dir in fixtures/*/; do
   name="$(basename "$dir")"

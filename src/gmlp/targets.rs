@@ -62,12 +62,15 @@ pub enum Target {
     #[serde(rename = "onnxruntime")]
     OnnxRuntime,
     /// tract and ONNX Runtime, the static step as fast as tract runs it: opset 17, its state
-    /// read as it is (buffers must start zeroed; not onnxruntime-genai).
+    /// read as it is up to the furthest sequence's row (buffers must start zeroed; not
+    /// onnxruntime-genai).
     ///
-    /// Today's graph but for the static state, whose step reads every row of each state
-    /// buffer as it is instead of a copy with the unwritten rows replaced
-    /// ([`StateStart::Zeroed`]): the copy of every state every step, which the default
-    /// file makes so that a buffer may start holding anything, is gone. Every loop this
+    /// Today's graph but for the static state, whose step reads the rows of each state
+    /// buffer up to the furthest sequence's last one as they are instead of a copy of all
+    /// n rows with the unwritten ones replaced ([`StateStart::Zeroed`]): the copy of every
+    /// state every step, which the default file makes so that a buffer may start holding
+    /// anything, is gone, and the rows no sequence has reached are not read at all (a step's
+    /// sizes follow its position, so it is no file for a CUDA graph). Every loop this
     /// project ships (the command, the library, Python, Triton) starts a sequence on zeroed
     /// buffers; onnxruntime-genai does not on every device and refuses such a file.
     Tract,

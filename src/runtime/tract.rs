@@ -4,6 +4,7 @@
 //! typed plan, symbolic batch kept.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ndarray::ArrayD;
@@ -22,8 +23,9 @@ pub struct TractRuntime {
     output_names: Vec<String>,
     /// Nodes run as MatMul on dequantized weights, if any.
     dequantized: usize,
-    /// tract's pool for the matrix products (`TractOptions::threads` above 1).
-    pool: Option<tract_linalg::multithread::Executor>,
+    /// The pool each run goes on, its matrix products split over its threads
+    /// (`TractOptions::threads` above 1; see [`run_on_pool`]).
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 /// The multiply-adds from which tract's pool splits a matrix-vector product over its threads
@@ -34,6 +36,59 @@ pub struct TractRuntime {
 /// tract's own threshold, against 12.8–13.6 ms with 2^18 (BENCHMARKS.md, "tract and ONNX
 /// Runtime: tract at its own limit").
 const POOLED_PRODUCT_MACS: usize = 1 << 18;
+
+/// One run of `plan` on `pool`: one of its workers runs the plan, its matrix products split
+/// over the pool (tract's `MultiThread` executor of the same pool), while each other worker
+/// keeps looking for the run's work ([`keep_stealing`]) instead of going to sleep between
+/// products. Run from the calling thread, as tract's executor alone would, each product woke
+/// the pool and put the caller to sleep, and a worker asleep between two products was woken
+/// again. The tract file's static step (amlp-base `--layers 6`, 2 threads) took 7.51–7.82
+/// ms with the run on the pool and 5.50–6.04 ms with its workers kept awake, alternating
+/// (ONNX Runtime's own threads spin likewise between its kernels; BENCHMARKS.md, "tract and
+/// ONNX Runtime: tract at its own limit"). The values
+/// cross to the worker as tensors (tract's run values are not `Send`), moved, not copied,
+/// where they hold the only reference.
+fn run_on_pool(
+    plan: &Arc<TypedRunnableModel>,
+    pool: &Arc<rayon::ThreadPool>,
+    values: TVec<TValue>,
+) -> TractResult<TVec<TValue>> {
+    let executor = tract_linalg::multithread::Executor::MultiThread(pool.clone());
+    let tensors: TVec<Tensor> = values.into_iter().map(TValue::into_tensor).collect();
+    let others = pool.current_num_threads().saturating_sub(1);
+    let results = pool.install(move || {
+        let done = AtomicBool::new(false);
+        let runner = rayon::current_thread_index();
+        rayon::scope(|scope| {
+            for _ in 0..others {
+                let done = &done;
+                scope.spawn(move |_| keep_stealing(done, runner));
+            }
+            let run = tract_linalg::multithread::multithread_tract_scope(executor, || {
+                let values = tensors.into_iter().map(Tensor::into_tvalue).collect();
+                plan.run(values)
+                    .map(|r| r.into_iter().map(TValue::into_tensor).collect::<TVec<_>>())
+            });
+            done.store(true, Ordering::Release);
+            run
+        })
+    })?;
+    Ok(results.into_iter().map(Tensor::into_tvalue).collect())
+}
+
+/// A pool worker's part of a run it does not run itself: taking the run's pending work (a
+/// product's share) until `done`, spinning while there is none. The worker that runs the
+/// plan (`runner`), should it pick this job up itself, returns at once.
+fn keep_stealing(done: &AtomicBool, runner: Option<usize>) {
+    if rayon::current_thread_index() == runner {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// MatMulNBits code widths tract 0.23 reads itself (`tract-onnx`'s `mat_mul_nbits`).
 const TRACT_NBITS: [i64; 2] = [2, 4];
@@ -175,10 +230,19 @@ impl TractRuntime {
             input_names,
             output_names,
             dequantized,
-            pool: (options.threads > 1).then(|| {
-                tract_linalg::multithread::set_threading_mac_threshold(POOLED_PRODUCT_MACS);
-                tract_linalg::multithread::Executor::multithread(options.threads)
-            }),
+            pool: match options.threads {
+                0 | 1 => None,
+                threads => {
+                    tract_linalg::multithread::set_threading_mac_threshold(POOLED_PRODUCT_MACS);
+                    Some(Arc::new(
+                        rayon::ThreadPoolBuilder::new()
+                            .thread_name(|k| format!("tract-{k}"))
+                            .num_threads(threads)
+                            .build()
+                            .map_err(failed)?,
+                    ))
+                }
+            },
         })
     }
 
@@ -407,13 +471,11 @@ impl TractRuntime {
         Ok(rest)
     }
 
-    /// One run of the plan, its matrix products on the pool where there is one and the
-    /// runs use it, else on the calling thread.
+    /// One run of the plan: on the pool where there is one ([`run_on_pool`]), else on the
+    /// calling thread.
     fn run_plan(&self, values: TVec<TValue>) -> Result<TVec<TValue>> {
         match &self.pool {
-            Some(pool) => tract_linalg::multithread::multithread_tract_scope(pool.clone(), || {
-                self.plan.run(values)
-            }),
+            Some(pool) => run_on_pool(&self.plan, pool, values),
             None => self.plan.run(values),
         }
         .map_err(failed)

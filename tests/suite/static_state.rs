@@ -75,8 +75,10 @@ fn the_in_place_check_reads_the_graph() {
 /// from one) and no `Range`, in every small causal configuration (heads, token shift,
 /// every spatial form), at opsets 17 (`ScatterND`) and 24 (`TensorScatter`) and for the
 /// portable target: its positions, masks and scatter indices come from data ops, so every
-/// node can be placed on a GPU and a step captured as a CUDA graph. The growing form,
-/// which needs the state's length, keeps its `Shape` nodes.
+/// node can be placed on a GPU and a step captured as a CUDA graph. `--target tract`'s
+/// has one `Range`, the rows up to the furthest sequence's that its step reads (sizes that
+/// follow the position: not a file for a CUDA graph). The growing form, which needs the
+/// state's length, keeps its `Shape` nodes.
 #[test]
 fn static_state_graphs_read_no_shape() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,9 +96,12 @@ fn static_state_graphs_read_no_shape() {
     for (name, cfg) in causal_configs() {
         for (file, path, target) in static_files(&cfg, name, source.clone(), dir.path()) {
             let ops = op_types(&path);
-            for banned in ["Shape", "Size", "Range"] {
+            for banned in ["Shape", "Size"] {
                 assert!(!ops.iter().any(|o| o == banned), "{file}: a {banned} node");
             }
+            let ranges = ops.iter().filter(|o| *o == "Range").count();
+            let reads_rows_reached = usize::from(target.target == Target::Tract);
+            assert_eq!(ranges, reads_rows_reached, "{file}: Range nodes");
             let scatter = if target.opset >= 24 {
                 "TensorScatter"
             } else {
@@ -890,7 +895,11 @@ mod with_onnxruntime {
     /// do turn non-finite when a loop leaves NaN in the buffers (the contract is real), a
     /// loop that starts from zeros (as every loop the project ships does) gets the default
     /// file's greedy tokens, and genai, which does not zero its buffers on every device,
-    /// refuses the files.
+    /// refuses the files. The fused step reads all n rows, so NaN anywhere reaches its
+    /// logits; the tract target's reads the rows up to the furthest sequence's last one, so
+    /// NaN reaches them from the rows a sequence behind that one has not written (the loop
+    /// holding the batch's last sequence at position 0), and not from the rows no sequence
+    /// has reached (the plain loop stays finite).
     fn zeroed_state_is_a_real_contract(
         fx: &Fixture,
         plain: &std::path::Path,
@@ -915,13 +924,28 @@ mod with_onnxruntime {
             &tract,
         );
         assert_eq!(start(&tract), StateStart::Zeroed);
-        for (label, file) in [("ort-gpu", &fused), ("tract target", &tract)] {
-            let out = run_python(NAN_LOOP, &[file, std::path::Path::new(prompt_json)]);
+        let nan_loop = |file: &std::path::Path, hold: bool| {
+            let mut args = vec![file, std::path::Path::new(prompt_json)];
+            if hold {
+                args.push(std::path::Path::new("hold"));
+            }
+            let out = run_python(NAN_LOOP, &args);
             let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            r
+        };
+        for (label, file) in [("ort-gpu", &fused), ("tract target", &tract)] {
+            let r = nan_loop(file, false);
             eprintln!("{label} in place: {r}");
             assert_eq!(r["tokens"], plain_run["tokens"], "{label}: zeroed buffers");
+            let reads_every_row = label == "ort-gpu";
             assert_eq!(
-                r["finite"], false,
+                r["finite"], !reads_every_row,
+                "{label}: NaN in the rows no sequence reached, read (fused) or not (tract)"
+            );
+            let held = nan_loop(file, true);
+            eprintln!("{label} in place, last sequence held at 0: {held}");
+            assert_eq!(
+                held["finite"], false,
                 "{label}: NaN buffers left no mark on a step that reads them as written"
             );
             let folder = dir.join(format!("genai-{}", label.replace(' ', "-")));
@@ -933,11 +957,15 @@ mod with_onnxruntime {
 
     /// The in-place loop of docs/static-state.md run twice, every state buffer starting as
     /// 0 and then as NaN: the greedy tokens of both (`tokens`, `nan_tokens`), whether the
-    /// NaN run's logits are all finite and equal the zero run's.
+    /// NaN run's logits are all finite and equal the zero run's. With a third argument
+    /// (`hold`) the batch's last sequence is kept at position 0 after the prompt, its row 0
+    /// rewritten every step while the others advance (it never writes the rows after its
+    /// prompt).
     const NAN_LOOP: &str = r#"
 import json, sys
 import numpy as np, onnxruntime as ort
 path, prompt = sys.argv[1], json.loads(sys.argv[2])
+hold = len(sys.argv) > 3
 so = ort.SessionOptions()
 so.log_severity_level = 3
 sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -961,6 +989,8 @@ for fill in (0.0, float("nan")):
         sess.run_with_iobinding(binding)
         last = binding.get_outputs()[0].numpy()[:, -1]
         position += ids.shape[1]
+        if hold:
+            position[-1] = 0
         ids = last.argmax(-1)[:, None]
         tokens.append(ids[:, 0].tolist())
         logits.append(last)

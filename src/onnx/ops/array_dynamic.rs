@@ -34,8 +34,8 @@ impl GraphBuilder {
         self.slice(local, &whole, 0, start, end)
     }
 
-    /// `Range(start, limit, delta)` of i64 scalars: a vector of `length` elements (a symbol
-    /// chosen by the caller).
+    /// `Range(start, limit, delta)` of i64 or f32 scalars (all of one type): a vector of
+    /// `length` elements of that type (a symbol chosen by the caller).
     ///
     /// [Range](https://onnx.ai/onnx/operators/onnx__Range.html): new in opset 11 (its only version); the same form in every opset here.
     pub fn range(
@@ -46,11 +46,19 @@ impl GraphBuilder {
         delta: &Value,
         length: Dim,
     ) -> Result<Value> {
+        let elem = start.elem;
         for v in [start, limit, delta] {
-            if !v.shape.is_empty() || v.elem != ElemType::I64 {
+            if !v.shape.is_empty()
+                || v.elem != elem
+                || !matches!(elem, ElemType::I64 | ElemType::F32)
+            {
                 return Err(shape_error(
                     "Range",
-                    format!("operands must be i64 scalars, got {}", fmt_shape(&v.shape)),
+                    format!(
+                        "operands must be i64 or f32 scalars of one type, got {:?} {}",
+                        v.elem,
+                        fmt_shape(&v.shape)
+                    ),
                 ));
             }
         }
@@ -59,7 +67,7 @@ impl GraphBuilder {
             "Range",
             &[start, limit, delta],
             vec![],
-            (ElemType::I64, vec![length]),
+            (elem, vec![length]),
             0,
         ))
     }

@@ -214,6 +214,11 @@ impl SpatialProjection {
             SpatialForm::Dense | SpatialForm::ToeplitzExpand => None,
         };
         let w = SpatialProjection::weight_rows(em, &name, &rows, toeplitz_index.as_ref())?;
+        // The gather form's index already spans the rows the state is read at.
+        let w = match toeplitz_index {
+            Some(_) => w,
+            None => StaticStatePart::read_columns(em, state, w)?,
+        };
         // [h, batch, T, ·] → [batch, h, T, ·], the layout of mix_per_head's heads.
         let heads_second = |s: &mut Emitter, local: &str, v: Value| {
             if heads {
@@ -236,14 +241,12 @@ impl SpatialProjection {
         let u = StaticStatePart::update(em, state, i, "sgu", z2, Written::Only)?;
         let seq = z2.shape[1].clone();
         let mix = |s: &mut Emitter, u: &Value| s.g.matmul("spatial_matmul", &w, u);
-        SpatialProjection::mix_per_head(
-            em,
-            &u,
-            mix,
-            b.as_ref(),
-            (n as i64, Dim::Fixed(n)),
-            (-1, seq),
-        )
+        // All n rows, or the rows the state is read at (`--target tract`).
+        let rows_in = match &u.shape[1] {
+            Dim::Fixed(_) => (n as i64, Dim::Fixed(n)),
+            read => (-1, read.clone()),
+        };
+        SpatialProjection::mix_per_head(em, &u, mix, b.as_ref(), rows_in, (-1, seq))
     }
 
     /// The rows of W (parameter `name`) at each sequence's rows `rows` i64 [batch, T] of a

@@ -171,11 +171,47 @@ pub(crate) struct FloatRows {
     scatter_indices: Option<Value>,
     /// The additive causal mask over the state's rows, f32 [batch, sequence, n].
     mask: Option<Value>,
-    /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n].
+    /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n] (n: the rows
+    /// read, [`FloatRead`]).
     toeplitz_index: Option<Value>,
-    /// The rows the computation reads of each state ([`StaticStatePart::read_index`]).
-    read_index: Option<Value>,
+    /// How a reader that weighs every row reads each state.
+    read: FloatRead,
 }
+
+/// How the standard spelling reads a static state for a reader that weighs every row (the
+/// spatial projection, the attention), by what the file says its buffers start as.
+enum FloatRead {
+    /// [`StateStart::Any`]: all n rows, every row after each sequence's last written one
+    /// read as that row (one `Gather` of n rows, [`StaticStatePart::read_index`]), made on
+    /// first use.
+    Guarded(Option<Value>),
+    /// [`StateStart::Zeroed`] (`--target tract`): rows 0..max_b(P_b + T) − 1 of each state
+    /// as they are (a `Gather`; the rows after, which no sequence has reached, never count),
+    /// and the mask and the spatial weights over those rows only. A step then reads and
+    /// multiplies the rows its sequences have reached, not all n: tract packs every
+    /// non-constant operand of a product on every run, and the spatial state was the largest
+    /// (BENCHMARKS.md, "tract and ONNX Runtime: tract at its own limit"). Made on first use.
+    Prefix(Option<ReadPrefix>),
+}
+
+/// The rows 0..max_b(P_b + T) − 1 a [`FloatRead::Prefix`] reads.
+#[derive(Clone)]
+struct ReadPrefix {
+    /// The positions 0..max_b(P_b + T) − 1, f32 [`READ_ROWS`] (a `Range`, in f32 as all
+    /// the standard spelling's position arithmetic), for the mask and the Toeplitz index.
+    table: Value,
+    /// The same in i64: the index every state and weight row is gathered at, so that all
+    /// have the one size, the one `Range`'s (tract gives each `Slice` with computed ends a
+    /// size of its own, and 0.23's loses track of it: a `Slice` of the table 0..n−1 read
+    /// its length as the batch's).
+    index: Value,
+}
+
+/// The symbolic number of state rows a `--target tract` run reads, max_b(P_b + T). Its
+/// `unk__` prefix is ONNX shape inference's for a size no input names: tract reads a
+/// `value_info` size as a fact, and any other name would contradict the size its `Slice`
+/// with computed ends makes for itself (tract-core 0.23 `StridedSlice::wire`, `DynSlice`).
+const READ_ROWS: &str = "unk__read_rows";
 
 /// The static state's graph parts: its inputs, the rows each sequence writes, the scatter that writes them and the reads of the blocks.
 pub(crate) struct StaticStatePart;
@@ -285,6 +321,10 @@ impl StaticStatePart {
         let n = em.cfg.seq_len();
         let batch = ids.shape[0].clone();
         let seq = Dim::Symbol(SEQUENCE.into());
+        let read = match em.state_start {
+            StateStart::Any => FloatRead::Guarded(None),
+            StateStart::Zeroed => FloatRead::Prefix(None),
+        };
         em.g.scoped("positions", |g| {
             let zero = g.const_f32("zero", &[], vec![0.0])?;
             let one = g.const_f32("one", &[], vec![1.0])?;
@@ -331,7 +371,7 @@ impl StaticStatePart {
                 scatter_indices: None,
                 mask: None,
                 toeplitz_index: None,
-                read_index: None,
+                read,
             })
         })
     }
@@ -373,7 +413,7 @@ impl StaticStatePart {
     /// [batch·n, width]: b·n + min(s, P_b + T − 1), i.e. row s itself where this run or an
     /// earlier one wrote it, and the sequence's last written row after that (shared).
     fn read_index(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
-        if let Some(v) = &r.read_index {
+        if let FloatRead::Guarded(Some(v)) = &r.read {
             return Ok(v.clone());
         }
         let n = em.cfg.seq_len();
@@ -386,8 +426,65 @@ impl StaticStatePart {
             let index = g.add("read_index_f32", &base, &rows)?;
             g.cast("read_index", &index, ElemType::I64)
         })?;
-        r.read_index = Some(v.clone());
+        r.read = FloatRead::Guarded(Some(v.clone()));
         Ok(v)
+    }
+
+    /// The rows a [`FloatRead::Prefix`] reads (shared): 0..max_b(P_b + T) − 1, from the
+    /// checked rows.
+    fn read_prefix(em: &mut Emitter, r: &mut FloatRows) -> Result<ReadPrefix> {
+        if let FloatRead::Prefix(Some(p)) = &r.read {
+            return Ok(p.clone());
+        }
+        let prefix = em.g.scoped("shared", |g| {
+            let last = g.reduce_max_keeping("read_last_row", &r.rows_f, &[0, 1], false)?;
+            let one = g.const_f32("read_one", &[], vec![1.0])?;
+            let end = g.add("read_end", &last, &one)?;
+            let start = g.const_f32("read_start", &[], vec![0.0])?;
+            let rows = Dim::Symbol(READ_ROWS.into());
+            let table = g.range("read_table", &start, &end, &one, rows)?;
+            let index = g.cast("read_index", &table, ElemType::I64)?;
+            Ok(ReadPrefix { table, index })
+        })?;
+        r.read = FloatRead::Prefix(Some(prefix.clone()));
+        Ok(prefix)
+    }
+
+    /// The positions of the rows a reader that weighs every row reads, f32 [n] or
+    /// [`READ_ROWS`].
+    fn read_table(em: &mut Emitter, r: &mut FloatRows) -> Result<Value> {
+        match r.read {
+            FloatRead::Guarded(_) => Ok(r.table.clone()),
+            FloatRead::Prefix(_) => Ok(StaticStatePart::read_prefix(em, r)?.table),
+        }
+    }
+
+    /// `v`'s rows 0..max_b(P_b + T) − 1 on `axis` ([`FloatRead::Prefix`]).
+    fn gather_prefix(
+        em: &mut Emitter,
+        r: &mut FloatRows,
+        local: &str,
+        v: &Value,
+        axis: usize,
+    ) -> Result<Value> {
+        let prefix = StaticStatePart::read_prefix(em, r)?;
+        em.g.gather(local, v, &prefix.index, axis)
+    }
+
+    /// The spatial weight's rows `w` [.., n] at the new rows, sliced to the rows the state
+    /// is read at ([`FloatRead::Prefix`]); as they are otherwise.
+    pub(crate) fn read_columns(
+        em: &mut Emitter,
+        state: &mut StaticState,
+        w: Value,
+    ) -> Result<Value> {
+        match &mut state.rows {
+            StaticRows::Float(r) if matches!(r.read, FloatRead::Prefix(_)) => {
+                let axis = w.shape.len() - 1;
+                StaticStatePart::gather_prefix(em, r, "spatial_weight_read", &w, axis)
+            }
+            _ => Ok(w),
+        }
     }
 
     /// `present` [batch, n, width] with every row after each sequence's last written one
@@ -462,13 +559,15 @@ impl StaticStatePart {
         read: Written,
         elem: ElemType,
     ) -> Result<Value> {
-        let read_value = match (&mut state.rows, read, em.state_start) {
-            (StaticRows::Float(r), Written::Only, StateStart::Any) => {
-                StaticStatePart::read_rows(em, r, kind, &present)?
-            }
-            (StaticRows::Float(_), Written::Any, _)
-            | (StaticRows::Float(_), _, StateStart::Zeroed)
-            | (StaticRows::Int(_), _, _) => present,
+        let read_value = match (&mut state.rows, read) {
+            (StaticRows::Float(r), Written::Only) => match r.read {
+                FloatRead::Guarded(_) => StaticStatePart::read_rows(em, r, kind, &present)?,
+                FloatRead::Prefix(_) => {
+                    let local = format!("{kind}_read_rows");
+                    StaticStatePart::gather_prefix(em, r, &local, &present, 1)?
+                }
+            },
+            (StaticRows::Float(_), Written::Any) | (StaticRows::Int(_), _) => present,
         };
         em.cast_to(&format!("{kind}_state_cast"), &read_value, elem)
     }
@@ -484,11 +583,12 @@ impl StaticStatePart {
         if let Some(v) = &r.mask {
             return Ok(v.clone());
         }
+        let table = StaticStatePart::read_table(em, r)?;
         let v = em.g.scoped("shared", |g| {
             let zero = g.const_f32("mask_zero", &[], vec![0.0])?;
             let one = g.const_f32("mask_one", &[], vec![1.0])?;
             // 1 where s > P_b + t: min(max(s − row, 0), 1).
-            let after = g.sub("mask_after", &r.table, &r.rows3)?;
+            let after = g.sub("mask_after", &table, &r.rows3)?;
             let after = g.max("mask_after_floor", &after, &zero)?;
             let after = g.min("mask_after_clamped", &after, &one)?;
             let fill = g.const_f32("mask_value", &[], vec![MASK_VALUE])?;
@@ -509,8 +609,9 @@ impl StaticStatePart {
             return Ok(v.clone());
         }
         let n = em.cfg.seq_len();
+        let table = StaticStatePart::read_table(em, r)?;
         let v = em.g.scoped("shared", |g| {
-            let offset = g.sub("toeplitz_offset", &r.table, &r.rows3)?;
+            let offset = g.sub("toeplitz_offset", &table, &r.rows3)?;
             let diagonal = g.const_f32("toeplitz_diagonal", &[], vec![n as f32 - 1.0])?;
             let index = g.add("toeplitz_index_f32", &offset, &diagonal)?;
             g.cast("toeplitz_index", &index, ElemType::I64)
