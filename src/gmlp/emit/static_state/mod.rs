@@ -16,7 +16,8 @@
 //! That is the standard spelling's state ([`FloatRows`]: f32 index arithmetic, which every
 //! consumer runs on its fastest device). The fused spelling's (int_rows.rs) computes the
 //! rows in i64 and reads the state as it is, for a file that declares its state must start
-//! zeroed.
+//! zeroed. `--target tract`'s, which declares the same, reads each state as it is at the
+//! rows its sequences have reached only ([`FloatRead::Prefix`]).
 
 mod genai;
 mod int_rows;
@@ -169,7 +170,8 @@ pub(crate) struct FloatRows {
     batch_index: Value,
     /// `ScatterND` indices (b, P_b + t), i64 [batch, sequence, 2].
     scatter_indices: Option<Value>,
-    /// The additive causal mask over the state's rows, f32 [batch, sequence, n].
+    /// The additive causal mask over the state's rows, f32 [batch, sequence, n] (n: the
+    /// rows read, [`FloatRead`]).
     mask: Option<Value>,
     /// Toeplitz index rows `s − (P_b + t) + n − 1`, i64 [batch, sequence, n] (n: the rows
     /// read, [`FloatRead`]).
@@ -209,8 +211,8 @@ struct ReadPrefix {
 
 /// The symbolic number of state rows a `--target tract` run reads, max_b(P_b + T). Its
 /// `unk__` prefix is ONNX shape inference's for a size no input names: tract reads a
-/// `value_info` size as a fact, and any other name would contradict the size its `Slice`
-/// with computed ends makes for itself (tract-core 0.23 `StridedSlice::wire`, `DynSlice`).
+/// `value_info` size as a fact, and any other name would contradict the size its `Range`
+/// of a computed length makes for itself (tract-hir 0.23 `Range::wire`).
 const READ_ROWS: &str = "unk__read_rows";
 
 /// The static state's graph parts: its inputs, the rows each sequence writes, the scatter that writes them and the reads of the blocks.
@@ -471,8 +473,8 @@ impl StaticStatePart {
         em.g.gather(local, v, &prefix.index, axis)
     }
 
-    /// The spatial weight's rows `w` [.., n] at the new rows, sliced to the rows the state
-    /// is read at ([`FloatRead::Prefix`]); as they are otherwise.
+    /// The spatial weight's rows `w` [.., n] at the new rows, gathered at the rows the
+    /// state is read at ([`FloatRead::Prefix`]); as they are otherwise.
     pub(crate) fn read_columns(
         em: &mut Emitter,
         state: &mut StaticState,
@@ -513,8 +515,9 @@ impl StaticStatePart {
     /// the buffer holds there, so what it holds never reaches an output (those rows count
     /// with a weight of 0, and 0 times a NaN left there would still be NaN); with
     /// `Written::Any` as it is (a reader that picks written rows only). A state whose
-    /// buffers start zeroed ([`StateStart::Zeroed`]: `--target tract` and the fused
-    /// spelling's) is read as it is either way.
+    /// buffers start zeroed ([`StateStart::Zeroed`]) is read as it is either way: all n
+    /// rows in the fused spelling, the rows its sequences reached for `--target tract`
+    /// ([`FloatRead::Prefix`]).
     pub(crate) fn update(
         em: &mut Emitter,
         state: &mut StaticState,
