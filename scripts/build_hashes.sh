@@ -46,6 +46,7 @@ targets_help="$(sed -n '/--target <TARGET>/,/^      --[a-z]/p' <<<"$help")"
 if grep -q -- "- tract:" <<<"$targets_help"; then
   build amlp-base-tract-static --preset amlp-base --layers 2 --causal --with-past static --target tract
   build amlp-base-tract-any-length --preset amlp-base --layers 2 --causal --target tract
+  build gmlp-ti16-tract --preset gmlp-ti16 --layers 2 --target tract
 fi
 
 for dir in fixtures/*/; do

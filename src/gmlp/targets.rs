@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::gmlp::config::{GmlpConfig, Precision, SpatialForm};
 use crate::gmlp::interface::{first_local_block, SequenceMode, StateStart};
 use crate::message::{Phrase, Setting};
-use crate::onnx::forms::{Fusions, LayerNormForm, MeanForm, OpForms};
+use crate::onnx::forms::{Fusions, LayerNormForm, MeanForm, OpForms, PatchForm};
 use crate::onnx::ops::TENSOR_SCATTER_OPSET;
 use crate::onnx::versions::ir_version_for;
 use crate::spelling::spelling;
@@ -72,7 +72,9 @@ pub enum Target {
     /// anything, is gone, and the rows no sequence has reached are not read at all (a step's
     /// sizes follow its position, so it is no file for a CUDA graph). Every loop this
     /// project ships (the command, the library, Python, Triton) starts a sequence on zeroed
-    /// buffers; onnxruntime-genai does not on every device and refuses such a file.
+    /// buffers; onnxruntime-genai does not on every device and refuses such a file. A
+    /// vision model's patch stem is one `MatMul` on the patches ([`PatchForm::MatMul`]),
+    /// which tract keeps token-major.
     Tract,
     /// Widest reach (ONNX Runtime 1.14, candle-onnx, OpenCV 4.x, onnx2torch): opset 13,
     /// LayerNorm as primitive ops, Toeplitz expanded.
@@ -114,12 +116,17 @@ impl Target {
                 layer_norm: LayerNormForm::Decomposed,
                 mean: MeanForm::SumThenDivide,
                 fusions: Fusions::Standard,
+                patch: PatchForm::Conv,
             },
             Target::OnnxRuntime => OpForms {
                 fusions: Fusions::OnnxRuntime,
                 ..OpForms::default()
             },
-            Target::Ort | Target::OrtLegacy | Target::Opencv4 | Target::Tract => OpForms::default(),
+            Target::Tract => OpForms {
+                patch: PatchForm::MatMul,
+                ..OpForms::default()
+            },
+            Target::Ort | Target::OrtLegacy | Target::Opencv4 => OpForms::default(),
         }
     }
 

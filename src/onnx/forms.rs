@@ -42,6 +42,24 @@ pub enum Fusions {
     OnnxRuntime,
 }
 
+/// How a projection of non-overlapping square patches to tokens (a vision stem) is emitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PatchForm {
+    /// `Conv` with the patch as kernel and stride, then `Reshape` and `Transpose` to
+    /// tokens: the form every consumer reads.
+    #[default]
+    Conv,
+    /// The patches cut out of the image by `Reshape`, `Transpose` and `Reshape` (through a
+    /// rank-6 tensor) and projected by one `MatMul` with the conv weight, reshaped and
+    /// transposed by nodes on the constant (which a runtime folds at load), then its bias:
+    /// the tokens come out token-major with no transpose after them. tract 0.23 pushes the
+    /// `Conv` form's transpose into the residual stream, carries it channel-major and moves
+    /// axes around every block's products (gmlp-ti16's forward: 58.3 against 50.5 ms of
+    /// tract's node time a run; BENCHMARKS.md, "tract and ONNX Runtime: tract at its own
+    /// limit").
+    MatMul,
+}
+
 /// The op forms a graph is built with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpForms {
@@ -51,4 +69,6 @@ pub struct OpForms {
     pub mean: MeanForm,
     /// Fused operators.
     pub fusions: Fusions,
+    /// Patch projections.
+    pub patch: PatchForm,
 }

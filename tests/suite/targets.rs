@@ -268,6 +268,18 @@ mod with_onnxruntime {
         if target == Target::Ort {
             assert!(ops.contains(&"LayerNormalization"), "{what}: {ops:?}");
         }
+        // A vision stem: tract's patches cut out and one MatMul, everyone else's Conv.
+        let stem: Vec<&str> = graph
+            .node
+            .iter()
+            .filter(|n| n.name().starts_with("stem/"))
+            .map(|n| n.op_type())
+            .collect();
+        if !stem.is_empty() {
+            let tract = target == Target::Tract;
+            assert_eq!(stem.contains(&"Conv"), !tract, "{what}: {stem:?}");
+            assert_eq!(stem.contains(&"MatMul"), tract, "{what}: {stem:?}");
+        }
     }
 
     #[test]

@@ -58,22 +58,12 @@ impl Emitter {
                         Dim::Fixed(image_size),
                     ],
                 )?;
-                let (d, n) = (self.cfg.d_model, self.cfg.seq_len());
                 let w = self.param("stem.weight")?;
                 let b = self.param("stem.bias")?;
                 let elem = self.cfg.dtype.elem();
                 let x = self.scoped("stem", |s| {
                     let pixels = s.cast_to("input_to_f16", &pixels, elem)?;
-                    let fmap =
-                        s.g.conv2d("patch_conv", &pixels, &w, &b, patch_size, patch_size)?;
-                    // [B, d, h, w] -> [B, d, n] -> [B, n, d]: tokens in row-major patch order.
-                    let flat = s.g.reshape(
-                        "flatten",
-                        &fmap,
-                        &[0, d as i64, -1],
-                        vec![batch, Dim::Fixed(d), Dim::Fixed(n)],
-                    )?;
-                    s.g.transpose("to_tokens", &flat, &[0, 2, 1])
+                    s.g.patch_tokens(&pixels, &w, &b, patch_size)
                 })?;
                 Ok((x, None, Sequence::Fixed(FixedPositions::default())))
             }

@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::onnx::builder::GraphBuilder;
-use crate::onnx::forms::LayerNormForm;
+use crate::onnx::forms::{LayerNormForm, PatchForm};
 use crate::onnx::graph::{Attr, Dim, ElemType, Value};
 use crate::onnx::shape::{fmt_shape, normalize_axis, shape_error};
 
@@ -281,6 +281,113 @@ impl GraphBuilder {
             (x.elem, vec![x.shape[0].clone(), Dim::Fixed(c_out), h, w]),
             flops,
         ))
+    }
+
+    /// The tokens `[B, n, d]` of a projection of non-overlapping `patch` × `patch` patches
+    /// of `x` `[B, c, H, W]` by `weight` `[d, c, patch, patch]` and `bias` `[d]`,
+    /// n = (H/patch)·(W/patch) in row-major patch order, in the graph's
+    /// [`PatchForm`]: a `Conv` then `Reshape` and
+    /// `Transpose` (nodes `patch_conv`, `flatten`, `to_tokens`), or the patches cut out and
+    /// one `MatMul` (which needs H and W multiples of `patch`).
+    pub fn patch_tokens(
+        &mut self,
+        x: &Value,
+        weight: &Value,
+        bias: &Value,
+        patch: usize,
+    ) -> Result<Value> {
+        let fmap = self.conv2d_shape_checked(x, weight, patch)?;
+        let (batch, d) = (x.shape[0].clone(), weight.shape[0].size_or_one());
+        let [_, _, Dim::Fixed(gh), Dim::Fixed(gw)] = fmap[..] else {
+            return Err(shape_error(
+                "Conv",
+                format!("feature map {}", fmt_shape(&fmap)),
+            ));
+        };
+        let n = gh * gw;
+        match self.forms().patch {
+            PatchForm::Conv => {
+                let fmap = self.conv2d("patch_conv", x, weight, bias, patch, patch)?;
+                // [B, d, h, w] -> [B, d, n] -> [B, n, d]: tokens in row-major patch order.
+                let flat = self.reshape(
+                    "flatten",
+                    &fmap,
+                    &[0, d as i64, -1],
+                    vec![batch, Dim::Fixed(d), Dim::Fixed(n)],
+                )?;
+                self.transpose("to_tokens", &flat, &[0, 2, 1])
+            }
+            PatchForm::MatMul => {
+                let c = weight.shape[1].size_or_one();
+                if x.shape[2] != Dim::Fixed(gh * patch) || x.shape[3] != Dim::Fixed(gw * patch) {
+                    return Err(shape_error(
+                        "MatMul",
+                        format!("patches of {patch} in {}", fmt_shape(&x.shape)),
+                    ));
+                }
+                let (p, k) = (patch as i64, c * patch * patch);
+                let cut = self.reshape(
+                    "patch_grid",
+                    x,
+                    &[0, c as i64, gh as i64, p, gw as i64, p],
+                    vec![
+                        batch.clone(),
+                        Dim::Fixed(c),
+                        Dim::Fixed(gh),
+                        Dim::Fixed(patch),
+                        Dim::Fixed(gw),
+                        Dim::Fixed(patch),
+                    ],
+                )?;
+                // [B, h, w, c, p, p]: each patch's values in the conv weight's order.
+                let grouped = self.transpose("patch_order", &cut, &[0, 2, 4, 1, 3, 5])?;
+                let patches = self.reshape(
+                    "patches",
+                    &grouped,
+                    &[0, n as i64, k as i64],
+                    vec![batch, Dim::Fixed(n), Dim::Fixed(k)],
+                )?;
+                let rows = self.reshape(
+                    "patch_weight_rows",
+                    weight,
+                    &[d as i64, k as i64],
+                    vec![Dim::Fixed(d), Dim::Fixed(k)],
+                )?;
+                let columns = self.transpose("patch_weight", &rows, &[1, 0])?;
+                let projected = self.matmul("patch_projection", &patches, &columns)?;
+                self.add("to_tokens", &projected, bias)
+            }
+        }
+    }
+
+    /// The output shape of [`Self::conv2d`] with kernel and stride `kernel`, checked.
+    fn conv2d_shape_checked(&self, x: &Value, weight: &Value, kernel: usize) -> Result<Vec<Dim>> {
+        match (&weight.shape[..], &x.shape[..]) {
+            (
+                [Dim::Fixed(o), Dim::Fixed(i), Dim::Fixed(kh), Dim::Fixed(kw)],
+                [b, c, Dim::Fixed(h), Dim::Fixed(w)],
+            ) if *kh == kernel
+                && *kw == kernel
+                && *c == Dim::Fixed(*i)
+                && *h >= kernel
+                && *w >= kernel =>
+            {
+                Ok(vec![
+                    b.clone(),
+                    Dim::Fixed(*o),
+                    Dim::Fixed(h / kernel),
+                    Dim::Fixed(w / kernel),
+                ])
+            }
+            _ => Err(shape_error(
+                "Conv",
+                format!(
+                    "x {} with weight {}",
+                    fmt_shape(&x.shape),
+                    fmt_shape(&weight.shape)
+                ),
+            )),
+        }
     }
 
     /// LayerNorm over the last axis as primitive ops, for opsets below 17 (no
