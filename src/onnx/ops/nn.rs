@@ -241,31 +241,7 @@ impl GraphBuilder {
         kernel: usize,
         stride: usize,
     ) -> Result<Value> {
-        let (c_out, c_in) = match (&weight.shape[..], x.shape.len()) {
-            ([Dim::Fixed(o), Dim::Fixed(i), Dim::Fixed(kh), Dim::Fixed(kw)], 4)
-                if *kh == kernel && *kw == kernel && x.shape[1] == Dim::Fixed(*i) =>
-            {
-                (*o, *i)
-            }
-            _ => {
-                return Err(shape_error(
-                    "Conv",
-                    format!(
-                        "x {} with weight {}",
-                        fmt_shape(&x.shape),
-                        fmt_shape(&weight.shape)
-                    ),
-                ))
-            }
-        };
-        let out_hw = |d: &Dim| match d {
-            Dim::Fixed(n) if *n >= kernel => Ok(Dim::Fixed((n - kernel) / stride + 1)),
-            _ => Err(shape_error(
-                "Conv",
-                format!("spatial size {d} with kernel {kernel}"),
-            )),
-        };
-        let (h, w) = (out_hw(&x.shape[2])?, out_hw(&x.shape[3])?);
+        let (c_out, c_in, h, w) = Self::conv2d_output(x, weight, kernel, stride)?;
         let positions = (h.size_or_one() * w.size_or_one()) as u64;
         let flops = 2 * positions * (c_out * c_in * kernel * kernel) as u64;
         let k = kernel as i64;
@@ -296,13 +272,10 @@ impl GraphBuilder {
         bias: &Value,
         patch: usize,
     ) -> Result<Value> {
-        let fmap = self.conv2d_shape_checked(x, weight, patch)?;
-        let (batch, d) = (x.shape[0].clone(), weight.shape[0].size_or_one());
-        let [_, _, Dim::Fixed(gh), Dim::Fixed(gw)] = fmap[..] else {
-            return Err(shape_error(
-                "Conv",
-                format!("feature map {}", fmt_shape(&fmap)),
-            ));
+        let (d, c, h, w) = Self::conv2d_output(x, weight, patch, patch)?;
+        let batch = x.shape[0].clone();
+        let (Dim::Fixed(gh), Dim::Fixed(gw)) = (h, w) else {
+            return Err(shape_error("Conv", "a feature map of fixed size".into()));
         };
         let n = gh * gw;
         match self.forms().patch {
@@ -318,7 +291,6 @@ impl GraphBuilder {
                 self.transpose("to_tokens", &flat, &[0, 2, 1])
             }
             PatchForm::MatMul => {
-                let c = weight.shape[1].size_or_one();
                 if x.shape[2] != Dim::Fixed(gh * patch) || x.shape[3] != Dim::Fixed(gw * patch) {
                     return Err(shape_error(
                         "MatMul",
@@ -360,34 +332,40 @@ impl GraphBuilder {
         }
     }
 
-    /// The output shape of [`Self::conv2d`] with kernel and stride `kernel`, checked.
-    fn conv2d_shape_checked(&self, x: &Value, weight: &Value, kernel: usize) -> Result<Vec<Dim>> {
-        match (&weight.shape[..], &x.shape[..]) {
-            (
-                [Dim::Fixed(o), Dim::Fixed(i), Dim::Fixed(kh), Dim::Fixed(kw)],
-                [b, c, Dim::Fixed(h), Dim::Fixed(w)],
-            ) if *kh == kernel
-                && *kw == kernel
-                && *c == Dim::Fixed(*i)
-                && *h >= kernel
-                && *w >= kernel =>
+    /// The output channels and input channels of [`Self::conv2d`] and its output's spatial
+    /// sizes, checked: square kernel `kernel` of `weight` over `x`'s channels, no padding.
+    fn conv2d_output(
+        x: &Value,
+        weight: &Value,
+        kernel: usize,
+        stride: usize,
+    ) -> Result<(usize, usize, Dim, Dim)> {
+        let (c_out, c_in) = match (&weight.shape[..], x.shape.len()) {
+            ([Dim::Fixed(o), Dim::Fixed(i), Dim::Fixed(kh), Dim::Fixed(kw)], 4)
+                if *kh == kernel && *kw == kernel && x.shape[1] == Dim::Fixed(*i) =>
             {
-                Ok(vec![
-                    b.clone(),
-                    Dim::Fixed(*o),
-                    Dim::Fixed(h / kernel),
-                    Dim::Fixed(w / kernel),
-                ])
+                (*o, *i)
             }
+            _ => {
+                return Err(shape_error(
+                    "Conv",
+                    format!(
+                        "x {} with weight {}",
+                        fmt_shape(&x.shape),
+                        fmt_shape(&weight.shape)
+                    ),
+                ))
+            }
+        };
+        let out_hw = |d: &Dim| match d {
+            Dim::Fixed(n) if *n >= kernel => Ok(Dim::Fixed((n - kernel) / stride + 1)),
             _ => Err(shape_error(
                 "Conv",
-                format!(
-                    "x {} with weight {}",
-                    fmt_shape(&x.shape),
-                    fmt_shape(&weight.shape)
-                ),
+                format!("spatial size {d} with kernel {kernel}"),
             )),
-        }
+        };
+        let (h, w) = (out_hw(&x.shape[2])?, out_hw(&x.shape[3])?);
+        Ok((c_out, c_in, h, w))
     }
 
     /// LayerNorm over the last axis as primitive ops, for opsets below 17 (no
